@@ -1,0 +1,1 @@
+//! Benchmarks live in benches/ (see issue 5).

@@ -1,0 +1,148 @@
+//! The syntax tree the parser produces: the rule as written, with spans.
+//! Names are not resolved yet (static symbols, implicit keys); the checker
+//! (`compile`) does that while lowering to the IR.
+
+use alloc::boxed::Box;
+use alloc::string::String;
+use alloc::vec::Vec;
+
+use crate::diag::Span;
+use crate::ir::{Const, Helper, NowFn, PipeFn};
+
+#[derive(Debug, Clone)]
+pub struct Rule {
+    pub name: String,
+    pub patterns: Vec<String>,
+    pub enabled: bool,
+    pub statics: Vec<Binding>,
+    pub stmts: Vec<Statement>,
+}
+
+/// A static binding or a top-level statement.
+#[derive(Debug, Clone)]
+pub struct Binding {
+    pub targets: Vec<Target>,
+    pub expr: Expr,
+    pub span: Span,
+}
+
+pub type Statement = Binding;
+
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub name: String,
+    pub ty: Option<(String, Span)>,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone)]
+pub enum Expr {
+    Literal(Const, Span),
+    Access(Access),
+    /// `@name`
+    At(String, Span),
+    Now(NowFn, Span),
+    Pipe { source: Box<Expr>, fns: Vec<PipeFn>, span: Span },
+    Match(Box<Match>),
+    Object(Vec<Member>, Span),
+    Collect(Box<Expr>, Span),
+    Fmt { format: String, args: Vec<Expr>, span: Span },
+    Sql(Box<Sql>),
+    /// A bare name: must be a static symbol.
+    Ident(String, Span),
+}
+
+impl Expr {
+    pub fn span(&self) -> Span {
+        match self {
+            Expr::Literal(_, s)
+            | Expr::At(_, s)
+            | Expr::Now(_, s)
+            | Expr::Pipe { span: s, .. }
+            | Expr::Object(_, s)
+            | Expr::Collect(_, s)
+            | Expr::Fmt { span: s, .. }
+            | Expr::Ident(_, s) => *s,
+            Expr::Access(a) => a.span,
+            Expr::Match(m) => m.span,
+            Expr::Sql(q) => q.span,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Access {
+    pub take: bool,
+    pub key: Option<String>,
+    pub options: Vec<String>,
+    pub keys: Vec<String>,
+    pub default: Option<Box<Expr>>,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone)]
+pub struct Member {
+    pub names: Vec<String>,
+    pub ty: Option<(String, Span)>,
+    pub expr: Expr,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone)]
+pub struct Match {
+    pub sources: Vec<Expr>,
+    /// `match (a, b) { … }` rather than `match a { … }`.
+    pub tuple: bool,
+    pub arms: Vec<Arm>,
+    pub default: Option<Expr>,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone)]
+pub struct Arm {
+    pub conds: Vec<Vec<CondAtom>>,
+    pub result: Expr,
+    pub span: Span,
+}
+
+/// A constant operand in a condition: a literal or a static symbol.
+#[derive(Debug, Clone)]
+pub enum Operand {
+    Literal(Const),
+    Ident(String, Span),
+}
+
+#[derive(Debug, Clone)]
+pub enum CondAtom {
+    Eq(Operand),
+    Ne(Operand),
+    In(Operand, Operand),
+    /// A match function, already checked.
+    Fn(crate::ir::Cond),
+}
+
+#[derive(Debug, Clone)]
+pub struct Sql {
+    pub columns: Vec<String>,
+    pub table: String,
+    pub cond: SqlCond,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone)]
+pub enum SqlCond {
+    Or(Vec<SqlCond>),
+    And(Vec<SqlCond>),
+    Not(Box<SqlCond>),
+    Group(Box<SqlCond>),
+    Cmp { left: SqlOperand, op: &'static str, right: SqlOperand, span: Span },
+}
+
+#[derive(Debug, Clone)]
+pub enum SqlOperand {
+    Column(String),
+    /// An accessor, `@name` or built-in: a bound parameter.
+    Value(Expr),
+    Literal(Const),
+    Call { name: String, helper: Option<Helper>, args: Vec<SqlOperand>, span: Span },
+}

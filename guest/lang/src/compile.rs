@@ -1,0 +1,640 @@
+//! The checker: lowers a parsed rule to the IR, resolving what can be
+//! resolved once (implicit keys, static symbols, declared types, SQL text and
+//! parameters) and rejecting what the spec makes a compile error.
+
+use alloc::boxed::Box;
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+
+use crate::ast::{self, CondAtom, Operand, SqlCond, SqlOperand};
+use crate::diag::{Diagnostic, Span};
+use crate::eval::{self, Host, QueryError};
+use crate::ir::*;
+use crate::value::{Type, Value};
+
+/// One rule source to compile.
+pub struct Source<'s> {
+    /// The file name used in diagnostics and in the SQL allow-list.
+    pub file: &'s str,
+    pub text: &'s str,
+}
+
+/// Compile errors of one file.
+#[derive(Debug, Clone)]
+pub struct FileErrors {
+    pub file: String,
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+/// Compiles rule files into one program. `now` is the compile-time clock
+/// (Unix nanoseconds, UTC offset in seconds) for `Now::*` in static blocks.
+pub fn compile(sources: &[Source<'_>], now: (i64, i32)) -> Result<Program, Vec<FileErrors>> {
+    let mut program = Program { source_hash: String::new(), models: Vec::new(), statements: Vec::new() };
+    let mut errors = Vec::new();
+    for src in sources {
+        let (rule, mut diags) = crate::parse::parse(src.text);
+        if let Some(rule) = rule {
+            let mut c = Checker { file: src.file, text: src.text, program: &mut program, diags: Vec::new(), statics: Vec::new(), uses_clock: false, now };
+            let model = c.model(rule);
+            diags.extend(c.diags);
+            if diags.is_empty() {
+                program.models.push(model);
+            }
+        }
+        if !diags.is_empty() {
+            for d in &mut diags {
+                d.locate(src.text);
+            }
+            diags.sort_by_key(|d| d.span.start);
+            errors.push(FileErrors { file: src.file.to_string(), diagnostics: diags });
+        }
+    }
+    if errors.is_empty() { Ok(program) } else { Err(errors) }
+}
+
+struct Checker<'c> {
+    file: &'c str,
+    text: &'c str,
+    program: &'c mut Program,
+    diags: Vec<Diagnostic>,
+    statics: Vec<(String, Const)>,
+    uses_clock: bool,
+    now: (i64, i32),
+}
+
+type CResult<T> = Result<T, ()>;
+
+impl Checker<'_> {
+    fn err<T>(&mut self, msg: impl Into<String>, span: Span) -> CResult<T> {
+        self.diags.push(Diagnostic::new(msg, span));
+        Err(())
+    }
+
+    fn err_hint<T>(&mut self, msg: impl Into<String>, span: Span, hint: &str) -> CResult<T> {
+        self.diags.push(Diagnostic::new(msg, span).with_hint(hint));
+        Err(())
+    }
+
+    fn model(&mut self, rule: ast::Rule) -> Model {
+        for b in rule.statics {
+            let _ = self.static_binding(b);
+        }
+        let mut stmts = Vec::new();
+        for s in rule.stmts {
+            if let Ok(s) = self.statement(s) {
+                stmts.push(s);
+            }
+        }
+        Model {
+            name: rule.name,
+            patterns: rule.patterns,
+            enabled: rule.enabled,
+            file: self.file.to_string(),
+            stmts,
+            uses_clock: self.uses_clock,
+        }
+    }
+
+    fn ty(&mut self, ty: &Option<(String, Span)>) -> CResult<Type> {
+        match ty {
+            None => Ok(Type::Auto),
+            Some((name, span)) => match Type::parse(name) {
+                Some(t) => Ok(t),
+                None => self.err_hint(
+                    format!("unknown type name `{name}`"),
+                    *span,
+                    "types are auto, chars, digit, float, bool, ip, time, obj and array",
+                ),
+            },
+        }
+    }
+
+    fn static_binding(&mut self, b: ast::Binding) -> CResult<()> {
+        if b.targets.len() != 1 {
+            return self.err("a static binding has exactly one name", b.span);
+        }
+        let t = &b.targets[0];
+        if t.name.contains('*') {
+            return self.err("a static binding cannot be a wildcard", t.span);
+        }
+        if !t.name.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'.') {
+            return self.err("a static name uses letters, digits, `_` and `.`", t.span);
+        }
+        if self.statics.iter().any(|(n, _)| *n == t.name) {
+            return self.err(format!("duplicate static binding `{}`", t.name), t.span);
+        }
+        let ty = self.ty(&t.ty)?;
+        let name = t.name.clone();
+        if matches!(b.expr, ast::Expr::Sql(_)) {
+            return self.err("a static binding cannot be a SQL lookup", b.expr.span());
+        }
+        let clock_before = self.uses_clock;
+        let expr = self.expr(b.expr, &name, false)?;
+        self.uses_clock = clock_before;
+        // Evaluate once, now, against an empty record.
+        let program = Program { source_hash: String::new(), models: Vec::new(), statements: Vec::new() };
+        let mut host = CompileHost { now: self.now };
+        let value = {
+            let mut ctx = eval::Ctx::new(&program, Vec::new(), &mut host);
+            ctx.expr(&expr, &name).map(|v| const_of(&crate::value::convert(v, &ty)))
+        };
+        if let Some(c) = value {
+            self.statics.push((name, c));
+        }
+        Ok(())
+    }
+
+    fn statement(&mut self, s: ast::Statement) -> CResult<Stmt> {
+        let mut targets = Vec::new();
+        for t in &s.targets {
+            let ty = self.ty(&t.ty)?;
+            targets.push(Target { name: t.name.clone(), ty });
+        }
+        if let Some(w) = s.targets.iter().find(|t| t.name.contains('*')) {
+            if s.targets.len() != 1 {
+                return self.err("a batch (wildcard) statement has a single target", w.span);
+            }
+            return match s.expr {
+                // The accessor's arguments and default body are ignored (§8.8).
+                ast::Expr::Access(_) => {
+                    let t = targets.remove(0);
+                    Ok(Stmt::Batch { pattern: t.name, ty: t.ty })
+                }
+                other => self.err_hint(
+                    "a batch (wildcard) statement takes only `read(…)` or `take(…)`",
+                    other.span(),
+                    "write `prefix* = take() ;`",
+                ),
+            };
+        }
+        match s.expr {
+            ast::Expr::Sql(q) => {
+                let lookup = self.sql(*q)?;
+                Ok(Stmt::Lookup { targets, lookup })
+            }
+            ast::Expr::At(_, span) => self.err_hint(
+                "`@name` cannot be a whole statement",
+                span,
+                "write `x = read(name) ;`",
+            ),
+            expr => {
+                let target = targets.remove(0);
+                let expr = self.expr(expr, &target.name, true)?;
+                Ok(Stmt::Assign { target, expr })
+            }
+        }
+    }
+
+    fn constant(&mut self, op: Operand) -> CResult<Const> {
+        match op {
+            Operand::Literal(c) => Ok(c),
+            Operand::Ident(name, span) => self.static_ref(&name, span),
+        }
+    }
+
+    fn static_ref(&mut self, name: &str, span: Span) -> CResult<Const> {
+        match self.statics.iter().find(|(n, _)| n == name) {
+            Some((_, c)) => Ok(c.clone()),
+            None => self.err_hint(
+                format!("`{name}` is not a static symbol"),
+                span,
+                "a bare name must be bound in a `static { … }` block; to read a field write `read(name)`",
+            ),
+        }
+    }
+
+    fn access(&mut self, a: ast::Access, key_of: &str) -> CResult<Access> {
+        let default = match a.default {
+            Some(d) => Some(Box::new(self.expr(*d, key_of, false)?)),
+            None => None,
+        };
+        Ok(Access {
+            take: a.take,
+            key: a.key.unwrap_or_else(|| key_of.to_string()),
+            options: a.options,
+            keys: a.keys,
+            default,
+        })
+    }
+
+    /// A pipe/match/collect/fmt source: `read`, `take` or `@name`, no default.
+    fn var_access(&mut self, e: ast::Expr, key_of: &str) -> CResult<Access> {
+        match e {
+            ast::Expr::At(name, _) => Ok(Access {
+                take: false,
+                key: name,
+                options: Vec::new(),
+                keys: Vec::new(),
+                default: None,
+            }),
+            ast::Expr::Access(a) => self.access(a, key_of),
+            other => self.err("expected `read(…)`, `take(…)` or `@name`", other.span()),
+        }
+    }
+
+    fn expr(&mut self, e: ast::Expr, key_of: &str, top: bool) -> CResult<Expr> {
+        let _ = top;
+        Ok(match e {
+            ast::Expr::Literal(c, _) => Expr::Const(c),
+            ast::Expr::Ident(name, span) => Expr::Const(self.static_ref(&name, span)?),
+            ast::Expr::Access(a) => Expr::Access(self.access(a, key_of)?),
+            ast::Expr::At(_, span) => {
+                return self.err_hint(
+                    "`@name` is only allowed as a source (match, pipe, collect, fmt, SQL)",
+                    span,
+                    "write `read(name)`",
+                );
+            }
+            ast::Expr::Now(f, _) => {
+                self.uses_clock = true;
+                Expr::Now(f)
+            }
+            ast::Expr::Pipe { source, fns, .. } => {
+                Expr::Pipe { source: self.var_access(*source, key_of)?, fns }
+            }
+            ast::Expr::Match(m) => {
+                let m = *m;
+                let mut sources = Vec::new();
+                for s in m.sources {
+                    sources.push(self.var_access(s, key_of)?);
+                }
+                let mut arms = Vec::new();
+                for arm in m.arms {
+                    let mut conds = Vec::new();
+                    for alts in arm.conds {
+                        let mut atoms = Vec::new();
+                        for atom in alts {
+                            atoms.push(match atom {
+                                CondAtom::Eq(o) => Cond::Eq(self.constant(o)?),
+                                CondAtom::Ne(o) => Cond::Ne(self.constant(o)?),
+                                CondAtom::In(lo, hi) => Cond::In(self.constant(lo)?, self.constant(hi)?),
+                                CondAtom::Fn(c) => c,
+                            });
+                        }
+                        conds.push(atoms);
+                    }
+                    let result = self.expr(arm.result, key_of, false)?;
+                    arms.push(Arm { conds, result });
+                }
+                let default = match m.default {
+                    Some(d) => Some(Box::new(self.expr(d, key_of, false)?)),
+                    None => None,
+                };
+                Expr::Match(Match { sources, arms, default })
+            }
+            ast::Expr::Object(members, _) => {
+                let mut out = Vec::new();
+                for m in members {
+                    let ty = self.ty(&m.ty)?;
+                    let name = m.names[0].clone();
+                    let expr = self.expr(m.expr, &name, false)?;
+                    out.push(Member { name, ty, expr });
+                }
+                Expr::Object(out)
+            }
+            ast::Expr::Collect(src, _) => Expr::Collect(self.var_access(*src, key_of)?),
+            ast::Expr::Fmt { format, args, .. } => {
+                let mut accs = Vec::new();
+                for a in args {
+                    accs.push(self.var_access(a, key_of)?);
+                }
+                Expr::Fmt { pieces: fmt_pieces(&format), args: accs }
+            }
+            ast::Expr::Sql(q) => return self.err("a SQL lookup must be a whole statement", q.span),
+        })
+    }
+
+    // ----- SQL -----------------------------------------------------------------
+
+    fn sql(&mut self, q: ast::Sql) -> CResult<Lookup> {
+        let mut b = SqlBuilder { sql: String::new(), names: Vec::new(), params: Vec::new() };
+        self.sql_cond(q.cond, &mut b)?;
+        let sql = format!("select {} from {} where {}", q.columns.join(","), q.table, b.sql);
+        let (line, column) = crate::diag::line_col(self.text, q.span.start as usize);
+        let stmt = SqlStatement {
+            sql,
+            params: b.names,
+            table: q.table,
+            columns: q.columns,
+            file: self.file.to_string(),
+            line,
+            column,
+        };
+        let id = match self
+            .program
+            .statements
+            .iter()
+            .position(|s| s.sql == stmt.sql && s.params == stmt.params)
+        {
+            Some(i) => i,
+            None => {
+                self.program.statements.push(stmt);
+                self.program.statements.len() - 1
+            }
+        };
+        Ok(Lookup { statement: id as u32, params: b.params })
+    }
+
+    fn sql_cond(&mut self, c: SqlCond, b: &mut SqlBuilder) -> CResult<()> {
+        match c {
+            SqlCond::Or(parts) | SqlCond::And(parts) if parts.is_empty() => Ok(()),
+            SqlCond::Or(parts) => self.sql_join(parts, " or ", b),
+            SqlCond::And(parts) => self.sql_join(parts, " and ", b),
+            SqlCond::Not(inner) => {
+                b.sql.push_str("not ");
+                self.sql_cond(*inner, b)
+            }
+            SqlCond::Group(inner) => {
+                b.sql.push('(');
+                self.sql_cond(*inner, b)?;
+                b.sql.push(')');
+                Ok(())
+            }
+            SqlCond::Cmp { left, op, right, span } => self.sql_cmp(left, op, right, span, b),
+        }
+    }
+
+    fn sql_join(&mut self, parts: Vec<SqlCond>, sep: &str, b: &mut SqlBuilder) -> CResult<()> {
+        for (i, p) in parts.into_iter().enumerate() {
+            if i > 0 {
+                b.sql.push_str(sep);
+            }
+            self.sql_cond(p, b)?;
+        }
+        Ok(())
+    }
+
+    fn sql_cmp(
+        &mut self,
+        left: SqlOperand,
+        op: &'static str,
+        right: SqlOperand,
+        span: Span,
+        b: &mut SqlBuilder,
+    ) -> CResult<()> {
+        // `1 = ip4_between(read(x), lo_col, hi_col)`, either side (EXTENDED).
+        let between = |o: &SqlOperand| matches!(o, SqlOperand::Call { helper: Some(Helper::Ip4Between), args, .. }
+            if args.len() == 3 && matches!(args[1], SqlOperand::Column(_)) && matches!(args[2], SqlOperand::Column(_)));
+        let one = |o: &SqlOperand| matches!(o, SqlOperand::Literal(Const::Digit(1)));
+        if op == "=" && ((between(&left) && one(&right)) || (one(&left) && between(&right))) {
+            let call = if between(&left) { left } else { right };
+            if let SqlOperand::Call { mut args, .. } = call {
+                let hi = args.pop();
+                let lo = args.pop();
+                let ip = args.pop();
+                if let (Some(ip), Some(SqlOperand::Column(lo)), Some(SqlOperand::Column(hi))) = (ip, lo, hi) {
+                    let hint = param_hint(&ip).unwrap_or_else(|| lo.clone());
+                    let v = self.sql_param_value(ip, span)?;
+                    let v = Param::Helper(Helper::Ip4Int, alloc::vec![v]);
+                    let name = b.bind(&hint, v);
+                    b.sql.push_str(&format!("({lo} <= :{name} and {hi} >= :{name})"));
+                    return Ok(());
+                }
+            }
+            return self.err("malformed ip4_between comparison", span);
+        }
+        let (col, op, value) = match (left, right) {
+            (SqlOperand::Column(c), v) => (SqlOperand::Column(c), op, v),
+            (v, SqlOperand::Column(c)) => (SqlOperand::Column(c), flip(op), v),
+            (l, r) => (l, op, r),
+        };
+        let hint = match &col {
+            SqlOperand::Column(c) => c.clone(),
+            other => param_hint(other).unwrap_or_else(|| "p".to_string()),
+        };
+        self.sql_operand(col, &hint, b, span)?;
+        b.sql.push(' ');
+        b.sql.push_str(op);
+        b.sql.push(' ');
+        self.sql_operand(value, &hint, b, span)
+    }
+
+    /// Renders one side of a comparison; values become parameters.
+    fn sql_operand(&mut self, o: SqlOperand, hint: &str, b: &mut SqlBuilder, span: Span) -> CResult<()> {
+        match o {
+            SqlOperand::Column(c) => b.sql.push_str(&c),
+            SqlOperand::Value(_) | SqlOperand::Literal(_) => {
+                let v = self.sql_param_value(o, span)?;
+                let name = b.bind(hint, v);
+                b.sql.push(':');
+                b.sql.push_str(&name);
+            }
+            SqlOperand::Call { name, helper, args, span } => {
+                let has_column = args.iter().any(mentions_column);
+                if let (Some(h), false) = (helper, has_column) {
+                    // Folded: the guest computes the helper and binds its result.
+                    let hint = args.iter().find_map(param_hint).unwrap_or_else(|| hint.to_string());
+                    let mut vals = Vec::new();
+                    for a in args {
+                        vals.push(self.sql_param_value(a, span)?);
+                    }
+                    let pname = b.bind(&hint, Param::Helper(h, vals));
+                    b.sql.push(':');
+                    b.sql.push_str(&pname);
+                } else {
+                    b.sql.push_str(&name);
+                    b.sql.push('(');
+                    for (i, a) in args.into_iter().enumerate() {
+                        if i > 0 {
+                            b.sql.push_str(", ");
+                        }
+                        match a {
+                            SqlOperand::Literal(c) => push_sql_literal(&mut b.sql, &c),
+                            other => {
+                                let h = param_hint(&other).unwrap_or_else(|| hint.to_string());
+                                self.sql_operand(other, &h, b, span)?;
+                            }
+                        }
+                    }
+                    b.sql.push(')');
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn sql_param_value(&mut self, o: SqlOperand, span: Span) -> CResult<Param> {
+        match o {
+            SqlOperand::Literal(c) => Ok(Param::Const(c)),
+            SqlOperand::Value(ast::Expr::Now(f, _)) => {
+                self.uses_clock = true;
+                Ok(Param::Now(f))
+            }
+            SqlOperand::Value(e) => {
+                let key = match &e {
+                    ast::Expr::Access(a) => a.key.clone().unwrap_or_default(),
+                    _ => String::new(),
+                };
+                let e = match e {
+                    ast::Expr::Access(mut a) => {
+                        if let Some(d) = a.default.take() {
+                            let d = self.expr(*d, &key, false)?;
+                            let mut acc = self.var_access(ast::Expr::Access(a), &key)?;
+                            acc.default = Some(Box::new(d));
+                            return Ok(Param::Access(acc));
+                        }
+                        ast::Expr::Access(a)
+                    }
+                    other => other,
+                };
+                Ok(Param::Access(self.var_access(e, &key)?))
+            }
+            SqlOperand::Call { helper: Some(h), args, span, .. } if !args.iter().any(mentions_column) => {
+                let mut vals = Vec::new();
+                for a in args {
+                    vals.push(self.sql_param_value(a, span)?);
+                }
+                Ok(Param::Helper(h, vals))
+            }
+            SqlOperand::Call { name, .. } => {
+                self.err(format!("`{name}(…)` cannot be computed as a parameter here"), span)
+            }
+            SqlOperand::Column(c) => self.err(format!("column `{c}` where a value was expected"), span),
+        }
+    }
+}
+
+struct SqlBuilder {
+    sql: String,
+    names: Vec<String>,
+    params: Vec<Param>,
+}
+
+impl SqlBuilder {
+    /// Adds a parameter with a unique name derived from `hint`.
+    fn bind(&mut self, hint: &str, value: Param) -> String {
+        let base: String = hint
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' })
+            .collect();
+        let base = if base.is_empty() { "p".to_string() } else { base };
+        let mut name = base.clone();
+        let mut n = 2;
+        while self.names.contains(&name) {
+            name = format!("{base}_{n}");
+            n += 1;
+        }
+        self.names.push(name.clone());
+        self.params.push(value);
+        name
+    }
+}
+
+fn mentions_column(o: &SqlOperand) -> bool {
+    match o {
+        SqlOperand::Column(_) => true,
+        SqlOperand::Call { args, .. } => args.iter().any(mentions_column),
+        _ => false,
+    }
+}
+
+fn param_hint(o: &SqlOperand) -> Option<String> {
+    match o {
+        SqlOperand::Value(ast::Expr::Access(a)) => a.key.clone(),
+        SqlOperand::Value(ast::Expr::At(n, _)) => Some(n.clone()),
+        SqlOperand::Call { args, .. } => args.iter().find_map(param_hint),
+        _ => None,
+    }
+}
+
+fn flip(op: &'static str) -> &'static str {
+    match op {
+        "<" => ">",
+        ">" => "<",
+        "<=" => ">=",
+        ">=" => "<=",
+        other => other,
+    }
+}
+
+fn push_sql_literal(out: &mut String, c: &Const) {
+    match c {
+        Const::Chars(s) => {
+            out.push('\'');
+            out.push_str(&s.replace('\'', "''"));
+            out.push('\'');
+        }
+        Const::Digit(d) => out.push_str(&format!("{d}")),
+        Const::Float(f) => out.push_str(&format!("{f}")),
+        _ => out.push_str("NULL"),
+    }
+}
+
+/// Splits a `fmt` format string into text and `{name}` placeholders.
+pub fn fmt_pieces(format: &str) -> Vec<FmtPiece> {
+    let mut pieces = Vec::new();
+    let mut text = String::new();
+    let mut chars = format.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '{' if chars.peek() == Some(&'{') => {
+                chars.next();
+                text.push('{');
+            }
+            '}' if chars.peek() == Some(&'}') => {
+                chars.next();
+                text.push('}');
+            }
+            '{' => {
+                let mut name = String::new();
+                let mut closed = false;
+                for c in chars.by_ref() {
+                    if c == '}' {
+                        closed = true;
+                        break;
+                    }
+                    name.push(c);
+                }
+                let name = name.trim();
+                if !closed || name.is_empty() || name.contains(':') || name.contains('{') {
+                    return alloc::vec![FmtPiece::Invalid];
+                }
+                if !text.is_empty() {
+                    pieces.push(FmtPiece::Text(core::mem::take(&mut text)));
+                }
+                pieces.push(FmtPiece::Var(name.to_string()));
+            }
+            '}' => return alloc::vec![FmtPiece::Invalid],
+            c => text.push(c),
+        }
+    }
+    if !text.is_empty() {
+        pieces.push(FmtPiece::Text(text));
+    }
+    pieces
+}
+
+/// The constant form of a value computed at compile time.
+pub fn const_of(v: &Value<'_>) -> Const {
+    match v {
+        Value::Chars(s) => Const::Chars(s.to_string()),
+        Value::Digit(d) => Const::Digit(*d),
+        Value::Float(f) => Const::Float(*f),
+        Value::Bool(b) => Const::Bool(*b),
+        Value::Ip(core::net::IpAddr::V4(a)) => Const::Ipv4(u32::from(*a)),
+        Value::Ip(core::net::IpAddr::V6(a)) => Const::Ipv6(u128::from(*a)),
+        Value::Time(t) => Const::Time(*t),
+        Value::Null => Const::Null,
+        Value::Ignore => Const::Ignore,
+        Value::Obj(m) => Const::Obj(m.iter().map(|f| (f.name.to_string(), const_of(&f.value))).collect()),
+        Value::Array(m) => Const::Array(m.iter().map(|f| (f.name.to_string(), const_of(&f.value))).collect()),
+    }
+}
+
+/// Static blocks run at compile time: no knowledge, the build's clock.
+struct CompileHost {
+    now: (i64, i32),
+}
+
+impl Host for CompileHost {
+    fn query(&mut self, _: u32, _: &[eval::Cell]) -> Result<Option<Vec<eval::Cell>>, QueryError> {
+        Err(QueryError { message: "no knowledge at compile time".to_string(), fatal: false })
+    }
+    fn columns(&mut self, _: u32) -> Result<Vec<String>, QueryError> {
+        Ok(Vec::new())
+    }
+    fn now(&mut self) -> (i64, i32) {
+        self.now
+    }
+}

@@ -1,0 +1,297 @@
+//! The compiled form of a rule set: what `omlet build` writes into a
+//! component and what the evaluator runs.
+//!
+//! The IR has no source text and no spans. Everything the checker could
+//! decide is decided: keys are resolved (an implicit key is the target name),
+//! statics are inlined as constants, pipe and match-function arguments are
+//! parsed, SQL lookups are numbered statements with their parameter
+//! expressions. It is serialised with postcard behind a versioned header.
+
+use alloc::string::String;
+use alloc::vec::Vec;
+
+use serde::{Deserialize, Serialize};
+
+use crate::time::TsUnit;
+use crate::value::Type;
+
+/// Bumped on every change to these types' serialised form.
+pub const IR_VERSION: u32 = 1;
+
+const MAGIC: &[u8; 6] = b"OMLIR\0";
+
+/// A set of compiled models and the SQL statements they may run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Program {
+    /// Hex SHA-256 of the sources, filled in by the host's build step.
+    pub source_hash: String,
+    pub models: Vec<Model>,
+    pub statements: Vec<SqlStatement>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Model {
+    pub name: String,
+    pub patterns: Vec<String>,
+    pub enabled: bool,
+    pub file: String,
+    pub stmts: Vec<Stmt>,
+    pub uses_clock: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Stmt {
+    /// A single-valued expression: only the first target receives it (§5.2).
+    Assign { target: Target, expr: Expr },
+    /// A SQL lookup: target *i* receives column *i* (§8.11.3).
+    Lookup { targets: Vec<Target>, lookup: Lookup },
+    /// `pattern* = read()/take()` (§8.8).
+    Batch { pattern: String, ty: Type },
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Target {
+    pub name: String,
+    pub ty: Type,
+}
+
+/// A constant value: a literal, or an inlined static binding.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Const {
+    Chars(String),
+    Digit(i64),
+    Float(f64),
+    Bool(bool),
+    Ipv4(u32),
+    Ipv6(u128),
+    Time(i64),
+    Null,
+    Ignore,
+    Obj(Vec<(String, Const)>),
+    Array(Vec<(String, Const)>),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NowFn {
+    Time,
+    Date,
+    Hour,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Expr {
+    Const(Const),
+    Access(Access),
+    Now(NowFn),
+    Pipe { source: Access, fns: Vec<PipeFn> },
+    Match(Match),
+    Object(Vec<Member>),
+    Collect(Access),
+    Fmt { pieces: Vec<FmtPiece>, args: Vec<Access> },
+}
+
+/// `read(...)` / `take(...)`, `@name`, with an optional default.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Access {
+    pub take: bool,
+    /// The primary key: explicit, or the target's name.
+    pub key: String,
+    /// `option:[…]` alternatives, in order.
+    pub options: Vec<String>,
+    /// `keys:[…]` patterns (for `collect`).
+    pub keys: Vec<String>,
+    pub default: Option<alloc::boxed::Box<Expr>>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Member {
+    pub name: String,
+    pub ty: Type,
+    pub expr: Expr,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Match {
+    pub sources: Vec<Access>,
+    pub arms: Vec<Arm>,
+    pub default: Option<alloc::boxed::Box<Expr>>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Arm {
+    /// One condition per source; each is a disjunction of atoms.
+    pub conds: Vec<Vec<Cond>>,
+    pub result: Expr,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Cond {
+    Eq(Const),
+    Ne(Const),
+    In(Const, Const),
+    StartsWith(String),
+    EndsWith(String),
+    Contains(String),
+    /// The argument, already lower-cased.
+    IEquals(String),
+    IsEmpty,
+    Gt(f64),
+    Lt(f64),
+    EqNum(f64),
+    InRange(f64, f64),
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum FmtPiece {
+    Text(String),
+    Var(String),
+    /// The format string is malformed or positional: the result is `""` (§8.10).
+    Invalid,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PathPart {
+    Name,
+    Path,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum UrlPart {
+    Domain,
+    Host,
+    Uri,
+    Path,
+    Params,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum PipeFn {
+    Base64Encode,
+    Base64Decode,
+    HtmlEscape,
+    HtmlUnescape,
+    JsonEscape,
+    JsonUnescape,
+    StrEscape,
+    ToTs { zone_hours: i64, unit: TsUnit },
+    /// `|z| >= 24`: the value passes unchanged.
+    ToTsNoop,
+    Nth(u64),
+    Get(Vec<String>),
+    Path(Option<PathPart>),
+    Url(Option<UrlPart>),
+    Ip4ToInt,
+    ToJson,
+    ToStr,
+    SkipEmpty,
+    StartsWith(String),
+    MapTo(Const),
+}
+
+/// A SQL lookup site: which statement, and how to compute its parameters.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Lookup {
+    pub statement: u32,
+    pub params: Vec<Param>,
+}
+
+/// A bound parameter's value, computed by the guest before the query.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Param {
+    Access(Access),
+    Now(NowFn),
+    Const(Const),
+    /// A helper function over parameters only, folded into the parameter
+    /// (`ip4_int(read(ip))` binds the integer).
+    Helper(Helper, Vec<Param>),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Helper {
+    Ip4Int,
+    Ip4Between,
+    Cidr4Min,
+    Cidr4Max,
+    Cidr4Contains,
+    Ip4Text,
+    TrimQuotes,
+}
+
+impl Helper {
+    pub fn by_name(name: &str) -> Option<Helper> {
+        Some(match name {
+            "ip4_int" => Helper::Ip4Int,
+            "ip4_between" => Helper::Ip4Between,
+            "cidr4_min" => Helper::Cidr4Min,
+            "cidr4_max" => Helper::Cidr4Max,
+            "cidr4_contains" => Helper::Cidr4Contains,
+            "ip4_text" => Helper::Ip4Text,
+            "trim_quotes" => Helper::TrimQuotes,
+            _ => return None,
+        })
+    }
+}
+
+/// One SQL statement a rule may run: the allow-list the host checks at load.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SqlStatement {
+    /// `select c1,c2 from t where …` with `:name` parameters.
+    pub sql: String,
+    /// Parameter names in binding order; each occurs once in `sql`.
+    pub params: Vec<String>,
+    pub table: String,
+    /// The selected columns; `["*"]` for all.
+    pub columns: Vec<String>,
+    pub file: String,
+    pub line: u32,
+    pub column: u32,
+}
+
+/// Why IR bytes could not be read.
+#[derive(Debug, Clone, PartialEq)]
+pub enum IrError {
+    NotIr,
+    Version { found: u32 },
+    Corrupt(String),
+}
+
+impl core::fmt::Display for IrError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            IrError::NotIr => f.write_str("no compiled OML rule (missing IR header)"),
+            IrError::Version { found } => write!(
+                f,
+                "the rule was compiled for IR version {found}, but this guest reads version {IR_VERSION}: rebuild it with a matching `omlet build`"
+            ),
+            IrError::Corrupt(e) => write!(f, "the compiled rule is corrupt: {e}"),
+        }
+    }
+}
+
+impl Program {
+    /// Serialises with the versioned header.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(256);
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&IR_VERSION.to_le_bytes());
+        // Serialising plain data into a Vec cannot fail.
+        let body = postcard::to_allocvec(self).unwrap_or_default();
+        out.extend_from_slice(&body);
+        out
+    }
+
+    pub fn from_bytes(bytes: &[u8]) -> Result<Program, IrError> {
+        if bytes.len() < 10 || &bytes[..6] != MAGIC {
+            return Err(IrError::NotIr);
+        }
+        let found = u32::from_le_bytes([bytes[6], bytes[7], bytes[8], bytes[9]]);
+        if found != IR_VERSION {
+            return Err(IrError::Version { found });
+        }
+        postcard::from_bytes(&bytes[10..]).map_err(|e| IrError::Corrupt(alloc::format!("{e}")))
+    }
+
+    pub fn uses_clock(&self) -> bool {
+        self.models.iter().any(|m| m.uses_clock)
+    }
+}

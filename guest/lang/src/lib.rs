@@ -1,0 +1,30 @@
+//! The OML language of omlet: parser, checker, IR and evaluator.
+//!
+//! `no_std` + `alloc`, so the same code runs inside the wasm guest and
+//! natively (in `omlet build`, `omlet test --native` and the benches).
+//!
+//! The pipeline: [`parse`] turns rule text into an [`ast::Rule`];
+//! [`compile`] checks it and lowers it to an [`ir::Program`]; the program is
+//! serialised into the component by `omlet build` ([`ir::Program::to_bytes`]);
+//! [`eval::evaluate`] runs one model of it over one record, asking an
+//! [`eval::Host`] for SQL lookups and the clock.
+#![no_std]
+#![forbid(unsafe_code)]
+
+extern crate alloc;
+
+pub mod ast;
+pub mod compile;
+pub mod diag;
+pub mod eval;
+pub mod ir;
+pub mod parse;
+pub mod pipes;
+pub mod time;
+pub mod value;
+
+pub use compile::{FileErrors, Source, compile};
+pub use diag::Diagnostic;
+pub use eval::{Cell, EvalError, Host, QueryError, evaluate};
+pub use ir::{IR_VERSION, IrError, Program};
+pub use value::{Field, Kind, Value};

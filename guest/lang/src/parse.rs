@@ -1,0 +1,1583 @@
+//! The OML parser: source text to [`ast::Rule`], with recovery.
+//!
+//! A hand-written recursive-descent parser over bytes. OML has no single
+//! token set (names, patterns, literal bodies and list items each accept
+//! different characters, spec §2.3), so the parser reads characters in the
+//! class its position expects. When a statement fails to parse, the parser
+//! records the error, skips to the statement's `;` and carries on, so one run
+//! reports every broken statement.
+//!
+//! Comments: line-leading `//` (CORE), and, as spec §2.2 recommends, `//`,
+//! `#` and `/* … */` anywhere whitespace may stand.
+
+use alloc::boxed::Box;
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+
+use crate::ast::*;
+use crate::diag::{Diagnostic, Span};
+use crate::ir::{Cond, Const, Helper, NowFn, PathPart, PipeFn, UrlPart};
+use crate::time::{self, TsUnit};
+use crate::value;
+
+type PResult<T> = Result<T, ()>;
+
+pub struct Parser<'s> {
+    src: &'s str,
+    b: &'s [u8],
+    pos: usize,
+    pub diags: Vec<Diagnostic>,
+}
+
+fn is_simple(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || c == b'_' || c == b'.'
+}
+fn is_model_name(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || c == b'_' || c == b'/'
+}
+fn is_pattern(c: u8) -> bool {
+    is_model_name(c) || c == b'*' || c == b'?'
+}
+fn is_target(c: u8) -> bool {
+    is_simple(c) || matches!(c, b'/' | b'[' | b']' | b'*')
+}
+fn is_field_key(c: u8) -> bool {
+    is_simple(c) || matches!(c, b'/' | b'[' | b']')
+}
+
+const MATCH_FNS: &[&str] = &[
+    "starts_with", "ends_with", "contains", "iequals", "is_empty", "regex_match", "gt", "lt", "eq",
+    "in_range",
+];
+
+/// Parses one rule file.
+pub fn parse(src: &str) -> (Option<Rule>, Vec<Diagnostic>) {
+    let mut p = Parser { src, b: src.as_bytes(), pos: 0, diags: Vec::new() };
+    let rule = p.rule().ok();
+    let mut diags = p.diags;
+    for d in &mut diags {
+        d.locate(src);
+    }
+    if !diags.is_empty() {
+        return (None, diags);
+    }
+    (rule, diags)
+}
+
+impl<'s> Parser<'s> {
+    // ----- low level -------------------------------------------------------
+
+    fn peek(&self) -> u8 {
+        self.b.get(self.pos).copied().unwrap_or(0)
+    }
+    fn peek_at(&self, n: usize) -> u8 {
+        self.b.get(self.pos + n).copied().unwrap_or(0)
+    }
+    fn at_end(&self) -> bool {
+        self.pos >= self.b.len()
+    }
+    fn rest(&self) -> &'s str {
+        &self.src[self.pos..]
+    }
+
+    /// Skips whitespace and comments.
+    fn ws(&mut self) {
+        loop {
+            let c = self.peek();
+            if c.is_ascii_whitespace() {
+                self.pos += 1;
+            } else if c == b'#' || (c == b'/' && self.peek_at(1) == b'/') {
+                while !self.at_end() && self.peek() != b'\n' {
+                    self.pos += 1;
+                }
+            } else if c == b'/' && self.peek_at(1) == b'*' {
+                match self.rest()[2..].find("*/") {
+                    Some(i) => self.pos += i + 4,
+                    None => self.pos = self.b.len(),
+                }
+            } else {
+                break;
+            }
+        }
+    }
+
+    fn err<T>(&mut self, msg: impl Into<String>, span: Span) -> PResult<T> {
+        self.diags.push(Diagnostic::new(msg, span));
+        Err(())
+    }
+
+    fn err_hint<T>(&mut self, msg: impl Into<String>, span: Span, hint: &str) -> PResult<T> {
+        self.diags.push(Diagnostic::new(msg, span).with_hint(hint));
+        Err(())
+    }
+
+    fn here(&self) -> Span {
+        let end = self.pos + self.src[self.pos..].chars().next().map(|c| c.len_utf8()).unwrap_or(0);
+        Span::new(self.pos, end)
+    }
+
+    /// What stands at the cursor, for messages.
+    fn found(&self) -> String {
+        if self.at_end() {
+            return "end of file".to_string();
+        }
+        let word: String = self.rest().chars().take_while(|c| !c.is_whitespace()).take(12).collect();
+        format!("`{word}`")
+    }
+
+    fn expect(&mut self, c: u8, what: &str) -> PResult<()> {
+        self.ws();
+        if self.peek() == c {
+            self.pos += 1;
+            Ok(())
+        } else {
+            let found = self.found();
+            let span = self.here();
+            self.err(format!("expected {what}, found {found}"), span)
+        }
+    }
+
+    fn eat(&mut self, c: u8) -> bool {
+        self.ws();
+        if self.peek() == c {
+            self.pos += 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// A keyword at the cursor, followed by a non-name character.
+    fn at_word(&self, w: &str) -> bool {
+        self.rest().starts_with(w) && !is_target(self.peek_at(w.len()))
+    }
+
+    fn at_word_ci(&self, w: &str) -> bool {
+        let r = self.rest().as_bytes();
+        r.len() >= w.len()
+            && r[..w.len()].eq_ignore_ascii_case(w.as_bytes())
+            && !is_target(self.peek_at(w.len()))
+    }
+
+    fn take_while(&mut self, f: impl Fn(u8) -> bool) -> &'s str {
+        let start = self.pos;
+        while !self.at_end() && f(self.peek()) {
+            self.pos += 1;
+        }
+        &self.src[start..self.pos]
+    }
+
+    /// The next char after whitespace, without consuming anything.
+    fn peek_after_ws(&mut self) -> u8 {
+        let save = self.pos;
+        self.ws();
+        let c = self.peek();
+        self.pos = save;
+        c
+    }
+
+    /// Skips to just after the `;` that ends the current statement.
+    fn recover(&mut self) {
+        let mut depth = 0i32;
+        while !self.at_end() {
+            match self.peek() {
+                b'(' | b'{' | b'[' => depth += 1,
+                b')' | b'}' | b']' => depth -= 1,
+                b'\'' | b'"' => {
+                    let q = self.peek();
+                    self.pos += 1;
+                    while !self.at_end() && self.peek() != q && self.peek() != b'\n' {
+                        if self.peek() == b'\\' {
+                            self.pos += 1;
+                        }
+                        self.pos += 1;
+                    }
+                }
+                b';' if depth <= 0 => {
+                    self.pos += 1;
+                    return;
+                }
+                b'\n' if depth < 0 => depth = 0,
+                _ => {}
+            }
+            self.pos += 1;
+        }
+    }
+
+    // ----- file layout -----------------------------------------------------
+
+    fn rule(&mut self) -> PResult<Rule> {
+        self.ws();
+        if !self.at_word("name") {
+            let span = self.here();
+            return self.err_hint(
+                "a rule must start with its name",
+                span,
+                "write `name : my/model` on the first line",
+            );
+        }
+        self.pos += 4;
+        self.expect(b':', "`:` after `name`")?;
+        self.ws();
+        let start = self.pos;
+        let name = self.take_while(is_model_name).to_string();
+        if name.is_empty() || !(self.at_end() || self.peek().is_ascii_whitespace()) {
+            let span = Span::new(start, self.pos + 1);
+            return self.err_hint(
+                "invalid model name",
+                span,
+                "a model name uses letters, digits, `_` and `/`, followed by a line break",
+            );
+        }
+        let mut patterns = Vec::new();
+        let mut enabled = true;
+        loop {
+            self.ws();
+            if self.rest().starts_with("---") {
+                self.pos += 3;
+                break;
+            }
+            if self.at_end() {
+                let span = Span::new(self.src.len(), self.src.len());
+                return self.err_hint(
+                    "missing `---` separator after the header",
+                    span,
+                    "the header (`name`, `rule`, `enable`) ends with a line `---`",
+                );
+            }
+            let start = self.pos;
+            if self.at_word("rule") {
+                self.pos += 4;
+                self.expect(b':', "`:` after `rule`")?;
+                patterns.clear();
+                loop {
+                    self.ws();
+                    if self.rest().starts_with("---") || self.at_word("enable") || self.at_word("rule")
+                        || self.at_end()
+                    {
+                        break;
+                    }
+                    let ps = self.pos;
+                    let pat = self.take_while(is_pattern);
+                    if pat.is_empty() || !(self.at_end() || self.peek().is_ascii_whitespace()) {
+                        let span = Span::new(ps, self.pos + 1);
+                        return self.err(
+                            "invalid rule pattern: use letters, digits, `_`, `/`, `*` and `?`",
+                            span,
+                        );
+                    }
+                    patterns.push(pat.to_string());
+                }
+            } else if self.at_word("enable") {
+                self.pos += 6;
+                self.expect(b':', "`:` after `enable`")?;
+                self.ws();
+                if self.at_word("true") {
+                    self.pos += 4;
+                    enabled = true;
+                } else if self.at_word("false") {
+                    self.pos += 5;
+                    enabled = false;
+                } else {
+                    let span = self.here();
+                    return self.err("`enable` takes `true` or `false`", span);
+                }
+            } else {
+                let word = self.take_while(|c| !c.is_ascii_whitespace() && c != b':');
+                let span = Span::new(start, start + word.len().max(1));
+                if self.peek_after_ws() == b':' {
+                    return self.err_hint(
+                        format!("unknown header key `{word}`"),
+                        span,
+                        "the header knows `name`, `rule` and `enable`",
+                    );
+                }
+                return self.err_hint(
+                    "missing `---` separator after the header",
+                    span,
+                    "the header (`name`, `rule`, `enable`) ends with a line `---`",
+                );
+            }
+        }
+
+        let mut statics = Vec::new();
+        loop {
+            self.ws();
+            if self.at_word("static") && self.peek_after_static() == b'{' {
+                if self.static_block(&mut statics).is_err() {
+                    self.recover_block();
+                }
+            } else {
+                break;
+            }
+        }
+
+        let mut stmts = Vec::new();
+        loop {
+            self.ws();
+            if self.at_end() {
+                break;
+            }
+            if self.rest().starts_with("---") {
+                // EXTENDED: the trailing (privacy) section is ignored.
+                self.pos = self.b.len();
+                break;
+            }
+            if self.at_word("static") && self.peek_after_static() == b'{' {
+                let span = Span::new(self.pos, self.pos + 6);
+                self.diags.push(
+                    Diagnostic::new("static blocks must come right after `---`", span)
+                        .with_hint("move this block above the first statement"),
+                );
+                self.recover_block();
+                continue;
+            }
+            match self.statement() {
+                Ok(s) => stmts.push(s),
+                Err(()) => self.recover(),
+            }
+        }
+        if stmts.is_empty() && self.diags.is_empty() {
+            let span = Span::new(self.src.len(), self.src.len());
+            return self.err_hint(
+                "at least one statement is required after `---`",
+                span,
+                "add a statement such as `* = take() ;`",
+            );
+        }
+        Ok(Rule { name, patterns, enabled, statics, stmts })
+    }
+
+    fn peek_after_static(&mut self) -> u8 {
+        let save = self.pos;
+        self.pos += 6;
+        self.ws();
+        let c = self.peek();
+        self.pos = save;
+        c
+    }
+
+    fn recover_block(&mut self) {
+        let mut depth = 0;
+        while !self.at_end() {
+            match self.peek() {
+                b'{' => depth += 1,
+                b'}' => {
+                    depth -= 1;
+                    if depth <= 0 {
+                        self.pos += 1;
+                        return;
+                    }
+                }
+                _ => {}
+            }
+            self.pos += 1;
+        }
+    }
+
+    fn static_block(&mut self, out: &mut Vec<Binding>) -> PResult<()> {
+        self.pos += 6;
+        self.expect(b'{', "`{`")?;
+        loop {
+            self.ws();
+            if self.eat(b'}') {
+                return Ok(());
+            }
+            if self.at_end() {
+                let span = self.here();
+                return self.err("unclosed static block: expected `}`", span);
+            }
+            match self.statement() {
+                Ok(s) => out.push(s),
+                Err(()) => self.recover(),
+            }
+        }
+    }
+
+    fn statement(&mut self) -> PResult<Statement> {
+        let start = self.pos;
+        let mut targets = Vec::new();
+        loop {
+            self.ws();
+            let ts = self.pos;
+            let name = self.take_while(is_target);
+            if name.is_empty() {
+                let found = self.found();
+                let span = self.here();
+                return self.err(format!("expected a target name, found {found}"), span);
+            }
+            let name = name.to_string();
+            let tspan = Span::new(ts, self.pos);
+            let ty = self.opt_type()?;
+            targets.push(Target { name, ty, span: tspan });
+            self.ws();
+            if self.eat(b',') {
+                continue;
+            }
+            if self.eat(b'=') {
+                break;
+            }
+            let found = self.found();
+            let span = self.here();
+            return self.err(format!("expected `=`, `,` or `:` after the target, found {found}"), span);
+        }
+        let expr = self.expr(true)?;
+        self.ws();
+        if self.peek() != b';' {
+            let span = self.here();
+            let found = self.found();
+            return self.err_hint(
+                format!("expected `;` at the end of the statement, found {found}"),
+                span,
+                "every statement ends with `;`",
+            );
+        }
+        self.pos += 1;
+        Ok(Binding { targets, expr, span: Span::new(start, self.pos) })
+    }
+
+    /// `: type_name`, if present.
+    fn opt_type(&mut self) -> PResult<Option<(String, Span)>> {
+        self.ws();
+        if self.peek() != b':' {
+            return Ok(None);
+        }
+        self.pos += 1;
+        self.ws();
+        let ts = self.pos;
+        let ty = self.type_name();
+        if ty.is_empty() {
+            let span = self.here();
+            return self.err("expected a type name after `:`", span);
+        }
+        Ok(Some((ty.to_string(), Span::new(ts, self.pos))))
+    }
+
+    fn type_name(&mut self) -> &'s str {
+        let start = self.pos;
+        for (i, c) in self.rest().char_indices() {
+            if !(c.is_alphanumeric() || c == '_' || c == '/') {
+                self.pos = start + i;
+                return &self.src[start..self.pos];
+            }
+        }
+        self.pos = self.b.len();
+        &self.src[start..]
+    }
+
+    // ----- expressions -----------------------------------------------------
+
+    /// Any expression. `top` allows SQL lookups.
+    fn expr(&mut self, top: bool) -> PResult<Expr> {
+        self.ws();
+        let start = self.pos;
+        if self.at_word("match") {
+            return self.match_expr();
+        }
+        if self.at_word("object") && self.peek_after(6) == b'{' {
+            return self.object();
+        }
+        if self.at_word("collect") {
+            self.pos += 7;
+            let src = self.var_access()?;
+            return Ok(Expr::Collect(Box::new(src), Span::new(start, self.pos)));
+        }
+        if self.at_word("fmt") && self.peek_after(3) == b'(' {
+            return self.fmt();
+        }
+        if self.at_word("pipe") && self.peek_after(4) != b'(' {
+            self.pos += 4;
+            let src = self.var_access()?;
+            return self.pipe_tail(src, start);
+        }
+        if self.at_word_ci("select") {
+            if !top {
+                let span = Span::new(start, start + 6);
+                return self.err("a SQL lookup must be a whole statement", span);
+            }
+            return self.sql();
+        }
+        if (self.at_word("read") || self.at_word("take")) && self.peek_after(4) == b'(' {
+            let acc = self.accessor(true)?;
+            if self.peek_after_ws() == b'|' {
+                if acc.default.is_some() {
+                    let span = acc.span;
+                    return self.err("a pipe source cannot have a default body", span);
+                }
+                return self.pipe_tail(Expr::Access(acc), start);
+            }
+            return Ok(Expr::Access(acc));
+        }
+        if self.peek() == b'@' {
+            let at = self.at_name()?;
+            if self.peek_after_ws() == b'|' {
+                let span = at.span();
+                return self.err_hint(
+                    "a pipe from `@name` needs the `pipe` keyword",
+                    span,
+                    "write `pipe @name | …`",
+                );
+            }
+            return Ok(at);
+        }
+        if self.rest().starts_with("Now::") {
+            return self.builtin();
+        }
+        let name_start = self.pos;
+        let name = self.type_name();
+        if name.is_empty() {
+            let found = self.found();
+            let span = self.here();
+            return self.err(format!("expected an expression, found {found}"), span);
+        }
+        if self.peek() == b'(' {
+            self.pos = name_start;
+            let (c, span) = self.literal()?;
+            return Ok(Expr::Literal(c, span));
+        }
+        self.pos = name_start;
+        let ident = self.take_while(is_simple);
+        let span = Span::new(name_start, self.pos.max(name_start + 1));
+        if ident.is_empty() || is_target(self.peek()) {
+            return self.err("expected an expression", span);
+        }
+        Ok(Expr::Ident(ident.to_string(), span))
+    }
+
+    fn peek_after(&mut self, n: usize) -> u8 {
+        let save = self.pos;
+        self.pos += n;
+        self.ws();
+        let c = self.peek();
+        self.pos = save;
+        c
+    }
+
+    fn builtin(&mut self) -> PResult<Expr> {
+        let start = self.pos;
+        self.pos += 5;
+        let f = self.take_while(|c| c.is_ascii_alphanumeric() || c == b'_');
+        let span = Span::new(start, self.pos);
+        let f = match f {
+            "time" => NowFn::Time,
+            "date" => NowFn::Date,
+            "hour" => NowFn::Hour,
+            other => {
+                let other = other.to_string();
+                return self.err_hint(
+                    format!("unknown built-in function `Now::{other}`"),
+                    span,
+                    "the built-ins are Now::time(), Now::date() and Now::hour()",
+                );
+            }
+        };
+        self.expect(b'(', "`(`")?;
+        if !self.eat(b')') {
+            let span = self.here();
+            return self.err("built-in functions take no arguments", span);
+        }
+        Ok(Expr::Now(f, Span::new(start, self.pos)))
+    }
+
+    /// `type(body)`.
+    fn literal(&mut self) -> PResult<(Const, Span)> {
+        self.ws();
+        let start = self.pos;
+        let ty = self.type_name().to_string();
+        if self.peek() != b'(' {
+            let span = Span::new(start, self.pos);
+            return self.err(format!("expected a literal like `{ty}(…)`"), span);
+        }
+        self.pos += 1;
+        let body_start = self.pos;
+        let mut depth = 1;
+        while !self.at_end() {
+            match self.peek() {
+                b'(' => depth += 1,
+                b')' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        break;
+                    }
+                }
+                _ => {}
+            }
+            self.pos += 1;
+        }
+        if self.at_end() {
+            let span = Span::new(start, body_start);
+            return self.err("unclosed literal: missing `)`", span);
+        }
+        let raw = &self.src[body_start..self.pos];
+        self.pos += 1;
+        let span = Span::new(start, self.pos);
+        let body = literal_body(raw);
+        match literal_value(&ty, &body) {
+            Ok(c) => Ok((c, span)),
+            Err(msg) => {
+                self.diags.push(Diagnostic::new(msg, span));
+                Err(())
+            }
+        }
+    }
+
+    fn at_name(&mut self) -> PResult<Expr> {
+        self.ws();
+        let start = self.pos;
+        self.pos += 1;
+        let name = self.take_while(is_simple);
+        if name.is_empty() {
+            let span = Span::new(start, self.pos + 1);
+            return self.err("expected a field name after `@`", span);
+        }
+        Ok(Expr::At(name.to_string(), Span::new(start, self.pos)))
+    }
+
+    /// `read(…)`, `take(…)` or `@name`, without a default body.
+    fn var_access(&mut self) -> PResult<Expr> {
+        self.ws();
+        if self.peek() == b'@' {
+            return self.at_name();
+        }
+        if (self.at_word("read") || self.at_word("take")) && self.peek_after(4) == b'(' {
+            let acc = self.accessor(false)?;
+            return Ok(Expr::Access(acc));
+        }
+        let found = self.found();
+        let span = self.here();
+        self.err(format!("expected `read(…)`, `take(…)` or `@name`, found {found}"), span)
+    }
+
+    fn accessor(&mut self, allow_default: bool) -> PResult<Access> {
+        self.ws();
+        let start = self.pos;
+        let take = self.rest().starts_with("take");
+        self.pos += 4;
+        self.expect(b'(', "`(`")?;
+        let mut acc = Access {
+            take,
+            key: None,
+            options: Vec::new(),
+            keys: Vec::new(),
+            default: None,
+            span: Span::default(),
+        };
+        loop {
+            self.ws();
+            if self.eat(b')') {
+                break;
+            }
+            let arg_start = self.pos;
+            let word = self.take_while(is_field_key);
+            let after = self.peek_after_ws();
+            if !word.is_empty() && after == b':' {
+                let word = word.to_string();
+                self.ws();
+                self.pos += 1;
+                match word.as_str() {
+                    "option" | "keys" | "in" => {
+                        let items = self.list()?;
+                        if word == "option" {
+                            acc.options = items;
+                        } else {
+                            acc.keys = items;
+                        }
+                    }
+                    "get" => {
+                        self.ws();
+                        let ks = self.pos;
+                        let k = self.take_while(is_field_key);
+                        if k.is_empty() {
+                            let span = self.here();
+                            return self.err("expected a field name after `get:`", span);
+                        }
+                        let k = k.to_string();
+                        self.set_key(&mut acc, k, Span::new(ks, self.pos))?;
+                    }
+                    _ => {
+                        let span = Span::new(arg_start, arg_start + word.len());
+                        return self.err_hint(
+                            format!("unknown read/take argument key `{word}:`"),
+                            span,
+                            "read/take accept a field name, `option:[…]`, `keys:[…]` and `get:`",
+                        );
+                    }
+                }
+            } else if !word.is_empty() {
+                let c = self.peek();
+                if !(c.is_ascii_whitespace() || c == b',' || c == b')') {
+                    let span = Span::new(arg_start, self.pos + 1);
+                    return self.err_hint(
+                        format!("invalid character in field name `{}`", &self.src[arg_start..=self.pos.min(self.src.len() - 1)]),
+                        span,
+                        "a field key uses letters, digits, `_`, `.`, `/`, `[` and `]`; use `option:[…]` for other names",
+                    );
+                }
+                let word = word.to_string();
+                self.set_key(&mut acc, word, Span::new(arg_start, self.pos))?;
+            } else {
+                let found = self.found();
+                let span = self.here();
+                return self.err(format!("expected a field name or `)`, found {found}"), span);
+            }
+            self.eat(b',');
+        }
+        if allow_default && self.peek_after_ws() == b'{' {
+            self.ws();
+            self.pos += 1;
+            self.ws();
+            if !(self.peek() == b'_' && !is_target(self.peek_at(1))) {
+                let span = self.here();
+                return self.err_hint("expected `_ :` in the default body", span, "write `{ _ : chars(value) }`");
+            }
+            self.pos += 1;
+            self.expect(b':', "`:` after `_`")?;
+            let value = self.expr(false)?;
+            self.eat(b';');
+            self.expect(b'}', "`}` closing the default body")?;
+            acc.default = Some(Box::new(value));
+        }
+        acc.span = Span::new(start, self.pos);
+        Ok(acc)
+    }
+
+    fn set_key(&mut self, acc: &mut Access, key: String, span: Span) -> PResult<()> {
+        if acc.key.is_some() {
+            return self.err_hint(
+                "read/take takes one field name",
+                span,
+                "use `option:[a, b]` to try several names",
+            );
+        }
+        acc.key = Some(key);
+        Ok(())
+    }
+
+    /// `[item, item]`: items are any text but `,` and `]`, brackets balanced.
+    fn list(&mut self) -> PResult<Vec<String>> {
+        self.expect(b'[', "`[`")?;
+        let mut items = Vec::new();
+        let mut item_start = self.pos;
+        let mut depth = 0;
+        loop {
+            if self.at_end() {
+                let span = self.here();
+                return self.err("unclosed list: expected `]`", span);
+            }
+            match self.peek() {
+                b'[' => depth += 1,
+                b']' if depth > 0 => depth -= 1,
+                b']' | b',' => {
+                    let item = self.src[item_start..self.pos].trim();
+                    if !item.is_empty() {
+                        items.push(item.to_string());
+                    }
+                    if self.peek() == b']' {
+                        self.pos += 1;
+                        return Ok(items);
+                    }
+                    item_start = self.pos + 1;
+                }
+                _ => {}
+            }
+            self.pos += 1;
+        }
+    }
+
+    fn pipe_tail(&mut self, source: Expr, start: usize) -> PResult<Expr> {
+        let mut fns = Vec::new();
+        while self.eat(b'|') {
+            fns.push(self.pipe_fn()?);
+        }
+        if fns.is_empty() {
+            let span = self.here();
+            return self.err("expected `|` and a pipe function", span);
+        }
+        Ok(Expr::Pipe { source: Box::new(source), fns, span: Span::new(start, self.pos) })
+    }
+
+    /// Reads `name` and, if present, the raw text of `(args)`.
+    fn call_head(&mut self) -> (String, Option<(String, Span)>, Span) {
+        self.ws();
+        let start = self.pos;
+        let name = self.take_while(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b':').to_string();
+        let mut args = None;
+        if self.peek_after_ws() == b'(' {
+            self.ws();
+            self.pos += 1;
+            let a_start = self.pos;
+            let mut depth = 1;
+            let mut quote = 0u8;
+            while !self.at_end() {
+                let c = self.peek();
+                if quote != 0 {
+                    if c == b'\\' {
+                        self.pos += 1;
+                    } else if c == quote {
+                        quote = 0;
+                    }
+                } else if c == b'\'' || c == b'"' {
+                    quote = c;
+                } else if c == b'(' {
+                    depth += 1;
+                } else if c == b')' {
+                    depth -= 1;
+                    if depth == 0 {
+                        break;
+                    }
+                }
+                self.pos += 1;
+            }
+            let text = self.src[a_start..self.pos.min(self.src.len())].to_string();
+            let span = Span::new(a_start, self.pos);
+            if !self.at_end() {
+                self.pos += 1;
+            }
+            args = Some((text, span));
+        }
+        (name, args, Span::new(start, self.pos))
+    }
+
+    fn pipe_fn(&mut self) -> PResult<PipeFn> {
+        let (name, args, span) = self.call_head();
+        match pipe_fn(&name, args.as_ref().map(|(a, _)| a.as_str())) {
+            Ok(f) => Ok(f),
+            Err((msg, hint)) => {
+                let mut d = Diagnostic::new(msg, span);
+                if let Some(h) = hint {
+                    d = d.with_hint(h);
+                }
+                self.diags.push(d);
+                Err(())
+            }
+        }
+    }
+
+    fn object(&mut self) -> PResult<Expr> {
+        let start = self.pos;
+        self.pos += 6;
+        self.expect(b'{', "`{`")?;
+        let mut members = Vec::new();
+        loop {
+            self.ws();
+            if self.eat(b'}') {
+                break;
+            }
+            if self.at_end() {
+                let span = self.here();
+                return self.err("unclosed object: expected `}`", span);
+            }
+            let ms = self.pos;
+            let mut names = Vec::new();
+            loop {
+                self.ws();
+                let n = self.take_while(is_simple);
+                if n.is_empty() {
+                    let found = self.found();
+                    let span = self.here();
+                    return self.err(format!("expected a member name, found {found}"), span);
+                }
+                names.push(n.to_string());
+                if !self.eat(b',') {
+                    break;
+                }
+            }
+            let ty = self.opt_type()?;
+            self.expect(b'=', "`=` after the member name")?;
+            let expr = self.expr(false)?;
+            self.eat(b';');
+            members.push(Member { names, ty, expr, span: Span::new(ms, self.pos) });
+        }
+        Ok(Expr::Object(members, Span::new(start, self.pos)))
+    }
+
+    fn fmt(&mut self) -> PResult<Expr> {
+        let start = self.pos;
+        self.pos += 3;
+        self.expect(b'(', "`(`")?;
+        self.ws();
+        if self.peek() != b'"' {
+            let span = self.here();
+            return self.err("`fmt` starts with a double-quoted format string", span);
+        }
+        self.pos += 1;
+        let fs = self.pos;
+        while !self.at_end() && self.peek() != b'"' {
+            self.pos += 1;
+        }
+        if self.at_end() {
+            let span = Span::new(fs - 1, fs);
+            return self.err("unclosed format string", span);
+        }
+        let format = self.src[fs..self.pos].to_string();
+        self.pos += 1;
+        let mut args = Vec::new();
+        while self.eat(b',') {
+            args.push(self.var_access()?);
+        }
+        if args.is_empty() {
+            let span = self.here();
+            return self.err("`fmt` needs at least one argument after the format string", span);
+        }
+        self.expect(b')', "`)` closing `fmt`")?;
+        Ok(Expr::Fmt { format, args, span: Span::new(start, self.pos) })
+    }
+
+    fn match_expr(&mut self) -> PResult<Expr> {
+        let start = self.pos;
+        self.pos += 5;
+        self.ws();
+        let mut sources = Vec::new();
+        let tuple = self.peek() == b'(';
+        if tuple {
+            self.pos += 1;
+            loop {
+                sources.push(self.var_access()?);
+                if !self.eat(b',') {
+                    break;
+                }
+            }
+            self.expect(b')', "`)` after the match sources")?;
+        } else {
+            sources.push(self.var_access()?);
+        }
+        self.expect(b'{', "`{` opening the match arms")?;
+        let mut arms = Vec::new();
+        let mut default: Option<Expr> = None;
+        loop {
+            self.ws();
+            if self.eat(b'}') {
+                break;
+            }
+            if self.at_end() {
+                let span = self.here();
+                return self.err("unclosed match: expected `}`", span);
+            }
+            let arm_start = self.pos;
+            if default.is_some() {
+                let span = self.here();
+                return self.err_hint("the default arm `_ => …` must be the last arm", span, "move `_ => …` to the end");
+            }
+            if self.peek() == b'_' && !is_target(self.peek_at(1)) && self.peek() != b'(' {
+                self.pos += 1;
+                self.arrow()?;
+                let r = self.expr(false)?;
+                self.arm_sep();
+                default = Some(r);
+                continue;
+            }
+            let conds = if self.peek() == b'(' {
+                if !tuple {
+                    let span = self.here();
+                    return self.err_hint(
+                        "single-source match arms cannot be tuples",
+                        span,
+                        "match several sources with `match (read(a), read(b)) { … }`",
+                    );
+                }
+                self.pos += 1;
+                let mut conds = Vec::new();
+                loop {
+                    conds.push(self.cond()?);
+                    if !self.eat(b',') {
+                        break;
+                    }
+                }
+                self.expect(b')', "`)` closing the tuple")?;
+                conds
+            } else {
+                if tuple {
+                    let span = self.here();
+                    return self.err_hint(
+                        "a multi-source match needs tuple arms",
+                        span,
+                        "write `(cond1, cond2) => …`",
+                    );
+                }
+                let mut v = Vec::new();
+                v.push(self.cond()?);
+                v
+            };
+            self.arrow()?;
+            let result = self.expr(false)?;
+            self.arm_sep();
+            arms.push(Arm { conds, result, span: Span::new(arm_start, self.pos) });
+        }
+        if arms.is_empty() {
+            let span = Span::new(start, start + 5);
+            return self.err("match needs at least one non-default arm", span);
+        }
+        Ok(Expr::Match(Box::new(Match { sources, tuple, arms, default, span: Span::new(start, self.pos) })))
+    }
+
+    fn arrow(&mut self) -> PResult<()> {
+        self.ws();
+        if self.rest().starts_with("=>") {
+            self.pos += 2;
+            Ok(())
+        } else {
+            let found = self.found();
+            let span = self.here();
+            self.err(format!("expected `=>`, found {found}"), span)
+        }
+    }
+
+    fn arm_sep(&mut self) {
+        self.eat(b',');
+        self.eat(b';');
+    }
+
+    /// `atom { "|" atom }`
+    fn cond(&mut self) -> PResult<Vec<CondAtom>> {
+        let mut atoms = Vec::new();
+        loop {
+            atoms.push(self.cond_atom()?);
+            if !self.eat(b'|') {
+                break;
+            }
+        }
+        Ok(atoms)
+    }
+
+    fn cond_atom(&mut self) -> PResult<CondAtom> {
+        self.ws();
+        if self.peek() == b'!' {
+            self.pos += 1;
+            return Ok(CondAtom::Ne(self.operand()?));
+        }
+        let save = self.pos;
+        let name = self.type_name().to_string();
+        let next = self.peek_after_ws();
+        if name == "in" && next == b'(' {
+            self.ws();
+            self.pos += 1;
+            let lo = self.operand()?;
+            self.expect(b',', "`,` between the range bounds")?;
+            let hi = self.operand()?;
+            self.expect(b')', "`)` closing the range")?;
+            return Ok(CondAtom::In(lo, hi));
+        }
+        if MATCH_FNS.contains(&name.as_str()) && next == b'(' {
+            self.pos = save;
+            let (name, args, span) = self.call_head();
+            let args = args.map(|(a, _)| a).unwrap_or_default();
+            return match match_fn(&name, &args) {
+                Ok(c) => Ok(CondAtom::Fn(c)),
+                Err(msg) => self.err(msg, span),
+            };
+        }
+        self.pos = save;
+        Ok(CondAtom::Eq(self.operand()?))
+    }
+
+    /// A literal or a static symbol.
+    fn operand(&mut self) -> PResult<Operand> {
+        self.ws();
+        let start = self.pos;
+        let name = self.type_name();
+        if !name.is_empty() && self.peek_after_ws() == b'(' {
+            self.pos = start;
+            return Ok(Operand::Literal(self.literal()?.0));
+        }
+        self.pos = start;
+        let ident = self.take_while(is_simple);
+        if ident.is_empty() {
+            let found = self.found();
+            let span = self.here();
+            return self.err(format!("expected a literal or a static symbol, found {found}"), span);
+        }
+        Ok(Operand::Ident(ident.to_string(), Span::new(start, self.pos)))
+    }
+
+    // ----- SQL ---------------------------------------------------------------
+
+    fn sql(&mut self) -> PResult<Expr> {
+        let start = self.pos;
+        self.pos += 6;
+        let mut columns = Vec::new();
+        loop {
+            self.ws();
+            let cs = self.pos;
+            if self.peek() == b'*' {
+                self.pos += 1;
+                columns.push("*".to_string());
+            } else {
+                let c = self.take_while(is_simple);
+                if c.is_empty() || self.peek() == b'(' {
+                    let span = Span::new(cs, self.pos.max(cs + 1));
+                    return self.err_hint(
+                        "strict SQL: columns must be plain identifiers",
+                        span,
+                        "select `*` or column names; expressions, aliases and functions are not allowed",
+                    );
+                }
+                columns.push(c.to_string());
+            }
+            self.ws();
+            if self.eat(b',') {
+                continue;
+            }
+            if self.at_word_ci("from") {
+                self.pos += 4;
+                break;
+            }
+            let span = self.here();
+            return self.err_hint(
+                "strict SQL: columns must be plain identifiers",
+                span,
+                "expected `,` or `from` after a column",
+            );
+        }
+        if columns.len() > 1 && columns.iter().any(|c| c == "*") {
+            let span = Span::new(start, self.pos);
+            return self.err("strict SQL: `*` cannot be mixed with column names", span);
+        }
+        self.ws();
+        let ts = self.pos;
+        let table = self.take_while(is_simple).to_string();
+        let c = self.peek();
+        if table.is_empty() || !(c.is_ascii_whitespace() || c == 0) {
+            let end = self.pos + self.rest().find(|c: char| c.is_whitespace()).unwrap_or(self.rest().len());
+            let span = Span::new(ts, end);
+            return self.err_hint(
+                "strict SQL: invalid table identifier",
+                span,
+                "a table name uses letters, digits, `_` and `.`; one table, no joins or aliases",
+            );
+        }
+        self.ws();
+        if !self.at_word_ci("where") {
+            let span = self.here();
+            return self.err_hint(
+                "SQL lookup needs `where`",
+                span,
+                "write `select col from table where key = read(field)`",
+            );
+        }
+        self.pos += 5;
+        let cond = self.sql_or()?;
+        Ok(Expr::Sql(Box::new(Sql { columns, table, cond, span: Span::new(start, self.pos) })))
+    }
+
+    fn sql_or(&mut self) -> PResult<SqlCond> {
+        let mut parts = vec_of(self.sql_and()?);
+        loop {
+            self.ws();
+            if self.at_word_ci("or") {
+                self.pos += 2;
+                parts.push(self.sql_and()?);
+            } else {
+                break;
+            }
+        }
+        Ok(if parts.len() == 1 { parts.pop().unwrap_or(SqlCond::Or(Vec::new())) } else { SqlCond::Or(parts) })
+    }
+
+    fn sql_and(&mut self) -> PResult<SqlCond> {
+        let mut parts = vec_of(self.sql_unary()?);
+        loop {
+            self.ws();
+            if self.at_word_ci("and") {
+                self.pos += 3;
+                parts.push(self.sql_unary()?);
+            } else {
+                break;
+            }
+        }
+        Ok(if parts.len() == 1 { parts.pop().unwrap_or(SqlCond::And(Vec::new())) } else { SqlCond::And(parts) })
+    }
+
+    fn sql_unary(&mut self) -> PResult<SqlCond> {
+        self.ws();
+        if self.at_word_ci("not") {
+            self.pos += 3;
+            return Ok(SqlCond::Not(Box::new(self.sql_unary()?)));
+        }
+        if self.peek() == b'(' {
+            // A group, unless it is the start of a comparison (no such form).
+            self.pos += 1;
+            let inner = self.sql_or()?;
+            self.expect(b')', "`)` closing the group")?;
+            return Ok(SqlCond::Group(Box::new(inner)));
+        }
+        let start = self.pos;
+        let left = self.sql_operand()?;
+        self.ws();
+        let op = ["!=", "<>", "<=", ">=", "=", "<", ">"]
+            .into_iter()
+            .find(|op| self.rest().starts_with(op));
+        let Some(op) = op else {
+            let found = self.found();
+            let span = self.here();
+            return self.err(format!("expected a comparison operator (`=`, `!=`, `<`, …), found {found}"), span);
+        };
+        self.pos += op.len();
+        let op = if op == "<>" { "!=" } else { op };
+        let right = self.sql_operand()?;
+        Ok(SqlCond::Cmp { left, op, right, span: Span::new(start, self.pos) })
+    }
+
+    fn sql_operand(&mut self) -> PResult<SqlOperand> {
+        self.ws();
+        let start = self.pos;
+        let c = self.peek();
+        if c == b'\'' || c == b'"' {
+            self.pos += 1;
+            let s = self.pos;
+            while !self.at_end() && self.peek() != c {
+                self.pos += 1;
+            }
+            if self.at_end() {
+                let span = Span::new(start, self.pos);
+                return self.err("unclosed SQL string", span);
+            }
+            let text = self.src[s..self.pos].to_string();
+            self.pos += 1;
+            return Ok(SqlOperand::Literal(Const::Chars(text)));
+        }
+        if c.is_ascii_digit() || ((c == b'-' || c == b'+') && self.peek_at(1).is_ascii_digit()) {
+            let s = self.pos;
+            self.pos += 1;
+            self.take_while(|c| c.is_ascii_digit() || c == b'.');
+            let text = &self.src[s..self.pos];
+            let span = Span::new(s, self.pos);
+            if let Some(d) = value::parse_digit(text) {
+                return Ok(SqlOperand::Literal(Const::Digit(d)));
+            }
+            return match value::parse_float(text) {
+                Some(f) => Ok(SqlOperand::Literal(Const::Float(f))),
+                None => self.err("invalid number", span),
+            };
+        }
+        if c == b'@' {
+            return Ok(SqlOperand::Value(self.at_name()?));
+        }
+        if (self.at_word("read") || self.at_word("take")) && self.peek_after(4) == b'(' {
+            return Ok(SqlOperand::Value(Expr::Access(self.accessor(true)?)));
+        }
+        if self.rest().starts_with("Now::") {
+            return Ok(SqlOperand::Value(self.builtin()?));
+        }
+        let name = self.take_while(is_simple).to_string();
+        if name.is_empty() {
+            let found = self.found();
+            let span = self.here();
+            return self.err(format!("expected a column, a value or a function, found {found}"), span);
+        }
+        if self.peek_after_ws() == b'(' {
+            self.ws();
+            self.pos += 1;
+            let mut args = Vec::new();
+            if !self.eat(b')') {
+                loop {
+                    args.push(self.sql_operand()?);
+                    if self.eat(b')') {
+                        break;
+                    }
+                    self.expect(b',', "`,` or `)`")?;
+                }
+            }
+            let helper = Helper::by_name(&name);
+            return Ok(SqlOperand::Call { name, helper, args, span: Span::new(start, self.pos) });
+        }
+        Ok(SqlOperand::Column(name))
+    }
+}
+
+fn vec_of<T>(t: T) -> Vec<T> {
+    let mut v = Vec::with_capacity(2);
+    v.push(t);
+    v
+}
+
+/// Trims a literal body and removes one pair of quotes, decoding escapes (§2.4).
+fn literal_body(raw: &str) -> String {
+    let t = raw.trim();
+    let b = t.as_bytes();
+    if b.len() >= 2 && (b[0] == b'\'' || b[0] == b'"') && b[b.len() - 1] == b[0] {
+        let inner = &t[1..t.len() - 1];
+        let mut out = String::with_capacity(inner.len());
+        let mut chars = inner.chars();
+        while let Some(c) = chars.next() {
+            if c == '\\' {
+                match chars.next() {
+                    Some('n') => out.push('\n'),
+                    Some('r') => out.push('\r'),
+                    Some('t') => out.push('\t'),
+                    Some(c @ ('\\' | '\'' | '"')) => out.push(c),
+                    Some(c) => {
+                        out.push('\\');
+                        out.push(c);
+                    }
+                    None => out.push('\\'),
+                }
+            } else {
+                out.push(c);
+            }
+        }
+        out
+    } else {
+        t.to_string()
+    }
+}
+
+/// The value of `ty(body)`, or why it is not one.
+pub fn literal_value(ty: &str, body: &str) -> Result<Const, String> {
+    Ok(match ty {
+        "chars" | "symbol" => Const::Chars(body.to_string()),
+        "digit" => Const::Digit(
+            value::parse_digit(body).ok_or_else(|| format!("digit literal does not parse: `{body}`"))?,
+        ),
+        "float" => Const::Float(
+            value::parse_float(body).ok_or_else(|| format!("float literal does not parse: `{body}`"))?,
+        ),
+        "bool" => match body {
+            "true" => Const::Bool(true),
+            "false" => Const::Bool(false),
+            _ => return Err(format!("bool literal must be `true` or `false`, not `{body}`")),
+        },
+        "ip" => match body.parse::<core::net::IpAddr>() {
+            Ok(core::net::IpAddr::V4(v4)) => Const::Ipv4(u32::from(v4)),
+            Ok(core::net::IpAddr::V6(v6)) => Const::Ipv6(u128::from(v6)),
+            Err(_) => return Err(format!("ip literal does not parse: `{body}`")),
+        },
+        "time" => Const::Time(
+            time::parse_time(body).ok_or_else(|| format!("time literal does not parse: `{body}`"))?,
+        ),
+        other => {
+            return Err(format!(
+                "`{other}(…)` is not a literal: literals are chars, digit, float, bool, ip, time and symbol"
+            ));
+        }
+    })
+}
+
+type FnError = (String, Option<&'static str>);
+
+fn plain(msg: String) -> FnError {
+    (msg, None)
+}
+
+fn pipe_fn(name: &str, args: Option<&str>) -> Result<PipeFn, FnError> {
+    let arg = args.map(str::trim);
+    let no_args = |f: PipeFn| -> Result<PipeFn, FnError> {
+        match arg {
+            None => Ok(f),
+            Some(_) => Err(plain(format!("`{name}` takes no arguments; write it without parentheses"))),
+        }
+    };
+    Ok(match name {
+        "base64_encode" => no_args(PipeFn::Base64Encode)?,
+        "base64_decode" => match arg {
+            None | Some("") | Some("Utf8") => PipeFn::Base64Decode,
+            Some(enc) => {
+                return Err(plain(format!(
+                    "base64_decode encoding `{enc}` is not supported (EXTENDED): only Utf8"
+                )));
+            }
+        },
+        "html_escape" => no_args(PipeFn::HtmlEscape)?,
+        "html_unescape" => no_args(PipeFn::HtmlUnescape)?,
+        "json_escape" => no_args(PipeFn::JsonEscape)?,
+        "json_unescape" => no_args(PipeFn::JsonUnescape)?,
+        "str_escape" => no_args(PipeFn::StrEscape)?,
+        "Time::to_ts" => no_args(PipeFn::ToTs { zone_hours: 8, unit: TsUnit::Seconds })?,
+        "Time::to_ts_ms" => no_args(PipeFn::ToTs { zone_hours: 8, unit: TsUnit::Millis })?,
+        "Time::to_ts_us" => no_args(PipeFn::ToTs { zone_hours: 8, unit: TsUnit::Micros })?,
+        "Time::to_ts_zone" => {
+            let a = arg.unwrap_or("");
+            let mut parts = a.split(',').map(str::trim);
+            let (z, u) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+            let digits = z.strip_prefix('-').unwrap_or(z);
+            if parts.next().is_some() || digits.is_empty() || !digits.bytes().all(|c| c.is_ascii_digit()) {
+                return Err((
+                    format!("bad arguments for Time::to_ts_zone: `{a}`"),
+                    Some("write Time::to_ts_zone(8, s): an hour offset (no `+`) and s, ms or us"),
+                ));
+            }
+            let unit = match u {
+                "s" | "ss" => TsUnit::Seconds,
+                "ms" => TsUnit::Millis,
+                "us" => TsUnit::Micros,
+                _ => return Err((format!("unknown time unit `{u}`"), Some("units are s, ms and us"))),
+            };
+            match z.parse::<i64>() {
+                Ok(h) if h.abs() < 24 => PipeFn::ToTs { zone_hours: h, unit },
+                _ => PipeFn::ToTsNoop,
+            }
+        }
+        "nth" => {
+            let a = arg.unwrap_or("");
+            if a.is_empty() || !a.bytes().all(|c| c.is_ascii_digit()) {
+                return Err((format!("bad index for nth: `{a}`"), Some("nth takes a non-negative index: nth(0)")));
+            }
+            PipeFn::Nth(a.parse().unwrap_or(u64::MAX))
+        }
+        "get" => {
+            let a = arg.unwrap_or("");
+            if a.is_empty() || !a.chars().all(|c| c.is_alphanumeric() || "_/-.".contains(c)) {
+                return Err(plain(format!("bad path for get: `{a}`")));
+            }
+            PipeFn::Get(a.split('/').filter(|s| !s.is_empty()).map(String::from).collect())
+        }
+        "path" => PipeFn::Path(match arg {
+            None | Some("") => None,
+            Some("name") => Some(PathPart::Name),
+            Some("path") => Some(PathPart::Path),
+            Some(o) => return Err((format!("unknown path part `{o}`"), Some("path(name) or path(path)"))),
+        }),
+        "url" => PipeFn::Url(match arg {
+            None | Some("") => None,
+            Some("domain") => Some(UrlPart::Domain),
+            Some("host") => Some(UrlPart::Host),
+            Some("uri") => Some(UrlPart::Uri),
+            Some("path") => Some(UrlPart::Path),
+            Some("params") => Some(UrlPart::Params),
+            Some(o) => {
+                return Err((
+                    format!("unknown url part `{o}`"),
+                    Some("url parts are domain, host, uri, path and params"),
+                ));
+            }
+        }),
+        "ip4_to_int" => no_args(PipeFn::Ip4ToInt)?,
+        "to_json" => no_args(PipeFn::ToJson)?,
+        "to_str" => no_args(PipeFn::ToStr)?,
+        "skip_empty" => no_args(PipeFn::SkipEmpty)?,
+        "starts_with" => PipeFn::StartsWith(quoted(arg.unwrap_or("")).ok_or_else(|| {
+            (String::from("starts_with needs a quoted string"), Some("write starts_with('prefix')"))
+        })?),
+        "map_to" => {
+            let a = arg.unwrap_or("");
+            let c = if let Some(s) = quoted(a) {
+                Const::Chars(s)
+            } else if a == "true" || a == "false" {
+                Const::Bool(a == "true")
+            } else if let Some(d) = value::parse_digit(a) {
+                Const::Digit(d)
+            } else if let Some(f) = value::parse_float(a).filter(|_| a.bytes().any(|c| c.is_ascii_digit())) {
+                Const::Float(f)
+            } else {
+                return Err((
+                    format!("map_to needs a quoted string, number or boolean, not `{a}`"),
+                    Some("write map_to('text'), map_to(1), map_to(2.5) or map_to(true)"),
+                ));
+            };
+            PipeFn::MapTo(c)
+        }
+        "extract_main_word" | "extract_subject_object" => {
+            return Err(plain(format!("`{name}` is not supported (EXTENDED NLP pipe)")));
+        }
+        "str_unescape" | "sxf_get" | "digit_range" | "regex_match" | "ends_with" => {
+            return Err(plain(format!("`{name}` is not a pipe function")));
+        }
+        _ => {
+            return Err((
+                format!("unknown pipe function `{name}`"),
+                Some("see the pipe catalogue in the OML spec §9"),
+            ));
+        }
+    })
+}
+
+/// The verbatim content of a quoted argument (§2.5), or `None`.
+fn quoted(a: &str) -> Option<String> {
+    let a = a.trim();
+    let b = a.as_bytes();
+    if b.len() >= 2 && (b[0] == b'\'' || b[0] == b'"') && b[b.len() - 1] == b[0] {
+        Some(a[1..a.len() - 1].to_string())
+    } else {
+        None
+    }
+}
+
+fn split_args(args: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut quote = None;
+    let mut esc = false;
+    for c in args.chars() {
+        if let Some(q) = quote {
+            cur.push(c);
+            if esc {
+                esc = false;
+            } else if c == '\\' {
+                esc = true;
+            } else if c == q {
+                quote = None;
+            }
+        } else if c == '\'' || c == '"' {
+            quote = Some(c);
+            cur.push(c);
+        } else if c == ',' {
+            out.push(core::mem::take(&mut cur).trim().to_string());
+        } else {
+            cur.push(c);
+        }
+    }
+    if !cur.trim().is_empty() || !out.is_empty() {
+        out.push(cur.trim().to_string());
+    }
+    out
+}
+
+/// A match function's condition (§8.7.4).
+fn match_fn(name: &str, args: &str) -> Result<Cond, String> {
+    let args = split_args(args);
+    let text = |i: usize| -> Result<String, String> {
+        let a = args.get(i).ok_or_else(|| format!("`{name}` needs an argument"))?;
+        Ok(quoted(a).unwrap_or_else(|| a.clone()))
+    };
+    let num = |i: usize| -> Result<f64, String> {
+        let t = text(i)?;
+        value::parse_float(&t).ok_or_else(|| format!("`{name}` needs a number, not `{t}`"))
+    };
+    let arity = |n: usize| -> Result<(), String> {
+        if args.len() == n { Ok(()) } else { Err(format!("`{name}` takes {n} argument(s), found {}", args.len())) }
+    };
+    Ok(match name {
+        "starts_with" => {
+            arity(1)?;
+            Cond::StartsWith(text(0)?)
+        }
+        "ends_with" => {
+            arity(1)?;
+            Cond::EndsWith(text(0)?)
+        }
+        "contains" => {
+            arity(1)?;
+            Cond::Contains(text(0)?)
+        }
+        "iequals" => {
+            arity(1)?;
+            Cond::IEquals(text(0)?.to_lowercase())
+        }
+        "is_empty" => {
+            arity(0)?;
+            Cond::IsEmpty
+        }
+        "gt" => {
+            arity(1)?;
+            Cond::Gt(num(0)?)
+        }
+        "lt" => {
+            arity(1)?;
+            Cond::Lt(num(0)?)
+        }
+        "eq" => {
+            arity(1)?;
+            Cond::EqNum(num(0)?)
+        }
+        "in_range" => {
+            arity(2)?;
+            Cond::InRange(num(0)?, num(1)?)
+        }
+        "regex_match" => {
+            return Err(String::from(
+                "`regex_match` is not supported yet (EXTENDED match function)",
+            ));
+        }
+        _ => return Err(format!("unknown match function `{name}`")),
+    })
+}

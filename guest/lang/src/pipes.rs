@@ -1,0 +1,529 @@
+//! The pipe function catalogue (spec §9) and the SQL helper functions that
+//! the guest folds into parameters (spec §8.11.4).
+//!
+//! A pipe function never makes a value absent: on a kind it does not handle
+//! it returns its input unchanged (or ignore, for `starts_with`).
+
+use alloc::borrow::Cow;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+use core::fmt::Write;
+use core::net::{IpAddr, Ipv4Addr};
+
+use crate::eval::{Cell, const_value};
+use crate::ir::{Helper, PathPart, PipeFn, UrlPart};
+use crate::time;
+use crate::value::{JsonFloat, Value};
+
+pub fn apply<'a>(f: &'a PipeFn, v: Value<'a>) -> Value<'a> {
+    if matches!(v, Value::Ignore) {
+        return match f {
+            PipeFn::ToJson => Value::Chars(Cow::Borrowed("\"\"")),
+            _ => Value::Ignore,
+        };
+    }
+    match (f, v) {
+        (PipeFn::Base64Encode, Value::Chars(s)) => Value::Chars(Cow::Owned(base64_encode(s.as_bytes()))),
+        (PipeFn::Base64Decode, Value::Chars(s)) => Value::Chars(Cow::Owned(match base64_decode(&s) {
+            Some(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+            None => String::new(),
+        })),
+        (PipeFn::HtmlEscape, Value::Chars(s)) => Value::Chars(Cow::Owned(html_escape(&s))),
+        (PipeFn::HtmlUnescape, Value::Chars(s)) => Value::Chars(Cow::Owned(html_unescape(&s))),
+        (PipeFn::JsonEscape, Value::Chars(s)) => {
+            let mut out = String::with_capacity(s.len());
+            json_escape_into(&s, &mut out);
+            Value::Chars(Cow::Owned(out))
+        }
+        (PipeFn::JsonUnescape, Value::Chars(s)) => match json_unescape(&s) {
+            Some(u) => Value::Chars(Cow::Owned(u)),
+            None => Value::Chars(s),
+        },
+        (PipeFn::StrEscape, Value::Chars(s)) => Value::Chars(Cow::Owned(str_escape(&s))),
+        (PipeFn::ToTs { zone_hours, unit }, Value::Time(t)) => {
+            Value::Digit(time::to_timestamp(t, *zone_hours, *unit))
+        }
+        (PipeFn::Nth(i), Value::Array(items)) => match usize::try_from(*i).ok().filter(|i| *i < items.len()) {
+            Some(i) => items.into_iter().nth(i).map(|f| f.value).unwrap_or(Value::Null),
+            None => Value::Array(items),
+        },
+        (PipeFn::Get(path), Value::Obj(m)) => get_path(Value::Obj(m), path),
+        (PipeFn::Path(part), Value::Chars(s)) => path_part(s, *part),
+        (PipeFn::Url(part), Value::Chars(s)) => url_part(s, *part),
+        (PipeFn::Ip4ToInt, Value::Ip(IpAddr::V4(a))) => Value::Digit(u32::from(a) as i64),
+        (PipeFn::ToJson, v) => {
+            let mut out = String::new();
+            write_json(&v, &mut out, false);
+            Value::Chars(Cow::Owned(out))
+        }
+        (PipeFn::ToStr, v) => Value::Chars(v.raw_text()),
+        (PipeFn::SkipEmpty, v) => {
+            let empty = match &v {
+                Value::Chars(s) => s.is_empty(),
+                Value::Array(m) | Value::Obj(m) => m.is_empty(),
+                Value::Digit(0) => true,
+                Value::Float(f) => *f == 0.0,
+                _ => false,
+            };
+            if empty { Value::Ignore } else { v }
+        }
+        (PipeFn::StartsWith(p), Value::Chars(s)) => {
+            if s.starts_with(p.as_str()) { Value::Chars(s) } else { Value::Ignore }
+        }
+        (PipeFn::StartsWith(_), _) => Value::Ignore,
+        (PipeFn::MapTo(c), _) => const_value(c),
+        (_, v) => v,
+    }
+}
+
+/// `get(a/b/c)` with the reference's skipping of missing segments (§9).
+fn get_path<'a>(v: Value<'a>, path: &[String]) -> Value<'a> {
+    let Value::Obj(root) = v else { return v };
+    let mut cur: &Value<'a> = &Value::Null;
+    let root_val = Value::Obj(root);
+    let mut at: &Value<'a> = &root_val;
+    let mut found_last = false;
+    for (i, seg) in path.iter().enumerate() {
+        let next = match at {
+            Value::Obj(m) => m.iter().find(|f| f.name == seg.as_str()).map(|f| &f.value),
+            _ => None,
+        };
+        match next {
+            Some(n) => {
+                at = n;
+                if i + 1 == path.len() {
+                    found_last = true;
+                    cur = n;
+                }
+            }
+            None => {}
+        }
+    }
+    if found_last { cur.clone() } else { at.clone() }
+}
+
+fn path_part<'a>(s: Cow<'a, str>, part: Option<PathPart>) -> Value<'a> {
+    let norm: Cow<'a, str> = if s.contains('\\') { Cow::Owned(s.replace('\\', "/")) } else { s };
+    let Some(part) = part else { return Value::Chars(norm) };
+    let trimmed = norm.trim_end_matches('/');
+    if trimmed.is_empty() {
+        return Value::Chars(norm);
+    }
+    let (parent, name) = match trimmed.rfind('/') {
+        Some(i) => (&trimmed[..i], &trimmed[i + 1..]),
+        None => ("", trimmed),
+    };
+    let out = match part {
+        PathPart::Name => name,
+        PathPart::Path => {
+            if parent.is_empty() && trimmed.starts_with('/') { "/" } else { parent }
+        }
+    };
+    Value::Chars(Cow::Owned(out.to_string()))
+}
+
+/// The parts of an absolute URL, WHATWG-style for the common cases.
+struct Url {
+    host: String,
+    port: Option<u16>,
+    path: String,
+    query: Option<String>,
+    fragment: Option<String>,
+}
+
+fn parse_url(s: &str) -> Option<Url> {
+    let s = s.trim();
+    let colon = s.find(':')?;
+    let scheme = &s[..colon];
+    if scheme.is_empty()
+        || !scheme.as_bytes()[0].is_ascii_alphabetic()
+        || !scheme.bytes().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'+' | b'-' | b'.'))
+    {
+        return None;
+    }
+    let scheme = scheme.to_ascii_lowercase();
+    let rest = s[colon + 1..].strip_prefix("//")?;
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority = &rest[..end];
+    let tail = &rest[end..];
+    let hostport = authority.rsplit_once('@').map(|(_, h)| h).unwrap_or(authority);
+    let (host, port) = if hostport.starts_with('[') {
+        let close = hostport.find(']')?;
+        let after = &hostport[close + 1..];
+        (&hostport[..=close], after.strip_prefix(':'))
+    } else {
+        match hostport.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (hostport, None),
+        }
+    };
+    if host.is_empty() {
+        return None;
+    }
+    let port = match port {
+        None | Some("") => None,
+        Some(p) => Some(p.parse::<u16>().ok()?),
+    };
+    let default = match scheme.as_str() {
+        "http" | "ws" => Some(80),
+        "https" | "wss" => Some(443),
+        "ftp" => Some(21),
+        _ => None,
+    };
+    let port = port.filter(|p| Some(*p) != default);
+    let (before_frag, fragment) = match tail.split_once('#') {
+        Some((a, f)) => (a, Some(f.to_string())),
+        None => (tail, None),
+    };
+    let (path, query) = match before_frag.split_once('?') {
+        Some((p, q)) => (p, Some(q.to_string())),
+        None => (before_frag, None),
+    };
+    let path = if path.is_empty() { "/".to_string() } else { path.to_string() };
+    Some(Url { host: host.to_lowercase(), port, path, query, fragment })
+}
+
+fn url_part<'a>(s: Cow<'a, str>, part: Option<UrlPart>) -> Value<'a> {
+    let Some(part) = part else { return Value::Chars(s) };
+    let Some(u) = parse_url(&s) else { return Value::Chars(s) };
+    let out = match part {
+        UrlPart::Domain => {
+            let is_ip = u.host.starts_with('[') || u.host.parse::<Ipv4Addr>().is_ok();
+            if is_ip {
+                return Value::Chars(s);
+            }
+            u.host
+        }
+        UrlPart::Host => match u.port {
+            Some(p) => alloc::format!("{}:{p}", u.host),
+            None => u.host,
+        },
+        UrlPart::Uri => {
+            let mut o = u.path;
+            if let Some(q) = u.query {
+                o.push('?');
+                o.push_str(&q);
+            }
+            if let Some(f) = u.fragment {
+                o.push('#');
+                o.push_str(&f);
+            }
+            o
+        }
+        UrlPart::Path => u.path,
+        UrlPart::Params => u.query.unwrap_or_default(),
+    };
+    Value::Chars(Cow::Owned(out))
+}
+
+const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+pub fn base64_encode(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let n = (b[0] as u32) << 16 | (b[1] as u32) << 8 | b[2] as u32;
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(B64[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+pub fn base64_decode(s: &str) -> Option<Vec<u8>> {
+    let s = s.trim();
+    if s.len() % 4 != 0 {
+        return None;
+    }
+    let mut out = Vec::with_capacity(s.len() / 4 * 3);
+    let bytes = s.as_bytes();
+    for (ci, chunk) in bytes.chunks(4).enumerate() {
+        let last = ci == bytes.len() / 4 - 1;
+        let mut n = 0u32;
+        let mut pad = 0;
+        for (i, &c) in chunk.iter().enumerate() {
+            let v = match c {
+                b'A'..=b'Z' => c - b'A',
+                b'a'..=b'z' => c - b'a' + 26,
+                b'0'..=b'9' => c - b'0' + 52,
+                b'+' => 62,
+                b'/' => 63,
+                b'=' if last && i >= 2 => {
+                    pad += 1;
+                    0
+                }
+                _ => return None,
+            };
+            if pad > 0 && c != b'=' {
+                return None;
+            }
+            n = n << 6 | v as u32;
+        }
+        out.push((n >> 16) as u8);
+        if pad < 2 {
+            out.push((n >> 8) as u8);
+        }
+        if pad < 1 {
+            out.push(n as u8);
+        }
+    }
+    Some(out)
+}
+
+fn html_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#x27;"),
+            '/' => out.push_str("&#x2F;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Named references decoded by `html_unescape`: the common HTML ones.
+const ENTITIES: &[(&str, char)] = &[
+    ("amp", '&'), ("lt", '<'), ("gt", '>'), ("quot", '"'), ("apos", '\''), ("nbsp", '\u{a0}'),
+    ("copy", '©'), ("reg", '®'), ("trade", '™'), ("hellip", '…'), ("mdash", '—'), ("ndash", '–'),
+    ("lsquo", '‘'), ("rsquo", '’'), ("ldquo", '“'), ("rdquo", '”'), ("laquo", '«'), ("raquo", '»'),
+    ("euro", '€'), ("pound", '£'), ("yen", '¥'), ("cent", '¢'), ("sect", '§'), ("deg", '°'),
+    ("plusmn", '±'), ("times", '×'), ("divide", '÷'), ("middot", '·'), ("para", '¶'), ("bull", '•'),
+    ("iexcl", '¡'), ("iquest", '¿'), ("shy", '\u{ad}'), ("micro", 'µ'), ("frac12", '½'),
+    ("frac14", '¼'), ("frac34", '¾'), ("sup2", '²'), ("sup3", '³'), ("acute", '´'), ("uml", '¨'),
+    ("larr", '←'), ("rarr", '→'), ("uarr", '↑'), ("darr", '↓'), ("harr", '↔'), ("ne", '≠'),
+    ("le", '≤'), ("ge", '≥'), ("infin", '∞'), ("minus", '−'), ("asymp", '≈'),
+];
+
+fn html_unescape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(i) = rest.find('&') {
+        out.push_str(&rest[..i]);
+        rest = &rest[i..];
+        let end = rest[1..].find(|c: char| !(c.is_ascii_alphanumeric() || c == '#')).map(|e| e + 1);
+        let (name, consumed) = match end {
+            Some(e) if rest.as_bytes().get(e) == Some(&b';') => (&rest[1..e], e + 1),
+            Some(e) => (&rest[1..e], e),
+            None => (&rest[1..], rest.len()),
+        };
+        let decoded = if let Some(num) = name.strip_prefix('#') {
+            let code = match num.strip_prefix(['x', 'X']) {
+                Some(hex) => u32::from_str_radix(hex, 16).ok(),
+                None => num.parse::<u32>().ok(),
+            };
+            code.and_then(char::from_u32)
+        } else {
+            ENTITIES.iter().find(|(n, _)| *n == name).map(|(_, c)| *c)
+        };
+        match decoded {
+            Some(c) => {
+                out.push(c);
+                rest = &rest[consumed..];
+            }
+            None => {
+                out.push('&');
+                rest = &rest[1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// JSON string-content escaping (RFC 8259).
+pub fn json_escape_into(s: &str, out: &mut String) {
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+}
+
+fn json_unescape(s: &str) -> Option<String> {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next()? {
+            '"' => out.push('"'),
+            '\\' => out.push('\\'),
+            '/' => out.push('/'),
+            'b' => out.push('\u{8}'),
+            'f' => out.push('\u{c}'),
+            'n' => out.push('\n'),
+            'r' => out.push('\r'),
+            't' => out.push('\t'),
+            'u' => {
+                let hex = |chars: &mut core::str::Chars<'_>| -> Option<u32> {
+                    let h: String = chars.by_ref().take(4).collect();
+                    if h.len() != 4 { None } else { u32::from_str_radix(&h, 16).ok() }
+                };
+                let hi = hex(&mut chars)?;
+                let code = if (0xD800..0xDC00).contains(&hi) {
+                    if chars.next()? != '\\' || chars.next()? != 'u' {
+                        return None;
+                    }
+                    let lo = hex(&mut chars)?;
+                    if !(0xDC00..0xE000).contains(&lo) {
+                        return None;
+                    }
+                    0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00)
+                } else {
+                    hi
+                };
+                out.push(char::from_u32(code)?);
+            }
+            _ => return None,
+        }
+    }
+    Some(out)
+}
+
+fn str_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            '\n' => out.push_str("\\n"),
+            '\\' => out.push_str("\\\\"),
+            '\'' => out.push_str("\\'"),
+            '"' => out.push_str("\\\""),
+            ' '..='~' => out.push(c),
+            c => {
+                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            }
+        }
+    }
+    out
+}
+
+/// JSON rendering of a value (spec §11); `in_array` decides how a nested
+/// ignore renders (`""` in an array, `null` in an object).
+pub fn write_json(v: &Value<'_>, out: &mut String, in_array: bool) {
+    match v {
+        Value::Chars(s) => {
+            out.push('"');
+            json_escape_into(s, out);
+            out.push('"');
+        }
+        Value::Digit(d) => {
+            let _ = write!(out, "{d}");
+        }
+        Value::Float(f) => {
+            if f.is_nan() {
+                out.push_str("null");
+            } else if f.is_infinite() {
+                out.push_str(if *f > 0.0 { "\"Infinity\"" } else { "\"-Infinity\"" });
+            } else {
+                let _ = write!(out, "{}", JsonFloat(*f));
+            }
+        }
+        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::Ip(_) | Value::Time(_) => {
+            out.push('"');
+            v.write_raw(out);
+            out.push('"');
+        }
+        Value::Null => out.push_str("null"),
+        Value::Ignore => out.push_str(if in_array { "\"\"" } else { "null" }),
+        Value::Array(items) => {
+            out.push('[');
+            for (i, f) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_json(&f.value, out, true);
+            }
+            out.push(']');
+        }
+        Value::Obj(members) => {
+            out.push('{');
+            for (i, f) in members.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push('"');
+                json_escape_into(&f.name, out);
+                out.push_str("\":");
+                write_json(&f.value, out, false);
+            }
+            out.push('}');
+        }
+    }
+}
+
+fn cell_ip4(c: &Cell) -> Option<u32> {
+    match c {
+        Cell::Text(s) => s.trim().parse::<Ipv4Addr>().ok().map(u32::from),
+        Cell::Integer(i) => u32::try_from(*i).ok(),
+        _ => None,
+    }
+}
+
+fn cidr4(c: &Cell) -> Option<(u32, u32)> {
+    let Cell::Text(s) = c else { return None };
+    let (ip, bits) = s.trim().split_once('/')?;
+    let ip = u32::from(ip.parse::<Ipv4Addr>().ok()?);
+    let bits: u32 = bits.parse().ok().filter(|b| *b <= 32)?;
+    let mask = if bits == 0 { 0 } else { u32::MAX << (32 - bits) };
+    Some((ip & mask, ip | !mask))
+}
+
+/// A SQL helper over parameter values, computed in the guest (§8.11.4).
+pub fn helper(h: Helper, args: &[Cell]) -> Cell {
+    let arg = |i: usize| args.get(i).unwrap_or(&Cell::Null);
+    match h {
+        Helper::Ip4Int => Cell::Integer(cell_ip4(arg(0)).map(i64::from).unwrap_or(0)),
+        Helper::Ip4Between => match (cell_ip4(arg(0)), cell_ip4(arg(1)), cell_ip4(arg(2))) {
+            (Some(ip), Some(lo), Some(hi)) => Cell::Integer((lo <= ip && ip <= hi) as i64),
+            _ => Cell::Integer(0),
+        },
+        Helper::Cidr4Min => cidr4(arg(0)).map(|(lo, _)| Cell::Integer(lo as i64)).unwrap_or(Cell::Null),
+        Helper::Cidr4Max => cidr4(arg(0)).map(|(_, hi)| Cell::Integer(hi as i64)).unwrap_or(Cell::Null),
+        Helper::Cidr4Contains => match (cell_ip4(arg(0)), cidr4(arg(1))) {
+            (Some(ip), Some((lo, hi))) => Cell::Integer((lo <= ip && ip <= hi) as i64),
+            _ => Cell::Integer(0),
+        },
+        Helper::Ip4Text => match arg(0) {
+            Cell::Integer(i) => match u32::try_from(*i) {
+                Ok(n) => Cell::Text(Ipv4Addr::from(n).to_string()),
+                Err(_) => Cell::Null,
+            },
+            _ => Cell::Null,
+        },
+        Helper::TrimQuotes => match arg(0) {
+            Cell::Text(s) => {
+                let b = s.as_bytes();
+                if b.len() >= 2 && (b[0] == b'"' || b[0] == b'\'') && b[b.len() - 1] == b[0] {
+                    Cell::Text(s[1..s.len() - 1].to_string())
+                } else {
+                    Cell::Text(s.clone())
+                }
+            }
+            other => other.clone(),
+        },
+    }
+}

@@ -1,0 +1,364 @@
+//! Runtime values (spec §4): kinds, fields, the raw text form, comparison
+//! and the conversion table of §7.
+//!
+//! Values borrow their text where they can (`Cow<'a, str>`): from the input
+//! record, or from the compiled program for literals, so a rule that only
+//! moves fields around allocates no strings.
+
+use alloc::borrow::Cow;
+use alloc::boxed::Box;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+use core::cmp::Ordering;
+use core::fmt::{self, Write};
+use core::net::{IpAddr, Ipv4Addr};
+
+use serde::{Deserialize, Serialize};
+
+use crate::time;
+
+/// Text that is either borrowed (input, program) or owned (computed).
+pub type Str<'a> = Cow<'a, str>;
+
+/// One OML value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value<'a> {
+    Chars(Str<'a>),
+    Digit(i64),
+    Float(f64),
+    Bool(bool),
+    Ip(IpAddr),
+    /// Naive date-time: nanoseconds since 1970-01-01 00:00:00 (no zone).
+    Time(i64),
+    /// Members sorted by name (byte order), names unique.
+    Obj(Box<Vec<Field<'a>>>),
+    Array(Box<Vec<Field<'a>>>),
+    Null,
+    Ignore,
+}
+
+/// A named value: a top-level field, an object member or an array element.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Field<'a> {
+    pub name: Str<'a>,
+    pub value: Value<'a>,
+}
+
+impl<'a> Field<'a> {
+    pub fn new(name: impl Into<Str<'a>>, value: Value<'a>) -> Self {
+        Field { name: name.into(), value }
+    }
+}
+
+/// The kind of a value: its runtime variant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Kind {
+    Chars,
+    Digit,
+    Float,
+    Bool,
+    Ip,
+    Time,
+    Obj,
+    Array,
+    Null,
+    Ignore,
+}
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Chars => "chars",
+            Kind::Digit => "digit",
+            Kind::Float => "float",
+            Kind::Bool => "bool",
+            Kind::Ip => "ip",
+            Kind::Time => "time",
+            Kind::Obj => "obj",
+            Kind::Array => "array",
+            Kind::Null => "null",
+            Kind::Ignore => "ignore",
+        }
+    }
+}
+
+/// A declared type: a target's, an object member's or a batch statement's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Type {
+    Auto,
+    Kind(Kind),
+    /// A valid tag with no OML behaviour of its own (`symbol`, `http/status`, …):
+    /// treated as `auto` for conversion.
+    Other(String),
+}
+
+/// Type names accepted besides the core kinds (spec §4.1, EXTENDED tags).
+const OTHER_TYPES: &[&str] = &[
+    "symbol", "hex", "ip_net", "domain", "email", "url", "id_card", "mobile_phone", "time_iso",
+    "json", "kv", "sn", "peek_str", "bin", "port",
+];
+
+impl Type {
+    /// Parses a `type_name`; `None` for an unknown name.
+    pub fn parse(name: &str) -> Option<Type> {
+        let kind = match name {
+            "auto" => return Some(Type::Auto),
+            "chars" => Kind::Chars,
+            "digit" => Kind::Digit,
+            "float" => Kind::Float,
+            "bool" => Kind::Bool,
+            "ip" => Kind::Ip,
+            "time" => Kind::Time,
+            "obj" | "object" => Kind::Obj,
+            "array" => Kind::Array,
+            _ if name.starts_with("array/") => Kind::Array,
+            _ if OTHER_TYPES.contains(&name)
+                || name.starts_with("time/")
+                || name.starts_with("http/") =>
+            {
+                return Some(Type::Other(name.to_string()));
+            }
+            _ => return None,
+        };
+        Some(Type::Kind(kind))
+    }
+}
+
+impl<'a> Value<'a> {
+    pub fn kind(&self) -> Kind {
+        match self {
+            Value::Chars(_) => Kind::Chars,
+            Value::Digit(_) => Kind::Digit,
+            Value::Float(_) => Kind::Float,
+            Value::Bool(_) => Kind::Bool,
+            Value::Ip(_) => Kind::Ip,
+            Value::Time(_) => Kind::Time,
+            Value::Obj(_) => Kind::Obj,
+            Value::Array(_) => Kind::Array,
+            Value::Null => Kind::Null,
+            Value::Ignore => Kind::Ignore,
+        }
+    }
+
+    pub fn chars(s: impl Into<Str<'a>>) -> Self {
+        Value::Chars(s.into())
+    }
+
+    /// "Empty" for `option:[…]` lookups (spec §8.3.2).
+    pub fn is_empty(&self) -> bool {
+        match self {
+            Value::Chars(s) => s.is_empty(),
+            Value::Obj(m) | Value::Array(m) => m.is_empty(),
+            Value::Null | Value::Ignore => true,
+            _ => false,
+        }
+    }
+
+    /// Detaches the value from whatever it borrows.
+    pub fn into_owned(self) -> Value<'static> {
+        match self {
+            Value::Chars(s) => Value::Chars(Cow::Owned(s.into_owned())),
+            Value::Digit(d) => Value::Digit(d),
+            Value::Float(f) => Value::Float(f),
+            Value::Bool(b) => Value::Bool(b),
+            Value::Ip(ip) => Value::Ip(ip),
+            Value::Time(t) => Value::Time(t),
+            Value::Obj(m) => Value::Obj(Box::new(m.into_iter().map(Field::into_owned).collect())),
+            Value::Array(m) => {
+                Value::Array(Box::new(m.into_iter().map(Field::into_owned).collect()))
+            }
+            Value::Null => Value::Null,
+            Value::Ignore => Value::Ignore,
+        }
+    }
+
+    /// Writes the raw text form (spec §7).
+    pub fn write_raw(&self, out: &mut String) {
+        match self {
+            Value::Chars(s) => out.push_str(s),
+            Value::Digit(d) => {
+                let _ = write!(out, "{d}");
+            }
+            Value::Float(f) => write_float_raw(*f, out),
+            Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+            Value::Ip(ip) => {
+                let _ = write!(out, "{ip}");
+            }
+            Value::Time(t) => time::write_time(*t, out),
+            Value::Array(items) => {
+                out.push('[');
+                for (i, f) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    f.value.write_raw(out);
+                }
+                out.push(']');
+            }
+            Value::Obj(members) => {
+                out.push('{');
+                for (i, f) in members.iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    out.push_str(&f.name);
+                    out.push('=');
+                    f.value.write_raw(out);
+                }
+                out.push('}');
+            }
+            Value::Null | Value::Ignore => {}
+        }
+    }
+
+    /// The raw text form as a string, borrowing where the value is chars.
+    pub fn raw_text(&self) -> Str<'a> {
+        match self {
+            Value::Chars(s) => s.clone(),
+            other => {
+                let mut out = String::new();
+                other.write_raw(&mut out);
+                Cow::Owned(out)
+            }
+        }
+    }
+
+    /// Compares two values of the same kind (spec §8.7.3); `None` when the
+    /// kinds differ or the values are not ordered.
+    pub fn compare(&self, other: &Value<'_>) -> Option<Ordering> {
+        match (self, other) {
+            (Value::Chars(a), Value::Chars(b)) => Some(a.as_bytes().cmp(b.as_bytes())),
+            (Value::Digit(a), Value::Digit(b)) => Some(a.cmp(b)),
+            (Value::Float(a), Value::Float(b)) => a.partial_cmp(b),
+            (Value::Bool(a), Value::Bool(b)) => Some(a.cmp(b)),
+            (Value::Time(a), Value::Time(b)) => Some(a.cmp(b)),
+            (Value::Ip(a), Value::Ip(b)) => Some(compare_ip(a, b)),
+            (Value::Null, Value::Null) => Some(Ordering::Equal),
+            (Value::Ignore, Value::Ignore) => Some(Ordering::Equal),
+            (Value::Obj(a), Value::Obj(b)) | (Value::Array(a), Value::Array(b)) => {
+                (a == b).then_some(Ordering::Equal)
+            }
+            _ => None,
+        }
+    }
+
+    /// Equality for match conditions: same kind and same value.
+    pub fn same(&self, other: &Value<'_>) -> bool {
+        self.compare(other) == Some(Ordering::Equal)
+    }
+
+    /// "The value's number" of the numeric match functions (spec §8.7.4).
+    pub fn number(&self) -> Option<f64> {
+        match self {
+            Value::Digit(d) => Some(*d as f64),
+            Value::Float(f) => Some(*f),
+            Value::Chars(s) => parse_float(s),
+            _ => None,
+        }
+    }
+}
+
+impl<'a> Field<'a> {
+    pub fn into_owned(self) -> Field<'static> {
+        Field { name: Cow::Owned(self.name.into_owned()), value: self.value.into_owned() }
+    }
+}
+
+fn compare_ip(a: &IpAddr, b: &IpAddr) -> Ordering {
+    match (a, b) {
+        (IpAddr::V4(a), IpAddr::V4(b)) => u32::from(*a).cmp(&u32::from(*b)),
+        (IpAddr::V4(_), IpAddr::V6(_)) => Ordering::Less,
+        (IpAddr::V6(_), IpAddr::V4(_)) => Ordering::Greater,
+        (IpAddr::V6(a), IpAddr::V6(b)) => u128::from(*a).cmp(&u128::from(*b)),
+    }
+}
+
+/// Shortest round-trip decimal, never in exponent form, no trailing `.0`.
+pub fn write_float_raw(f: f64, out: &mut String) {
+    if f.is_nan() {
+        out.push_str("NaN");
+    } else if f.is_infinite() {
+        out.push_str(if f > 0.0 { "inf" } else { "-inf" });
+    } else {
+        let _ = write!(out, "{f}");
+    }
+}
+
+/// A float as JSON writes it: always with a decimal point or exponent.
+pub struct JsonFloat(pub f64);
+
+impl fmt::Display for JsonFloat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let v = self.0;
+        if v % 1.0 == 0.0 { write!(f, "{v:.1}") } else { write!(f, "{v}") }
+    }
+}
+
+/// Signed 64-bit decimal, optional sign, no spaces (spec §7).
+pub fn parse_digit(s: &str) -> Option<i64> {
+    let b = s.as_bytes();
+    let digits = match b.first() {
+        Some(b'+') | Some(b'-') => &b[1..],
+        _ => b,
+    };
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let t = s.strip_prefix('+').unwrap_or(s);
+    t.parse().ok()
+}
+
+/// Decimal float, with exponent, `inf` and `NaN` (spec §7).
+pub fn parse_float(s: &str) -> Option<f64> {
+    if s.is_empty() || s.bytes().any(|c| c.is_ascii_whitespace()) {
+        return None;
+    }
+    s.parse::<f64>().ok()
+}
+
+/// Dotted IPv4 only (spec §7).
+pub fn parse_ipv4(s: &str) -> Option<Ipv4Addr> {
+    s.parse::<Ipv4Addr>().ok()
+}
+
+/// Applies the conversion table of spec §7 for a declared type.
+pub fn convert<'a>(value: Value<'a>, ty: &Type) -> Value<'a> {
+    let kind = match ty {
+        Type::Auto | Type::Other(_) => return value,
+        Type::Kind(k) => *k,
+    };
+    if value.kind() == kind {
+        return value;
+    }
+    match (kind, value) {
+        (Kind::Chars, Value::Ignore) => Value::Chars(Cow::Borrowed("")),
+        (_, Value::Ignore) => Value::Ignore,
+        (Kind::Chars, v) => Value::Chars(v.raw_text()),
+        (Kind::Digit, Value::Chars(s)) => match parse_digit(&s) {
+            Some(d) => Value::Digit(d),
+            None => Value::Chars(s),
+        },
+        (Kind::Float, Value::Chars(s)) => match parse_float(&s) {
+            Some(f) => Value::Float(f),
+            None => Value::Chars(s),
+        },
+        (Kind::Bool, Value::Chars(s)) => match &*s {
+            "true" => Value::Bool(true),
+            "false" => Value::Bool(false),
+            _ => Value::Chars(s),
+        },
+        (Kind::Ip, Value::Chars(s)) => match parse_ipv4(&s) {
+            Some(ip) => Value::Ip(IpAddr::V4(ip)),
+            None => Value::Chars(s),
+        },
+        (_, v) => v,
+    }
+}
+
+/// Inserts a member into a sorted object, replacing one of the same name.
+pub fn obj_insert<'a>(members: &mut Vec<Field<'a>>, field: Field<'a>) {
+    match members.binary_search_by(|m| m.name.as_bytes().cmp(field.name.as_bytes())) {
+        Ok(i) => members[i] = field,
+        Err(i) => members.insert(i, field),
+    }
+}

@@ -1,0 +1,184 @@
+//! `omlet build`: OML source → self-contained WebAssembly component, with no
+//! wasm toolchain.
+//!
+//! 1. The rule is compiled natively by `omlet-lang` into IR bytes.
+//! 2. The IR is spliced into a copy of the prebuilt guest core module: the
+//!    memory's minimum grows by enough pages to hold it, a new active data
+//!    segment writes it at the old end of memory (below anything the
+//!    allocator hands out, since dlmalloc grows memory past its current size),
+//!    and the guest's IR slot (found by its magic tag in the data segments) is
+//!    patched with the address and length.
+//! 3. `wit-component` wraps the core module into a component, using the WIT
+//!    world embedded in the module's `component-type` section.
+
+use std::path::Path;
+
+use omlet_lang::ir::Program;
+use sha2::{Digest, Sha256};
+use wasm_encoder::{ConstExpr, DataCountSection, DataSection, MemorySection, MemoryType, Module, RawSection};
+use wasmparser::{DataKind, Operator, Parser, Payload};
+
+use crate::{Error, Result};
+
+/// The tag the guest's IR slot starts with (see `guest/component`).
+const IR_SLOT_MAGIC: &[u8; 16] = b"OMLET-IR-SLOT-01";
+const PAGE: u64 = 65536;
+
+/// One rule source: its file name (for diagnostics) and text.
+pub struct RuleSource {
+    pub file: String,
+    pub text: String,
+}
+
+impl RuleSource {
+    pub fn read(path: &Path) -> Result<RuleSource> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        Ok(RuleSource { file: path.display().to_string(), text })
+    }
+}
+
+/// Compiles rule sources to a program, with rendered diagnostics on failure.
+pub fn compile(sources: &[RuleSource]) -> Result<Program> {
+    let srcs: Vec<omlet_lang::Source<'_>> =
+        sources.iter().map(|s| omlet_lang::Source { file: &s.file, text: &s.text }).collect();
+    let mut program = omlet_lang::compile(&srcs, crate::clock::now()).map_err(|errors| {
+        let mut rendered = String::new();
+        for fe in &errors {
+            let text = sources.iter().find(|s| s.file == fe.file).map(|s| s.text.as_str()).unwrap_or("");
+            rendered.push_str(&omlet_lang::diag::render_all(&fe.diagnostics, &fe.file, text));
+        }
+        Error::Compile { errors, rendered: rendered.trim_end().to_string() }
+    })?;
+    let mut h = Sha256::new();
+    for s in sources {
+        h.update(s.file.as_bytes());
+        h.update(b"\0");
+        h.update(s.text.as_bytes());
+        h.update(b"\0");
+    }
+    program.source_hash = hex::encode(h.finalize());
+    Ok(program)
+}
+
+/// Compiles rule sources into component bytes.
+pub fn build_component(sources: &[RuleSource]) -> Result<Vec<u8>> {
+    let program = compile(sources)?;
+    component_for(&program)
+}
+
+/// Wraps a compiled program into a component.
+pub fn component_for(program: &Program) -> Result<Vec<u8>> {
+    let core = crate::guest::core_module()?;
+    let spliced = splice_ir(&core, &program.to_bytes())?;
+    wit_component::ComponentEncoder::default()
+        .module(&spliced)
+        .and_then(|e| e.validate(true).encode())
+        .map_err(Error::wasm)
+}
+
+/// Returns a copy of `core` with `ir` placed in memory and the IR slot
+/// pointing at it.
+pub fn splice_ir(core: &[u8], ir: &[u8]) -> Result<Vec<u8>> {
+    // Pass 1: the memory's current minimum, and the data segment holding the slot.
+    let mut min_pages = None;
+    let mut slot: Option<(usize, usize)> = None; // (segment index, offset of magic in it)
+    let mut segment_addr = Vec::new();
+    for payload in Parser::new(0).parse_all(core) {
+        match payload.map_err(Error::wasm)? {
+            Payload::MemorySection(r) => {
+                for m in r {
+                    let m = m.map_err(Error::wasm)?;
+                    min_pages.get_or_insert(m.initial);
+                }
+            }
+            Payload::DataSection(r) => {
+                for (i, d) in r.into_iter().enumerate() {
+                    let d = d.map_err(Error::wasm)?;
+                    let addr = match &d.kind {
+                        DataKind::Active { offset_expr, .. } => {
+                            match offset_expr.get_operators_reader().read().map_err(Error::wasm)? {
+                                Operator::I32Const { value } => Some(value as u32),
+                                _ => None,
+                            }
+                        }
+                        DataKind::Passive => None,
+                    };
+                    segment_addr.push(addr);
+                    if let Some(at) = find(d.data, IR_SLOT_MAGIC) {
+                        if slot.is_some() || find(&d.data[at + 1..], IR_SLOT_MAGIC).is_some() {
+                            return Err(Error::Wasm("the guest has more than one IR slot".into()));
+                        }
+                        slot = Some((i, at));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    let min_pages = min_pages.ok_or_else(|| Error::Wasm("the guest module has no memory".into()))?;
+    let (slot_seg, slot_off) = slot.ok_or_else(|| Error::Wasm("the guest module has no IR slot".into()))?;
+    if segment_addr[slot_seg].is_none() {
+        return Err(Error::Wasm("the IR slot is not in an active data segment".into()));
+    }
+    let ir_addr = min_pages * PAGE;
+    let new_min = min_pages + (ir.len() as u64).div_ceil(PAGE).max(1);
+    if new_min * PAGE > u32::MAX as u64 {
+        return Err(Error::Wasm("the compiled rule is too large".into()));
+    }
+
+    // Pass 2: copy, with the memory, data count and data sections rewritten.
+    let mut out = Module::new();
+    for payload in Parser::new(0).parse_all(core) {
+        let payload = payload.map_err(Error::wasm)?;
+        match &payload {
+            Payload::MemorySection(r) => {
+                let mut s = MemorySection::new();
+                for m in r.clone() {
+                    let m = m.map_err(Error::wasm)?;
+                    s.memory(MemoryType {
+                        minimum: new_min,
+                        maximum: m.maximum.map(|x| x.max(new_min)),
+                        memory64: m.memory64,
+                        shared: m.shared,
+                        page_size_log2: m.page_size_log2,
+                    });
+                }
+                out.section(&s);
+            }
+            Payload::DataCountSection { count, .. } => {
+                out.section(&DataCountSection { count: count + 1 });
+            }
+            Payload::DataSection(r) => {
+                let mut s = DataSection::new();
+                for (i, d) in r.clone().into_iter().enumerate() {
+                    let d = d.map_err(Error::wasm)?;
+                    if i == slot_seg {
+                        let mut bytes = d.data.to_vec();
+                        let at = slot_off + IR_SLOT_MAGIC.len();
+                        bytes[at..at + 4].copy_from_slice(&(ir_addr as u32).to_le_bytes());
+                        bytes[at + 4..at + 8].copy_from_slice(&(ir.len() as u32).to_le_bytes());
+                        let DataKind::Active { memory_index, .. } = d.kind else {
+                            return Err(Error::Wasm("the IR slot is not in an active data segment".into()));
+                        };
+                        let addr = segment_addr[i].unwrap_or(0);
+                        s.active(memory_index, &ConstExpr::i32_const(addr as i32), bytes);
+                    } else {
+                        s.raw(&core[d.range.clone()]);
+                    }
+                }
+                s.active(0, &ConstExpr::i32_const(ir_addr as u32 as i32), ir.iter().copied());
+                out.section(&s);
+            }
+            other => {
+                if let Some((id, range)) = other.as_section() {
+                    out.section(&RawSection { id, data: &core[range] });
+                }
+            }
+        }
+    }
+    Ok(out.finish())
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}

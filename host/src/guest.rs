@@ -1,0 +1,83 @@
+//! The prebuilt guest core module that every compiled rule starts from.
+//!
+//! It is committed at `host/guest/omlet_guest.wasm` and embedded in the
+//! library, so that a host application builds with stable Rust alone. The
+//! build script stamps it with a hash of the sources it was built from
+//! (custom section `omlet-guest-source`); [`source_hash_of_tree`] computes the
+//! same hash over a checkout, so a test can tell a stale guest.
+//!
+//! `OMLET_GUEST=/path/to/omlet_guest.wasm` makes the library use another
+//! build of the guest (the tests use it to run against a fresh build).
+
+use std::borrow::Cow;
+use std::path::Path;
+
+use sha2::{Digest, Sha256};
+
+static EMBEDDED: &[u8] = include_bytes!("../guest/omlet_guest.wasm");
+
+/// Name of the custom section holding the source hash.
+pub const SOURCE_SECTION: &str = "omlet-guest-source";
+
+/// The guest core module in use: `$OMLET_GUEST` if set, else the embedded one.
+pub fn core_module() -> crate::Result<Cow<'static, [u8]>> {
+    match std::env::var_os("OMLET_GUEST") {
+        Some(p) if !p.is_empty() => {
+            std::fs::read(&p).map(Cow::Owned).map_err(|e| crate::Error::io(p, e))
+        }
+        _ => Ok(Cow::Borrowed(EMBEDDED)),
+    }
+}
+
+/// The embedded guest, whatever `$OMLET_GUEST` says.
+pub fn embedded() -> &'static [u8] {
+    EMBEDDED
+}
+
+/// The source hash stamped into a guest module, if any.
+pub fn stamped_hash(module: &[u8]) -> Option<String> {
+    for payload in wasmparser::Parser::new(0).parse_all(module) {
+        if let Ok(wasmparser::Payload::CustomSection(c)) = payload {
+            if c.name() == SOURCE_SECTION {
+                return std::str::from_utf8(c.data()).ok().map(str::to_string);
+            }
+        }
+    }
+    None
+}
+
+/// The hash `scripts/guest_hash.py` computes: SHA-256 over the files under
+/// `wit/` and `guest/` and the build script, sorted by path, each as
+/// `path NUL length NUL bytes`.
+pub fn source_hash_of_tree(root: &Path) -> std::io::Result<String> {
+    let mut files = vec!["scripts/build-guest.sh".to_string()];
+    for top in ["wit", "guest"] {
+        collect(root, &root.join(top), &mut files)?;
+    }
+    files.sort();
+    let mut h = Sha256::new();
+    for rel in files {
+        let data = std::fs::read(root.join(&rel))?;
+        h.update(rel.as_bytes());
+        h.update(b"\0");
+        h.update(data.len().to_string().as_bytes());
+        h.update(b"\0");
+        h.update(&data);
+    }
+    Ok(hex::encode(h.finalize()))
+}
+
+fn collect(root: &Path, dir: &Path, out: &mut Vec<String>) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let path = entry.path();
+        if entry.file_type()?.is_dir() {
+            if entry.file_name() != "target" {
+                collect(root, &path, out)?;
+            }
+        } else if let Ok(rel) = path.strip_prefix(root) {
+            out.push(rel.to_string_lossy().replace('\\', "/"));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,150 @@
+//! SQLite through sqlx: the embedded default provider.
+
+use std::str::FromStr;
+
+use omlet_lang::Cell;
+use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions, SqliteRow};
+use sqlx::{AssertSqlSafe, Column, Executor, Row, SqlSafeStr, Statement, TypeInfo, ValueRef};
+
+use super::{BoxFuture, Placeholders, Provider};
+use crate::{Error, Result};
+
+/// An SQLite database: in memory, or a file.
+pub struct SqliteProvider {
+    pool: SqlitePool,
+}
+
+impl SqliteProvider {
+    /// A fresh in-memory database. It lives as long as its one connection,
+    /// so the pool keeps exactly one, forever.
+    pub async fn memory() -> Result<SqliteProvider> {
+        let opts = SqliteConnectOptions::from_str("sqlite::memory:").map_err(knowledge_err)?;
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .min_connections(1)
+            .idle_timeout(None)
+            .max_lifetime(None)
+            .connect_with(opts)
+            .await
+            .map_err(knowledge_err)?;
+        Ok(SqliteProvider { pool })
+    }
+
+    /// A database file (created if missing).
+    pub async fn open(path: &std::path::Path) -> Result<SqliteProvider> {
+        let opts = SqliteConnectOptions::new().filename(path).create_if_missing(true);
+        let pool = SqlitePoolOptions::new().max_connections(4).connect_with(opts).await.map_err(knowledge_err)?;
+        Ok(SqliteProvider { pool })
+    }
+
+    /// Runs SQL statements (DDL, inserts), separated by `;`.
+    pub async fn execute_script(&self, sql: &str) -> Result<()> {
+        sqlx::raw_sql(AssertSqlSafe(sql.to_string())).execute(&self.pool).await.map_err(knowledge_err)?;
+        Ok(())
+    }
+
+    /// Creates `table` and inserts `rows`, in one transaction.
+    pub async fn load_table(&self, table: &str, columns: &[String], types: &[String], rows: &[Vec<Cell>]) -> Result<()> {
+        let ident = |s: &str| format!("\"{}\"", s.replace('"', "\"\""));
+        let cols: Vec<String> = columns
+            .iter()
+            .enumerate()
+            .map(|(i, c)| format!("{} {}", ident(c), types.get(i).map(String::as_str).unwrap_or("")))
+            .collect();
+        let mut tx = self.pool.begin().await.map_err(knowledge_err)?;
+        let create = format!("create table {} ({})", ident(table), cols.join(", "));
+        (&mut *tx).execute(AssertSqlSafe(create)).await.map_err(knowledge_err)?;
+        let insert = format!(
+            "insert into {} values ({})",
+            ident(table),
+            vec!["?"; columns.len()].join(", ")
+        );
+        for (n, row) in rows.iter().enumerate() {
+            let mut q = sqlx::query(AssertSqlSafe(insert.clone()));
+            for c in row {
+                q = bind(q, c.clone());
+            }
+            q.execute(&mut *tx)
+                .await
+                .map_err(|e| Error::Knowledge(format!("table {table}, row {}: {e}", n + 1)))?;
+        }
+        tx.commit().await.map_err(knowledge_err)?;
+        Ok(())
+    }
+
+    /// Number of rows in a table.
+    pub async fn count(&self, table: &str) -> Result<i64> {
+        let sql = format!("select count(*) from \"{}\"", table.replace('"', "\"\""));
+        let row = sqlx::query(AssertSqlSafe(sql)).fetch_one(&self.pool).await.map_err(knowledge_err)?;
+        row.try_get::<i64, _>(0).map_err(knowledge_err)
+    }
+}
+
+fn knowledge_err(e: impl std::fmt::Display) -> Error {
+    Error::Knowledge(e.to_string())
+}
+
+type SqliteQuery<'q> = sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments>;
+
+fn bind(q: SqliteQuery<'_>, c: Cell) -> SqliteQuery<'_> {
+    match c {
+        Cell::Null => q.bind(None::<i64>),
+        Cell::Integer(i) => q.bind(i),
+        Cell::Real(f) => q.bind(f),
+        Cell::Text(s) => q.bind(s),
+        Cell::Blob(b) => q.bind(b),
+    }
+}
+
+fn cells(row: &SqliteRow) -> Result<Vec<Cell>, String> {
+    let mut out = Vec::with_capacity(row.columns().len());
+    for i in 0..row.columns().len() {
+        let raw = row.try_get_raw(i).map_err(|e| e.to_string())?;
+        if raw.is_null() {
+            out.push(Cell::Null);
+            continue;
+        }
+        let ty = raw.type_info().name().to_string();
+        let cell = match ty.as_str() {
+            "INTEGER" => Cell::Integer(row.try_get::<i64, _>(i).map_err(|e| e.to_string())?),
+            "REAL" => Cell::Real(row.try_get::<f64, _>(i).map_err(|e| e.to_string())?),
+            "BLOB" => Cell::Blob(row.try_get::<Vec<u8>, _>(i).map_err(|e| e.to_string())?),
+            _ => Cell::Text(row.try_get::<String, _>(i).map_err(|e| e.to_string())?),
+        };
+        out.push(cell);
+    }
+    Ok(out)
+}
+
+impl Provider for SqliteProvider {
+    fn kind(&self) -> &'static str {
+        "sqlite"
+    }
+
+    fn placeholders(&self) -> Placeholders {
+        Placeholders::Question
+    }
+
+    fn prepare<'a>(&'a self, sql: &'a str) -> BoxFuture<'a, Result<Vec<String>, String>> {
+        Box::pin(async move {
+            let stmt = (&self.pool)
+                .prepare(AssertSqlSafe(sql.to_string()).into_sql_str())
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(stmt.columns().iter().map(|c| c.name().to_string()).collect())
+        })
+    }
+
+    fn query_first<'a>(&'a self, sql: &'a str, params: Vec<Cell>) -> BoxFuture<'a, Result<Option<Vec<Cell>>, String>> {
+        Box::pin(async move {
+            let mut q = sqlx::query(AssertSqlSafe(sql.to_string()));
+            for p in params {
+                q = bind(q, p);
+            }
+            match q.fetch_optional(&self.pool).await.map_err(|e| e.to_string())? {
+                Some(row) => cells(&row).map(Some),
+                None => Ok(None),
+            }
+        })
+    }
+}

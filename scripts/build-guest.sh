@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Builds the prebuilt guest core module, host/guest/omlet_guest.wasm, from
+# guest/ and wit/, and stamps it with the hash of those sources.
+#
+#   scripts/build-guest.sh [OUT]     (default OUT: host/guest/omlet_guest.wasm)
+#
+# Uses rustup's wasm32-unknown-unknown target when it is installed, otherwise
+# Debian's toolchain (rustc-web, cargo-web, rust-web-src, lld-22), installing
+# those packages if they are missing. It never downloads a toolchain or target.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+OUT=${1:-host/guest/omlet_guest.wasm}
+TARGET_DIR=${OMLET_GUEST_TARGET_DIR:-$ROOT/target/guest}
+FLAGS=(-p omlet-guest --lib --target wasm32-unknown-unknown --profile wasm -j2)
+
+if command -v rustup >/dev/null 2>&1 && rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknown; then
+    echo "build-guest: using rustup's wasm32-unknown-unknown target" >&2
+    CARGO_TARGET_DIR=$TARGET_DIR cargo build "${FLAGS[@]}" >&2
+else
+    need=()
+    [ -x /usr/bin/rustc ] && /usr/bin/rustc --version | grep -q . || need+=(rustc-web)
+    [ -x /usr/bin/cargo ] || need+=(cargo-web)
+    dpkg -s rust-web-src >/dev/null 2>&1 || need+=(rust-web-src)
+    dpkg -s lld-22 >/dev/null 2>&1 || need+=(lld-22)
+    if [ ${#need[@]} -gt 0 ]; then
+        echo "build-guest: installing Debian's wasm toolchain: ${need[*]}" >&2
+        if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi
+        $SUDO apt-get update -qq >&2
+        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >&2
+    fi
+    echo "build-guest: using Debian's toolchain ($(/usr/bin/rustc --version))" >&2
+    RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 CARGO_TARGET_DIR=$TARGET_DIR \
+        /usr/bin/cargo build "${FLAGS[@]}" -Zbuild-std=core,alloc,panic_abort >&2
+fi
+
+mkdir -p "$(dirname "$OUT")"
+cp "$TARGET_DIR/wasm32-unknown-unknown/wasm/omlet_guest.wasm" "$OUT"
+hash=$(python3 scripts/guest_hash.py --embed "$OUT")
+echo "build-guest: wrote $OUT ($(wc -c <"$OUT") bytes), sources $hash" >&2
