@@ -25,6 +25,7 @@
 
 pub mod build;
 pub mod clock;
+pub mod conformance;
 pub mod error;
 pub mod guest;
 pub mod knowledge;

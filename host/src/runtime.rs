@@ -279,8 +279,9 @@ impl Rule {
     }
 }
 
-/// Runs a future to completion on a private current-thread runtime.
-pub(crate) fn block_on<F: std::future::Future>(f: F) -> F::Output {
+/// Runs a future to completion on a private current-thread runtime (one per
+/// thread): the blocking facade for programs without a runtime of their own.
+pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
     thread_local! {
         static RT: tokio::runtime::Runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()

@@ -287,9 +287,11 @@ impl Checker<'_> {
                 let mut out = Vec::new();
                 for m in members {
                     let ty = self.ty(&m.ty)?;
-                    let name = m.names[0].clone();
-                    let expr = self.expr(m.expr, &name, false)?;
-                    out.push(Member { name, ty, expr });
+                    // `a, b = read()` gives each name its own member, keyed by it.
+                    for name in m.names {
+                        let expr = self.expr(m.expr.clone(), &name, false)?;
+                        out.push(Member { name, ty: ty.clone(), expr });
+                    }
                 }
                 Expr::Object(out)
             }

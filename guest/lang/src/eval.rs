@@ -387,6 +387,7 @@ fn cond_holds(c: &Cond, v: &Value<'_>) -> bool {
         Cond::Lt(n) => v.number().is_some_and(|x| x < *n),
         Cond::EqNum(n) => v.number().is_some_and(|x| (x - n).abs() < 1e-10),
         Cond::InRange(a, b) => v.number().is_some_and(|x| *a <= x && x <= *b),
+        Cond::Regex(re) => chars().is_some_and(|s| re.is_match(s)),
     }
 }
 

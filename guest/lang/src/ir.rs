@@ -139,6 +139,41 @@ pub enum Cond {
     Lt(f64),
     EqNum(f64),
     InRange(f64, f64),
+    Regex(RegexCond),
+}
+
+/// `regex_match('re')`: the pattern, and its compiled form built on first use.
+/// An invalid pattern never matches (spec §8.7.4).
+#[derive(Serialize, Deserialize)]
+pub struct RegexCond {
+    pub pattern: String,
+    #[serde(skip)]
+    compiled: once_cell::race::OnceBox<Option<regex_automata::meta::Regex>>,
+}
+
+impl RegexCond {
+    pub fn new(pattern: String) -> RegexCond {
+        RegexCond { pattern, compiled: once_cell::race::OnceBox::new() }
+    }
+
+    pub fn is_match(&self, text: &str) -> bool {
+        let re = self.compiled.get_or_init(|| {
+            alloc::boxed::Box::new(regex_automata::meta::Regex::new(&self.pattern).ok())
+        });
+        re.as_ref().is_some_and(|re| re.is_match(text))
+    }
+}
+
+impl Clone for RegexCond {
+    fn clone(&self) -> Self {
+        RegexCond::new(self.pattern.clone())
+    }
+}
+
+impl core::fmt::Debug for RegexCond {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "regex_match({:?})", self.pattern)
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -293,5 +328,18 @@ impl Program {
 
     pub fn uses_clock(&self) -> bool {
         self.models.iter().any(|m| m.uses_clock)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ir_round_trips_with_a_regex() {
+        let src = "name : t\n---\nx = match read(a) { regex_match('^a+$') => chars(y), _ => chars(n), } ;\n";
+        let p = crate::compile(&[crate::Source { file: "t", text: src }], (0, 0)).unwrap();
+        let q = Program::from_bytes(&p.to_bytes()).unwrap();
+        assert_eq!(q.models.len(), 1);
     }
 }

@@ -8,7 +8,7 @@
 //! serialised into the component by `omlet build` ([`ir::Program::to_bytes`]);
 //! [`eval::evaluate`] runs one model of it over one record, asking an
 //! [`eval::Host`] for SQL lookups and the clock.
-#![no_std]
+#![cfg_attr(not(test), no_std)]
 #![forbid(unsafe_code)]
 
 extern crate alloc;

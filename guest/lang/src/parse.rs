@@ -59,9 +59,8 @@ pub fn parse(src: &str) -> (Option<Rule>, Vec<Diagnostic>) {
     for d in &mut diags {
         d.locate(src);
     }
-    if !diags.is_empty() {
-        return (None, diags);
-    }
+    // A rule with recovered statement errors is still returned, so the
+    // checker can report its own errors on the statements that parsed.
     (rule, diags)
 }
 
@@ -1574,9 +1573,8 @@ fn match_fn(name: &str, args: &str) -> Result<Cond, String> {
             Cond::InRange(num(0)?, num(1)?)
         }
         "regex_match" => {
-            return Err(String::from(
-                "`regex_match` is not supported yet (EXTENDED match function)",
-            ));
+            arity(1)?;
+            Cond::Regex(crate::ir::RegexCond::new(text(0)?))
         }
         _ => return Err(format!("unknown match function `{name}`")),
     })

@@ -47,6 +47,14 @@ enum Cmd {
         #[arg(long, default_value_t = 256)]
         batch: usize,
     },
+    /// Run test cases (conformance-corpus format) and report `N passed, M failed`.
+    Test {
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Evaluate with the native build of the evaluator instead of the wasm component.
+        #[arg(long)]
+        native: bool,
+    },
 }
 
 #[tokio::main]
@@ -60,6 +68,7 @@ async fn main() -> ExitCode {
         Cmd::Build { rule, output } => build(&rule, &output),
         Cmd::Check { rules } => check(&rules),
         Cmd::Run { rule, input, knowdb, batch } => run(&rule, &input, knowdb.as_deref(), batch.max(1)).await,
+        Cmd::Test { files, native } => test(&files, native).await,
     };
     match result {
         Ok(code) => code,
@@ -76,6 +85,26 @@ fn build(rule: &Path, output: &Path) -> omlet::Result<ExitCode> {
     std::fs::write(output, &bytes).map_err(|e| Error::Io { path: output.into(), source: e })?;
     eprintln!("built {} ({} bytes) in {:.0} ms", output.display(), bytes.len(), t.elapsed().as_secs_f64() * 1e3);
     Ok(ExitCode::SUCCESS)
+}
+
+async fn test(files: &[PathBuf], native: bool) -> omlet::Result<ExitCode> {
+    use omlet::conformance::{Mode, run_file};
+    let engine = Engine::new()?;
+    let mode = if native { Mode::Native } else { Mode::Wasm };
+    let (mut passed, mut failed) = (0, 0);
+    for f in files {
+        for o in run_file(f, mode, &engine).await? {
+            match o.failure {
+                None => passed += 1,
+                Some(why) => {
+                    failed += 1;
+                    println!("FAIL {}: {}\n  {}", f.display(), o.name, why.replace('\n', "\n  "));
+                }
+            }
+        }
+    }
+    println!("{passed} passed, {failed} failed");
+    Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
 fn check(rules: &[PathBuf]) -> omlet::Result<ExitCode> {

@@ -1,0 +1,266 @@
+//! `omlet test`: runs test cases in the conformance-corpus format
+//! (`shared/conformance/README.md`, also the rule authors' unit-test format)
+//! through the wasm component, or through the native evaluator.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use omlet_lang::value::{Field, Kind, Value};
+use omlet_lang::{Cell, Host, QueryError};
+use serde::Deserialize;
+use serde_json::Value as Json;
+
+use crate::build::RuleSource;
+use crate::knowledge::sqlite::SqliteProvider;
+use crate::knowledge::{BoundStatement, Knowledge};
+use crate::record::{self, Record};
+use crate::{Engine, Error, Result};
+
+#[derive(Debug, Deserialize)]
+struct CaseFile {
+    #[serde(default)]
+    case: Vec<Case>,
+}
+
+/// One test case.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Case {
+    pub name: String,
+    pub oml: String,
+    #[serde(default = "empty_object")]
+    pub input: String,
+    #[serde(default)]
+    pub input_types: std::collections::BTreeMap<String, String>,
+    #[serde(default)]
+    pub knowledge: Option<String>,
+    #[serde(default)]
+    pub expected: Option<String>,
+    #[serde(default)]
+    pub expected_types: std::collections::BTreeMap<String, String>,
+    #[serde(default)]
+    pub expected_ignored: Vec<String>,
+    #[serde(default)]
+    pub expected_error: Option<String>,
+    #[serde(default)]
+    pub spec_expected: Option<String>,
+    #[serde(default)]
+    pub spec_required: Option<bool>,
+}
+
+fn empty_object() -> String {
+    "{}".to_string()
+}
+
+/// Where cases are evaluated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Wasm,
+    Native,
+}
+
+/// The outcome of one case; `failure` explains a failed one.
+#[derive(Debug)]
+pub struct Outcome {
+    pub name: String,
+    pub failure: Option<String>,
+}
+
+pub fn read_cases(path: &Path) -> Result<Vec<Case>> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    let f: CaseFile = toml::from_str(&text)
+        .map_err(|e| Error::Input { what: path.display().to_string(), message: e.to_string() })?;
+    Ok(f.case)
+}
+
+/// Runs every case of one file.
+pub async fn run_file(path: &Path, mode: Mode, engine: &Engine) -> Result<Vec<Outcome>> {
+    let mut out = Vec::new();
+    for case in read_cases(path)? {
+        let failure = run_case(&case, mode, engine).await.err();
+        out.push(Outcome { name: case.name, failure });
+    }
+    Ok(out)
+}
+
+/// Runs one case; `Err` says why it failed.
+pub async fn run_case(case: &Case, mode: Mode, engine: &Engine) -> std::result::Result<(), String> {
+    let file = format!("{}.oml", case.name);
+    let src = [RuleSource { file: file.clone(), text: case.oml.clone() }];
+    let compiled = crate::build::compile(&src);
+    if let Some(what) = &case.expected_error {
+        return match compiled {
+            Err(_) => Ok(()),
+            Ok(_) => Err(format!("expected a compile error ({what}), but the rule compiled")),
+        };
+    }
+    let (expected, optional) = match (&case.expected, &case.spec_expected) {
+        (Some(e), _) => (e.clone(), false),
+        (None, Some(e)) => (e.clone(), case.spec_required == Some(false)),
+        (None, None) => return Err("the case has no expectation".into()),
+    };
+    let program = match compiled {
+        Ok(p) => p,
+        Err(_) if optional => return Ok(()),
+        Err(e) => return Err(format!("compile error:\n{e}")),
+    };
+    let input = input_record(&case.input, &case.input_types)?;
+    let knowledge = match &case.knowledge {
+        Some(k) => Some(load_knowledge(k).await.map_err(|e| e.to_string())?),
+        None => None,
+    };
+    let output = match mode {
+        Mode::Wasm => {
+            let component = crate::build::component_for(&program).map_err(|e| e.to_string())?;
+            let rule = engine.load(&component, knowledge).await.map_err(|e| e.to_string())?;
+            rule.evaluate(&input).await.map_err(|e| e.to_string())?
+        }
+        Mode::Native => {
+            let bound = match &knowledge {
+                Some(k) => k.bind(&program.statements).await.map_err(|e| e.to_string())?,
+                None => Vec::new(),
+            };
+            let handle = tokio::runtime::Handle::current();
+            tokio::task::spawn_blocking(move || {
+                let mut host = NativeHost { knowledge, bound, handle };
+                omlet_lang::evaluate(&program, 0, input, &mut host)
+                    .map(|r| r.into_iter().map(Field::into_owned).collect::<Record>())
+                    .map_err(|e| e.to_string())
+            })
+            .await
+            .map_err(|e| e.to_string())??
+        }
+    };
+    compare(case, &expected, &output)
+}
+
+/// Answers lookups for the native evaluator (on a blocking thread).
+pub struct NativeHost {
+    pub knowledge: Option<Arc<Knowledge>>,
+    pub bound: Vec<BoundStatement>,
+    pub handle: tokio::runtime::Handle,
+}
+
+impl Host for NativeHost {
+    fn query(&mut self, statement: u32, params: &[Cell]) -> std::result::Result<Option<Vec<Cell>>, QueryError> {
+        let (Some(k), Some(stmt)) = (&self.knowledge, self.bound.get(statement as usize)) else {
+            return Err(QueryError { message: "no knowledge".into(), fatal: false });
+        };
+        self.handle.block_on(k.query(stmt, params)).map_err(|message| QueryError { message, fatal: false })
+    }
+    fn columns(&mut self, statement: u32) -> std::result::Result<Vec<String>, QueryError> {
+        Ok(self.bound.get(statement as usize).map(|b| b.columns.clone()).unwrap_or_default())
+    }
+    fn now(&mut self) -> (i64, i32) {
+        crate::clock::now()
+    }
+}
+
+/// Builds the knowledge tables of a case in a fresh in-memory SQLite.
+pub async fn load_knowledge(json: &str) -> Result<Arc<Knowledge>> {
+    #[derive(Deserialize)]
+    struct Tables {
+        tables: serde_json::Map<String, Json>,
+    }
+    #[derive(Deserialize)]
+    struct Table {
+        columns: Vec<String>,
+        #[serde(default)]
+        types: Vec<String>,
+        rows: Vec<Vec<Json>>,
+    }
+    let spec: Tables = serde_json::from_str(json).map_err(|e| Error::Knowledge(format!("knowledge: {e}")))?;
+    let db = SqliteProvider::memory().await?;
+    for (name, t) in spec.tables {
+        let t: Table = serde_json::from_value(t).map_err(|e| Error::Knowledge(format!("table {name}: {e}")))?;
+        let rows: Vec<Vec<Cell>> = t
+            .rows
+            .iter()
+            .map(|r| {
+                r.iter()
+                    .map(|v| match v {
+                        Json::Null => Cell::Null,
+                        Json::Bool(b) => Cell::Integer(*b as i64),
+                        Json::Number(n) => n.as_i64().map(Cell::Integer).unwrap_or(Cell::Real(n.as_f64().unwrap_or(0.0))),
+                        Json::String(s) => Cell::Text(s.clone()),
+                        other => Cell::Text(other.to_string()),
+                    })
+                    .collect()
+            })
+            .collect();
+        db.load_table(&name, &t.columns, &t.types, &rows).await?;
+    }
+    Ok(Arc::new(Knowledge::new(Arc::new(db))))
+}
+
+fn input_record(json: &str, types: &std::collections::BTreeMap<String, String>) -> std::result::Result<Record, String> {
+    let mut rec = record::from_json_str(json).map_err(|e| format!("input: {e}"))?;
+    for f in &mut rec {
+        let Some(ty) = types.get(f.name.as_ref()) else { continue };
+        let text = f.value.raw_text().into_owned();
+        f.value = match ty.as_str() {
+            "ip" => Value::Ip(text.parse().map_err(|_| format!("input {}: not an IP: {text}", f.name))?),
+            "time" => Value::Time(omlet_lang::time::parse_time(&text).ok_or_else(|| format!("input {}: not a time: {text}", f.name))?),
+            "digit" => Value::Digit(text.parse().map_err(|_| format!("input {}: not a digit: {text}", f.name))?),
+            "float" => Value::Float(text.parse().map_err(|_| format!("input {}: not a float: {text}", f.name))?),
+            "bool" => Value::Bool(text == "true"),
+            "chars" => Value::Chars(text.into()),
+            other => return Err(format!("input_types: unknown type {other}")),
+        };
+    }
+    Ok(rec)
+}
+
+fn kind_of(rec: &Record, name: &str) -> Option<Kind> {
+    rec.iter().find(|f| f.name == name).map(|f| f.value.kind())
+}
+
+fn compare(case: &Case, expected: &str, actual: &Record) -> std::result::Result<(), String> {
+    let want: Json = serde_json::from_str(expected).map_err(|e| format!("expected is not JSON: {e}"))?;
+    let got_text = record::to_json_string(actual);
+    let got: Json = serde_json::from_str(&got_text).map_err(|e| format!("output is not JSON: {e}"))?;
+    let diff = || format!("expected: {expected}\n  actual: {got_text}");
+    let (Json::Object(w), Json::Object(g)) = (&want, &got) else { return Err(diff()) };
+    let wk: Vec<&String> = w.keys().collect();
+    let gk: Vec<&String> = g.keys().collect();
+    if wk != gk {
+        return Err(diff());
+    }
+    for (k, wv) in w {
+        let gv = &g[k];
+        let ok = match wv.as_str() {
+            Some("<any:time>") => kind_of(actual, k) == Some(Kind::Time),
+            Some("<any:digit>") => kind_of(actual, k) == Some(Kind::Digit),
+            Some("<any:chars>") => kind_of(actual, k) == Some(Kind::Chars),
+            _ => json_eq(wv, gv),
+        };
+        if !ok {
+            return Err(diff());
+        }
+    }
+    for (k, ty) in &case.expected_types {
+        let got = kind_of(actual, k).map(Kind::name);
+        if got != Some(ty.as_str()) {
+            return Err(format!("field {k}: expected type {ty}, got {}\n{}", got.unwrap_or("nothing"), diff()));
+        }
+    }
+    for k in &case.expected_ignored {
+        if kind_of(actual, k) != Some(Kind::Ignore) {
+            return Err(format!("field {k} should be present as an ignore field\n{}", diff()));
+        }
+    }
+    Ok(())
+}
+
+/// Structural equality; numbers keep the integer/float distinction.
+fn json_eq(a: &Json, b: &Json) -> bool {
+    match (a, b) {
+        (Json::Number(x), Json::Number(y)) => {
+            x.is_f64() == y.is_f64() && x.as_f64() == y.as_f64() && (x.is_f64() || x.as_i64() == y.as_i64())
+        }
+        (Json::Array(x), Json::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(a, b)| json_eq(a, b)),
+        (Json::Object(x), Json::Object(y)) => {
+            x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| json_eq(v, w)))
+        }
+        _ => a == b,
+    }
+}

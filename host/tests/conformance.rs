@@ -1,0 +1,43 @@
+//! Every case of the shared conformance corpus, through the wasm component
+//! and through the native evaluator.
+
+use std::path::PathBuf;
+
+use omlet::conformance::{Mode, run_file};
+
+fn corpus() -> Vec<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/conformance");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 9, "conformance corpus not found in {}", dir.display());
+    files
+}
+
+async fn run(mode: Mode) {
+    let engine = omlet::Engine::new().unwrap();
+    let (mut passed, mut failures) = (0, Vec::new());
+    for f in corpus() {
+        for o in run_file(&f, mode, &engine).await.unwrap() {
+            match o.failure {
+                None => passed += 1,
+                Some(why) => failures.push(format!("{}: {}\n  {why}", f.display(), o.name)),
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{} passed, {} failed:\n{}", passed, failures.len(), failures.join("\n"));
+    assert_eq!(passed, 138);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn corpus_passes_through_wasm() {
+    run(Mode::Wasm).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn corpus_passes_natively() {
+    run(Mode::Native).await;
+}

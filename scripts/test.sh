@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# README command (2): runs every test. CI runs this through .ci/run.
+#
+# Needs Rust (rustup stable) and python3, which the machine has. The wasm
+# toolchain is needed only to rebuild the guest; when one is present (rustup's
+# wasm32 target, or Debian's rustc-web + rust-web-src), the tests run a second
+# time against a guest freshly built from the current sources.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Includes the freshness test: the committed guest must carry the hash of
+# the current guest/ and wit/ sources (host/tests/component.rs).
+cargo test -j2 -p omlet-lang -p omlet
+
+have_wasm_toolchain() {
+    if command -v rustup >/dev/null 2>&1 && rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknown; then
+        return 0
+    fi
+    [ -x /usr/bin/rustc ] && dpkg -s rust-web-src >/dev/null 2>&1 && dpkg -s lld-22 >/dev/null 2>&1
+}
+
+if have_wasm_toolchain; then
+    fresh=target/fresh-guest/omlet_guest.wasm
+    scripts/build-guest.sh "$fresh"
+    echo "test.sh: running the host tests again against the freshly built guest"
+    OMLET_GUEST=$PWD/$fresh cargo test -j2 -p omlet
+else
+    echo "test.sh: no wasm toolchain here; tested the committed guest only"
+fi
