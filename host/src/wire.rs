@@ -100,7 +100,7 @@ fn node(t: &[u8], nodes: &[Node], i: &mut usize) -> Result<Field<'static>, Strin
             if matches!(n.value, WValue::Obj(_)) { Value::Obj(Box::new(m)) } else { Value::Array(Box::new(m)) }
         }
     };
-    Ok(Field { name, value })
+    Ok(Field::new(name, value))
 }
 
 pub(crate) fn decode_record(t: &[u8], nodes: &[Node]) -> Result<Record, String> {

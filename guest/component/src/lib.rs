@@ -346,7 +346,7 @@ fn decode_node<'a>(text: &'a [u8], nodes: &[Node], i: &mut usize, depth: u32) ->
             }
         }
     };
-    Ok(Field { name, value })
+    Ok(Field::new(name, value))
 }
 
 #[derive(Default)]

@@ -11,7 +11,7 @@ use crate::ast::{self, CondAtom, Operand, SqlCond, SqlOperand};
 use crate::diag::{Diagnostic, Span};
 use crate::eval::{self, Host, QueryError};
 use crate::ir::*;
-use crate::value::{Type, Value};
+use crate::value::{NO_SYM, Type, Value};
 
 /// One rule source to compile.
 pub struct Source<'s> {
@@ -30,7 +30,7 @@ pub struct FileErrors {
 /// Compiles rule files into one program. `now` is the compile-time clock
 /// (Unix nanoseconds, UTC offset in seconds) for `Now::*` in static blocks.
 pub fn compile(sources: &[Source<'_>], now: (i64, i32)) -> Result<Program, Vec<FileErrors>> {
-    let mut program = Program { source_hash: String::new(), models: Vec::new(), statements: Vec::new() };
+    let mut program = Program { source_hash: String::new(), names: Vec::new(), models: Vec::new(), statements: Vec::new() };
     let mut errors = Vec::new();
     for src in sources {
         let (rule, mut diags) = crate::parse::parse(src.text);
@@ -50,7 +50,11 @@ pub fn compile(sources: &[Source<'_>], now: (i64, i32)) -> Result<Program, Vec<F
             errors.push(FileErrors { file: src.file.to_string(), diagnostics: diags });
         }
     }
-    if errors.is_empty() { Ok(program) } else { Err(errors) }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    program.link();
+    Ok(program)
 }
 
 struct Checker<'c> {
@@ -133,7 +137,7 @@ impl Checker<'_> {
         let expr = self.expr(b.expr, &name, false)?;
         self.uses_clock = clock_before;
         // Evaluate once, now, against an empty record.
-        let program = Program { source_hash: String::new(), models: Vec::new(), statements: Vec::new() };
+        let program = Program { source_hash: String::new(), names: Vec::new(), models: Vec::new(), statements: Vec::new() };
         let mut host = CompileHost { now: self.now };
         let value = {
             let mut ctx = eval::Ctx::new(&program, Vec::new(), &mut host);
@@ -149,7 +153,7 @@ impl Checker<'_> {
         let mut targets = Vec::new();
         for t in &s.targets {
             let ty = self.ty(&t.ty)?;
-            targets.push(Target { name: t.name.clone(), ty });
+            targets.push(Target { name: t.name.clone(), ty, sym: NO_SYM });
         }
         if let Some(w) = s.targets.iter().find(|t| t.name.contains('*')) {
             if s.targets.len() != 1 {
@@ -212,6 +216,8 @@ impl Checker<'_> {
         Ok(Access {
             take: a.take,
             key: a.key.unwrap_or_else(|| key_of.to_string()),
+            key_sym: NO_SYM,
+            option_syms: Vec::new(),
             options: a.options,
             keys: a.keys,
             default,
@@ -224,6 +230,8 @@ impl Checker<'_> {
             ast::Expr::At(name, _) => Ok(Access {
                 take: false,
                 key: name,
+                key_sym: NO_SYM,
+                option_syms: Vec::new(),
                 options: Vec::new(),
                 keys: Vec::new(),
                 default: None,

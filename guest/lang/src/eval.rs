@@ -14,7 +14,7 @@ use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use crate::ir::*;
 use crate::pipes;
 use crate::time;
-use crate::value::{Field, Type, Value, convert, obj_insert};
+use crate::value::{Field, NO_SYM, Type, Value, convert, obj_insert};
 
 /// A SQL value crossing to or from the knowledge provider.
 #[derive(Debug, Clone, PartialEq)]
@@ -68,6 +68,10 @@ pub fn evaluate<'a>(
     host: &mut dyn Host,
 ) -> Result<Vec<Field<'a>>, EvalError> {
     let m = program.models.get(model).ok_or(EvalError::NoSuchModel(model))?;
+    let mut input = input;
+    for f in &mut input {
+        f.sym = program.resolve(&f.name);
+    }
     let mut ctx = Ctx::new(program, input, host);
     for stmt in &m.stmts {
         ctx.stmt(stmt);
@@ -111,7 +115,7 @@ impl<'a, 'h> Ctx<'a, 'h> {
             Stmt::Assign { target, expr } => {
                 if let Some(v) = self.expr(expr, &target.name) {
                     let v = convert(v, &target.ty);
-                    self.dst.push(Field::new(target.name.as_str(), v));
+                    self.dst.push(Field { name: Cow::Borrowed(&target.name), value: v, sym: target.sym });
                 }
             }
             Stmt::Lookup { targets, lookup } => self.lookup(targets, lookup),
@@ -131,24 +135,18 @@ impl<'a, 'h> Ctx<'a, 'h> {
 
     // ----- field lookup ------------------------------------------------------
 
-    fn in_dst(&self, name: &str) -> Option<&Field<'a>> {
-        self.dst.iter().find(|f| f.name == name)
-    }
-
-    fn src_index(&self, name: &str) -> Option<usize> {
-        self.src.iter().position(|f| matches!(f, Some(f) if f.name == name))
-    }
-
-    /// Finds `name` for `read` (dst, then src) or `take` (src, removed).
-    fn find(&mut self, take: bool, name: &str, skip_empty: bool) -> Option<Field<'a>> {
+    /// Finds `name` (slot `sym`) for `read` (dst, then src) or `take`
+    /// (src, removed). Names the program knows compare by slot.
+    fn find(&mut self, take: bool, name: &str, sym: u32, skip_empty: bool) -> Option<Field<'a>> {
+        let hit = |f: &Field<'_>| if sym != NO_SYM { f.sym == sym } else { f.name == name };
         if !take {
-            if let Some(f) = self.in_dst(name) {
+            if let Some(f) = self.dst.iter().find(|f| hit(f)) {
                 if !(skip_empty && f.value.is_empty()) {
                     return Some(f.clone());
                 }
             }
         }
-        let i = self.src_index(name)?;
+        let i = self.src.iter().position(|f| matches!(f, Some(f) if hit(f)))?;
         let slot = &mut self.src[i];
         let field = slot.as_ref()?;
         if skip_empty && field.value.is_empty() {
@@ -159,11 +157,12 @@ impl<'a, 'h> Ctx<'a, 'h> {
 
     /// `read(…)` / `take(…)` with options and default (spec §8.3).
     fn access(&mut self, a: &'a Access) -> Option<Field<'a>> {
-        if let Some(f) = self.find(a.take, &a.key, false) {
+        if let Some(f) = self.find(a.take, &a.key, a.key_sym, false) {
             return Some(f);
         }
-        for opt in &a.options {
-            if let Some(f) = self.find(a.take, opt, true) {
+        for (i, opt) in a.options.iter().enumerate() {
+            let sym = a.option_syms.get(i).copied().unwrap_or(NO_SYM);
+            if let Some(f) = self.find(a.take, opt, sym, true) {
                 return Some(f);
             }
         }
@@ -294,7 +293,7 @@ impl<'a, 'h> Ctx<'a, 'h> {
                     continue;
                 }
             }
-            if self.in_dst(&f.name).is_some() {
+            if self.dst.iter().any(|d| d.same_name(f)) {
                 continue;
             }
             if let Some(f) = self.src[i].take() {
@@ -357,7 +356,8 @@ impl<'a, 'h> Ctx<'a, 'h> {
                 Cow::Borrowed(t.name.as_str())
             };
             let v = convert(value_of_cell(cell), &t.ty);
-            self.dst.push(Field { name, value: v });
+            let sym = if t.name == "_" { self.program.resolve(&name) } else { t.sym };
+            self.dst.push(Field { name, value: v, sym });
         }
     }
 }

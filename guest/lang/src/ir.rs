@@ -25,6 +25,9 @@ const MAGIC: &[u8; 6] = b"OMLIR\0";
 pub struct Program {
     /// Hex SHA-256 of the sources, filled in by the host's build step.
     pub source_hash: String,
+    /// Every name the program looks up by exact name (keys, options,
+    /// targets), sorted and unique: a name's index is its slot (`sym`).
+    pub names: Vec<String>,
     pub models: Vec<Model>,
     pub statements: Vec<SqlStatement>,
 }
@@ -53,6 +56,7 @@ pub enum Stmt {
 pub struct Target {
     pub name: String,
     pub ty: Type,
+    pub sym: u32,
 }
 
 /// A constant value: a literal, or an inlined static binding.
@@ -96,8 +100,10 @@ pub struct Access {
     pub take: bool,
     /// The primary key: explicit, or the target's name.
     pub key: String,
-    /// `option:[…]` alternatives, in order.
+    pub key_sym: u32,
+    /// `option:[…]` alternatives, in order, and their slots.
     pub options: Vec<String>,
+    pub option_syms: Vec<u32>,
     /// `keys:[…]` patterns (for `collect`).
     pub keys: Vec<String>,
     pub default: Option<alloc::boxed::Box<Expr>>,
@@ -282,6 +288,80 @@ pub struct SqlStatement {
     pub column: u32,
 }
 
+/// A name-bearing item, as `Program::link` visits it.
+enum Named<'p> {
+    Target(&'p mut Target),
+    Key(&'p mut Access),
+    Option(&'p mut Access, usize),
+}
+
+impl Named<'_> {
+    fn name(&self) -> &String {
+        match self {
+            Named::Target(t) => &t.name,
+            Named::Key(a) => &a.key,
+            Named::Option(a, i) => &a.options[*i],
+        }
+    }
+}
+
+fn visit_model(m: &mut Model, f: &mut dyn FnMut(&mut Named<'_>)) {
+    for s in &mut m.stmts {
+        match s {
+            Stmt::Assign { target, expr } => {
+                f(&mut Named::Target(target));
+                visit_expr(expr, f);
+            }
+            Stmt::Lookup { targets, lookup } => {
+                for t in targets {
+                    f(&mut Named::Target(t));
+                }
+                for p in &mut lookup.params {
+                    visit_param(p, f);
+                }
+            }
+            Stmt::Batch { .. } => {}
+        }
+    }
+}
+
+fn visit_param(p: &mut Param, f: &mut dyn FnMut(&mut Named<'_>)) {
+    match p {
+        Param::Access(a) => visit_access(a, f),
+        Param::Helper(_, args) => args.iter_mut().for_each(|a| visit_param(a, f)),
+        Param::Now(_) | Param::Const(_) => {}
+    }
+}
+
+fn visit_access(a: &mut Access, f: &mut dyn FnMut(&mut Named<'_>)) {
+    a.option_syms.resize(a.options.len(), crate::value::NO_SYM);
+    f(&mut Named::Key(a));
+    for i in 0..a.options.len() {
+        f(&mut Named::Option(a, i));
+    }
+    if let Some(d) = &mut a.default {
+        visit_expr(d, f);
+    }
+}
+
+fn visit_expr(e: &mut Expr, f: &mut dyn FnMut(&mut Named<'_>)) {
+    match e {
+        Expr::Const(_) | Expr::Now(_) => {}
+        Expr::Access(a) | Expr::Collect(a) | Expr::Pipe { source: a, .. } => visit_access(a, f),
+        Expr::Match(m) => {
+            m.sources.iter_mut().for_each(|a| visit_access(a, f));
+            for arm in &mut m.arms {
+                visit_expr(&mut arm.result, f);
+            }
+            if let Some(d) = &mut m.default {
+                visit_expr(d, f);
+            }
+        }
+        Expr::Object(members) => members.iter_mut().for_each(|m| visit_expr(&mut m.expr, f)),
+        Expr::Fmt { args, .. } => args.iter_mut().for_each(|a| visit_access(a, f)),
+    }
+}
+
 /// Why IR bytes could not be read.
 #[derive(Debug, Clone, PartialEq)]
 pub enum IrError {
@@ -324,6 +404,39 @@ impl Program {
             return Err(IrError::Version { found });
         }
         postcard::from_bytes(&bytes[10..]).map_err(|e| IrError::Corrupt(alloc::format!("{e}")))
+    }
+
+    /// The slot of a name, or [`crate::value::NO_SYM`].
+    pub fn resolve(&self, name: &str) -> u32 {
+        match self.names.binary_search_by(|n| n.as_str().cmp(name)) {
+            Ok(i) => i as u32,
+            Err(_) => crate::value::NO_SYM,
+        }
+    }
+
+    /// Builds the name table and gives every access and target its slot, so
+    /// evaluation compares numbers, not strings. Run once, after compiling.
+    pub fn link(&mut self) {
+        let mut names = alloc::collections::BTreeSet::new();
+        for m in &mut self.models {
+            visit_model(m, &mut |n: &mut Named<'_>| {
+                names.insert(n.name().clone());
+            });
+        }
+        self.names = names.into_iter().collect();
+        let table = core::mem::take(&mut self.names);
+        let slot = |s: &str| table.binary_search_by(|n| n.as_str().cmp(s)).map(|i| i as u32).unwrap_or(crate::value::NO_SYM);
+        for m in &mut self.models {
+            visit_model(m, &mut |n: &mut Named<'_>| match n {
+                Named::Target(t) => t.sym = slot(&t.name),
+                Named::Key(a) => a.key_sym = slot(&a.key),
+                Named::Option(a, i) => {
+                    let s = slot(&a.options[*i]);
+                    a.option_syms[*i] = s;
+                }
+            });
+        }
+        self.names = table;
     }
 
     pub fn uses_clock(&self) -> bool {

@@ -42,11 +42,22 @@ pub enum Value<'a> {
 pub struct Field<'a> {
     pub name: Str<'a>,
     pub value: Value<'a>,
+    /// The name's slot in the program's name table ([`NO_SYM`] when the
+    /// program never looks this name up, or for members and elements).
+    pub sym: u32,
 }
+
+/// The slot of a name the program does not know.
+pub const NO_SYM: u32 = u32::MAX;
 
 impl<'a> Field<'a> {
     pub fn new(name: impl Into<Str<'a>>, value: Value<'a>) -> Self {
-        Field { name: name.into(), value }
+        Field { name: name.into(), value, sym: NO_SYM }
+    }
+
+    /// Whether two top-level fields have the same name.
+    pub fn same_name(&self, other: &Field<'_>) -> bool {
+        if self.sym != NO_SYM || other.sym != NO_SYM { self.sym == other.sym } else { self.name == other.name }
     }
 }
 
@@ -260,7 +271,7 @@ impl<'a> Value<'a> {
 
 impl<'a> Field<'a> {
     pub fn into_owned(self) -> Field<'static> {
-        Field { name: Cow::Owned(self.name.into_owned()), value: self.value.into_owned() }
+        Field { name: Cow::Owned(self.name.into_owned()), value: self.value.into_owned(), sym: self.sym }
     }
 }
 
