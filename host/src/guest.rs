@@ -47,7 +47,8 @@ pub fn stamped_hash(module: &[u8]) -> Option<String> {
 }
 
 /// The hash `scripts/guest_hash.py` computes: SHA-256 over the files under
-/// `wit/` and `guest/` and the build script, sorted by path, each as
+/// `wit/` and `guest/` (but `tests/` folders, which do not go into the
+/// guest) and the build script, sorted by path, each as
 /// `path NUL length NUL bytes`.
 pub fn source_hash_of_tree(root: &Path) -> std::io::Result<String> {
     let mut files = vec!["scripts/build-guest.sh".to_string()];
@@ -72,7 +73,7 @@ fn collect(root: &Path, dir: &Path, out: &mut Vec<String>) -> std::io::Result<()
         let entry = entry?;
         let path = entry.path();
         if entry.file_type()?.is_dir() {
-            if entry.file_name() != "target" {
+            if entry.file_name() != "target" && entry.file_name() != "tests" {
                 collect(root, &path, out)?;
             }
         } else if let Ok(rel) = path.strip_prefix(root) {
