@@ -26,13 +26,20 @@ struct CaseFile {
 #[derive(Debug, Clone, Deserialize)]
 pub struct Case {
     pub name: String,
+    /// The rule text; or `oml_file`, a rule file relative to the case file.
+    #[serde(default)]
     pub oml: String,
+    #[serde(default)]
+    pub oml_file: Option<String>,
     #[serde(default = "empty_object")]
     pub input: String,
     #[serde(default)]
     pub input_types: std::collections::BTreeMap<String, String>,
     #[serde(default)]
     pub knowledge: Option<String>,
+    /// A `knowdb.toml` (relative to the case file) to load instead of inline `knowledge`.
+    #[serde(default)]
+    pub knowdb: Option<String>,
     #[serde(default)]
     pub expected: Option<String>,
     #[serde(default)]
@@ -75,7 +82,16 @@ pub fn read_cases(path: &Path) -> Result<Vec<Case>> {
 /// Runs every case of one file.
 pub async fn run_file(path: &Path, mode: Mode, engine: &Engine) -> Result<Vec<Outcome>> {
     let mut out = Vec::new();
-    for case in read_cases(path)? {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    for mut case in read_cases(path)? {
+        if let Some(k) = &case.knowdb {
+            case.knowdb = Some(dir.join(k).display().to_string());
+        }
+        if let Some(f) = &case.oml_file {
+            let p = dir.join(f);
+            case.oml = std::fs::read_to_string(&p).map_err(|e| Error::io(&p, e))?;
+            case.oml_file = Some(p.display().to_string());
+        }
         let failure = run_case(&case, mode, engine).await.err();
         out.push(Outcome { name: case.name, failure });
     }
@@ -84,7 +100,7 @@ pub async fn run_file(path: &Path, mode: Mode, engine: &Engine) -> Result<Vec<Ou
 
 /// Runs one case; `Err` says why it failed.
 pub async fn run_case(case: &Case, mode: Mode, engine: &Engine) -> std::result::Result<(), String> {
-    let file = format!("{}.oml", case.name);
+    let file = case.oml_file.clone().unwrap_or_else(|| format!("{}.oml", case.name));
     let src = [RuleSource { file: file.clone(), text: case.oml.clone() }];
     let compiled = crate::build::compile(&src);
     if let Some(what) = &case.expected_error {
@@ -104,9 +120,14 @@ pub async fn run_case(case: &Case, mode: Mode, engine: &Engine) -> std::result::
         Err(e) => return Err(format!("compile error:\n{e}")),
     };
     let input = input_record(&case.input, &case.input_types)?;
-    let knowledge = match &case.knowledge {
-        Some(k) => Some(load_knowledge(k).await.map_err(|e| e.to_string())?),
-        None => None,
+    let knowledge = match (&case.knowledge, &case.knowdb) {
+        (Some(k), _) => Some(load_knowledge(k).await.map_err(|e| e.to_string())?),
+        (None, Some(path)) => {
+            let db = SqliteProvider::memory().await.map_err(|e| e.to_string())?;
+            crate::knowledge::knowdb::load(Path::new(path), &db).await.map_err(|e| e.to_string())?;
+            Some(Arc::new(Knowledge::new(Arc::new(db))))
+        }
+        (None, None) => None,
     };
     let output = match mode {
         Mode::Wasm => {

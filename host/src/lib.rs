@@ -5,11 +5,11 @@
 //! # async fn demo() -> omlet::Result<()> {
 //! use std::sync::Arc;
 //! let db = omlet::knowledge::sqlite::SqliteProvider::memory().await?;
-//! omlet::knowledge::knowdb::load("examples/knowdb/knowdb.toml".as_ref(), &db).await?;
+//! omlet::knowledge::knowdb::load("examples/nginx/knowdb/knowdb.toml".as_ref(), &db).await?;
 //! let knowledge = Arc::new(omlet::Knowledge::new(Arc::new(db)));
 //! let engine = omlet::Engine::new()?;
-//! let rule = engine.load_path("examples/rules/enrich.oml".as_ref(), Some(knowledge)).await?;
-//! let record = omlet::record::from_json_str(r#"{"src_ip":"10.0.0.7"}"#).map_err(|m| omlet::Error::Input { what: "input".into(), message: m })?;
+//! let rule = engine.load_path("examples/nginx/nginx.oml".as_ref(), Some(knowledge)).await?;
+//! let record = omlet::record::from_json_str(r#"{"client_ip":"10.0.0.7","status":"200"}"#).map_err(|m| omlet::Error::Input { what: "input".into(), message: m })?;
 //! let out = rule.evaluate(&record).await?;
 //! println!("{}", omlet::record::to_json_string(&out));
 //! # Ok(()) }

@@ -41,3 +41,20 @@ async fn corpus_passes_through_wasm() {
 async fn corpus_passes_natively() {
     run(Mode::Native).await;
 }
+
+/// The examples' own test cases (examples/*/tests.toml), both ways.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn example_tests_pass_both_ways() {
+    let engine = omlet::Engine::new().unwrap();
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    let mut n = 0;
+    for ex in ["nginx", "sysmon", "apt"] {
+        for mode in [Mode::Wasm, Mode::Native] {
+            for o in run_file(&root.join(ex).join("tests.toml"), mode, &engine).await.unwrap() {
+                assert!(o.failure.is_none(), "{ex} {mode:?} {}: {}", o.name, o.failure.unwrap());
+                n += 1;
+            }
+        }
+    }
+    assert_eq!(n, 20);
+}

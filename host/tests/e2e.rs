@@ -13,7 +13,7 @@ fn root() -> &'static Path {
 
 async fn example_knowledge() -> Arc<Knowledge> {
     let db = SqliteProvider::memory().await.unwrap();
-    omlet::knowledge::knowdb::load(&root().join("examples/knowdb/knowdb.toml"), &db).await.unwrap();
+    omlet::knowledge::knowdb::load(&root().join("examples/nginx/knowdb/knowdb.toml"), &db).await.unwrap();
     Arc::new(Knowledge::new(Arc::new(db)))
 }
 
@@ -21,37 +21,41 @@ fn records(jsonl: &str) -> Vec<omlet::Record> {
     jsonl.lines().filter(|l| !l.trim().is_empty()).map(|l| omlet::record::from_json_str(l).unwrap()).collect()
 }
 
-const EXPECTED: &[&str] = &[
-    r#"{"client_ip":"10.0.0.7","status":200,"bytes":5120,"method":"GET","path":"/index.html","zone":"dmz","owner":"web-team","agent":"curl/8.5"}"#,
-    r#"{"client_ip":"10.0.1.20","status":404,"bytes":0,"method":"GET","path":"/missing","zone":"office","owner":"it-desk","agent":"Mozilla/5.0"}"#,
-    r#"{"client_ip":"203.0.113.9","status":503,"bytes":0,"method":"POST","path":"/api/upload","agent":"python-requests/2.31"}"#,
-    r#"{"client_ip":"192.168.9.4","status":301,"bytes":178,"method":"GET","path":"/docs","zone":"lab","owner":"research","referer":"https://example.org/"}"#,
-];
+/// The hand-checked outputs in examples/nginx/tests.toml, in input order.
+fn expected_nginx() -> Vec<String> {
+    let cases = omlet::conformance::read_cases(&root().join("examples/nginx/tests.toml")).unwrap();
+    cases.into_iter().map(|c| c.expected.unwrap()).collect()
+}
 
 #[tokio::test]
 async fn example_rule_enriches_records_one_by_one_and_in_a_batch() {
     let knowledge = example_knowledge().await;
     let engine = Engine::new().unwrap();
-    let rule = engine.load_path(&root().join("examples/rules/enrich.oml"), Some(knowledge.clone())).await.unwrap();
+    let rule = engine.load_path(&root().join("examples/nginx/nginx.oml"), Some(knowledge.clone())).await.unwrap();
     assert_eq!(rule.info().statements.len(), 1);
-    assert_eq!(rule.info().statements[0].sql, "select zone,owner from ip_zone where ip = :ip");
+    assert_eq!(
+        rule.info().statements[0].sql,
+        "select zone,owner from ip_zone where lo_int <= :client_ip and hi_int >= :client_ip_2"
+    );
 
-    let input = records(&std::fs::read_to_string(root().join("examples/data/access.jsonl")).unwrap());
-    for (rec, want) in input.iter().zip(EXPECTED) {
+    let input = records(&std::fs::read_to_string(root().join("examples/nginx/access.jsonl")).unwrap());
+    let expected = expected_nginx();
+    assert_eq!(input.len(), expected.len());
+    for (rec, want) in input.iter().zip(&expected) {
         let out = rule.evaluate(rec).await.unwrap();
         assert_eq!(omlet::record::to_json_string(&out), *want);
     }
     let batch = rule.evaluate_batch(&input).await.unwrap();
     let got: Vec<String> = batch.into_iter().map(|r| omlet::record::to_json_string(&r.unwrap())).collect();
-    assert_eq!(got, EXPECTED);
-    // The guest cache answers repeated keys: 4 single + 4 batch lookups, of
-    // which the batch ones were all cached in the (single, reused) instance.
-    let lookups = knowledge.stats().lookups.load(std::sync::atomic::Ordering::Relaxed);
-    assert_eq!(lookups, 4, "the guest cache should have served the batch");
+    assert_eq!(got, expected);
+    // The guest cache answers repeated keys: the batch's lookups were all
+    // served by the (single, reused) instance's cache.
+    let lookups = || knowledge.stats().lookups.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(lookups(), 4, "the guest cache should have served the batch");
     // After a reload the generation changes and the guest asks again.
     knowledge.reload();
     rule.evaluate(&input[0]).await.unwrap();
-    assert_eq!(knowledge.stats().lookups.load(std::sync::atomic::Ordering::Relaxed), 5);
+    assert_eq!(lookups(), 5);
 }
 
 #[test]

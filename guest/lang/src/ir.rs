@@ -16,7 +16,7 @@ use crate::time::TsUnit;
 use crate::value::Type;
 
 /// Bumped on every change to these types' serialised form.
-pub const IR_VERSION: u32 = 1;
+pub const IR_VERSION: u32 = 2;
 
 const MAGIC: &[u8; 6] = b"OMLIR\0";
 

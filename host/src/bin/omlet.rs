@@ -79,9 +79,38 @@ async fn main() -> ExitCode {
     }
 }
 
+/// Prints compile errors with miette: file:line:column, the source line
+/// and a marker under the span, and the hint.
+fn report(sources: &[RuleSource], err: &Error) {
+    let Error::Compile { errors, .. } = err else {
+        eprintln!("{err}");
+        return;
+    };
+    for fe in errors {
+        let text = sources.iter().find(|s| s.file == fe.file).map(|s| s.text.clone()).unwrap_or_default();
+        for d in &fe.diagnostics {
+            let (start, end) = (d.span.start as usize, d.span.end.max(d.span.start + 1) as usize);
+            let mut diag = miette::MietteDiagnostic::new(format!("{}:{}:{}: {}", fe.file, d.line, d.column, d.message))
+                .with_label(miette::LabeledSpan::at(start..end.min(text.len().max(start)), "here"));
+            if let Some(h) = &d.hint {
+                diag = diag.with_help(h.clone());
+            }
+            let report = miette::Report::new(diag).with_source_code(miette::NamedSource::new(&fe.file, text.clone()));
+            eprintln!("{report:?}");
+        }
+    }
+}
+
 fn build(rule: &Path, output: &Path) -> omlet::Result<ExitCode> {
     let t = Instant::now();
-    let bytes = omlet::build::build_component(&[RuleSource::read(rule)?])?;
+    let sources = [RuleSource::read(rule)?];
+    let bytes = match omlet::build::build_component(&sources) {
+        Ok(b) => b,
+        Err(e) => {
+            report(&sources, &e);
+            return Ok(ExitCode::FAILURE);
+        }
+    };
     std::fs::write(output, &bytes).map_err(|e| Error::Io { path: output.into(), source: e })?;
     eprintln!("built {} ({} bytes) in {:.0} ms", output.display(), bytes.len(), t.elapsed().as_secs_f64() * 1e3);
     Ok(ExitCode::SUCCESS)
@@ -110,11 +139,12 @@ async fn test(files: &[PathBuf], native: bool) -> omlet::Result<ExitCode> {
 fn check(rules: &[PathBuf]) -> omlet::Result<ExitCode> {
     let mut failed = 0;
     for r in rules {
-        match omlet::build::compile(&[RuleSource::read(r)?]) {
+        let sources = [RuleSource::read(r)?];
+        match omlet::build::compile(&sources) {
             Ok(_) => eprintln!("{}: ok", r.display()),
             Err(e) => {
                 failed += 1;
-                eprintln!("{e}");
+                report(&sources, &e);
             }
         }
     }

@@ -1,0 +1,111 @@
+//! Differential test: for every conformance rule, generated records evaluate
+//! to the same output through the wasm component and through the native
+//! build of the evaluator.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use omlet::build::RuleSource;
+use omlet::conformance::{NativeHost, load_knowledge, read_cases};
+use omlet::record::{self, Record};
+use omlet_lang::value::{Field, Value, obj_insert};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+
+fn leaf() -> impl Strategy<Value = Value<'static>> {
+    prop_oneof![
+        "\\PC{0,6}".prop_map(|s| Value::Chars(s.into())),
+        prop_oneof!["[0-9]{1,4}", "-?[0-9]{1,3}\\.[0-9]", "10\\.0\\.[0-9]\\.[0-9]{1,2}", "(true|false|)", "[a-c]{0,3}"]
+            .prop_map(|s| Value::Chars(s.into())),
+        (-5i64..700).prop_map(Value::Digit),
+        any::<i64>().prop_map(Value::Digit),
+        prop_oneof![Just(0.0f64), Just(65.5), -1e6f64..1e6].prop_map(Value::Float),
+        any::<bool>().prop_map(Value::Bool),
+        any::<u32>().prop_map(|a| Value::Ip(std::net::IpAddr::V4(a.into()))),
+        (0i64..2_000_000_000).prop_map(|s| Value::Time(s * 1_000_000_000)),
+        Just(Value::Null),
+    ]
+}
+
+fn value(names: Vec<String>) -> impl Strategy<Value = Value<'static>> {
+    leaf().prop_recursive(2, 8, 3, move |inner| {
+        let names = names.clone();
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..3)
+                .prop_map(|v| Value::Array(Box::new(v.into_iter().map(|x| Field::new("", x)).collect()))),
+            prop::collection::vec((prop::sample::select(names), inner), 0..3).prop_map(|members| {
+                let mut m = Vec::new();
+                for (n, v) in members {
+                    obj_insert(&mut m, Field::new(n, v));
+                }
+                Value::Obj(Box::new(m))
+            }),
+        ]
+    })
+}
+
+fn records(names: Vec<String>) -> impl Strategy<Value = Record> {
+    prop::collection::vec((prop::sample::select(names.clone()), value(names)), 0..8)
+        .prop_map(|fields| fields.into_iter().map(|(n, v)| Field::new(n, v)).collect())
+}
+
+/// Output as text plus each top-level field's kind (ip vs chars, ignore, …).
+fn shape(r: &Record) -> (String, Vec<(String, &'static str)>) {
+    (record::to_json_string(r), r.iter().map(|f| (f.name.to_string(), f.value.kind().name())).collect())
+}
+
+#[test]
+fn wasm_and_native_agree_on_generated_records() {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let engine = omlet::Engine::new().unwrap();
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/conformance");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    files.sort();
+    let mut rules_checked = 0;
+    for file in files.iter().filter(|p| p.extension().is_some_and(|e| e == "toml")) {
+        for case in read_cases(file).unwrap() {
+            let src = [RuleSource { file: format!("{}.oml", case.name), text: case.oml.clone() }];
+            let Ok(program) = omlet::build::compile(&src) else { continue };
+            if program.uses_clock() {
+                continue; // the two runs would read the clock at different instants
+            }
+            let knowledge = case.knowledge.as_ref().map(|k| rt.block_on(load_knowledge(k)).unwrap());
+            let component = omlet::build::component_for(&program).unwrap();
+            let rule = rt.block_on(engine.load(&component, knowledge.clone())).unwrap();
+            let bound = match &knowledge {
+                Some(k) => rt.block_on(k.bind(&program.statements)).unwrap(),
+                None => Vec::new(),
+            };
+            let program = Arc::new(program);
+
+            let mut names: Vec<String> = program.names.clone();
+            if let Ok(serde_json::Value::Object(m)) = serde_json::from_str::<serde_json::Value>(&case.input) {
+                names.extend(m.keys().cloned());
+            }
+            names.extend(["other", "__tmp", "a", "x/y[0]"].map(String::from));
+            names.sort();
+            names.dedup();
+
+            let mut runner = TestRunner::new(Config { cases: 24, failure_persistence: None, ..Config::default() });
+            let outcome = runner.run(&records(names), |input| {
+                let wasm = rt.block_on(rule.evaluate(&input)).map(|r| shape(&r)).map_err(|e| e.to_string());
+                let mut host = NativeHost { knowledge: knowledge.clone(), bound: bound.clone(), handle: rt.handle().clone() };
+                let native = omlet_lang::evaluate(&program, 0, input.clone(), &mut host)
+                    .map(|r| shape(&r.into_iter().map(Field::into_owned).collect()))
+                    .map_err(|e| format!("record 0: {e}"));
+                if wasm != native {
+                    return Err(TestCaseError::fail(format!(
+                        "input {}\n  wasm:   {wasm:?}\n  native: {native:?}",
+                        record::to_json_string(&input)
+                    )));
+                }
+                Ok(())
+            });
+            if let Err(e) = outcome {
+                panic!("{}: {}: {e}", file.display(), case.name);
+            }
+            rules_checked += 1;
+        }
+    }
+    assert!(rules_checked >= 100, "only {rules_checked} rules were checked");
+}
