@@ -1,0 +1,231 @@
+//! The evaluation matrix: native vs wasm, single vs batched, pure vs lookup,
+//! async vs blocking, and concurrency; with baselines (an empty guest call,
+//! the bare SQLite round trip). `benches/report.py` turns the results into
+//! BENCHMARKS.md.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use omlet::build::RuleSource;
+use omlet::conformance::NativeHost;
+use omlet::{Engine, Knowledge, Record, Rule};
+use omlet_benches::*;
+use omlet_lang::eval::{Cell, Host, QueryError};
+use omlet_lang::ir::Program;
+use tokio::runtime::Runtime;
+
+struct NoKnowledge;
+
+impl Host for NoKnowledge {
+    fn query(&mut self, _: u32, _: &[Cell]) -> Result<Option<Vec<Cell>>, QueryError> {
+        Ok(None)
+    }
+    fn columns(&mut self, _: u32) -> Result<Vec<String>, QueryError> {
+        Ok(Vec::new())
+    }
+    fn now(&mut self) -> (i64, i32) {
+        (0, 0)
+    }
+}
+
+fn compile(text: &str) -> Program {
+    omlet::build::compile(&[RuleSource { file: "bench.oml".into(), text: text.into() }]).unwrap()
+}
+
+fn load(rt: &Runtime, engine: &Engine, text: &str, k: Option<Arc<Knowledge>>) -> Arc<Rule> {
+    Arc::new(rt.block_on(engine.load_source("bench.oml", text, k)).unwrap())
+}
+
+fn config() -> Criterion {
+    let c = Criterion::default().configure_from_args();
+    if quick() {
+        c.warm_up_time(Duration::from_millis(300)).measurement_time(Duration::from_secs(1)).sample_size(10)
+    } else {
+        c.warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3)).sample_size(20)
+    }
+}
+
+/// Records evaluated one per call, in one async loop.
+fn wasm_single(rt: &Runtime, rule: &Rule, records: &[Record], iters: u64) -> Duration {
+    rt.block_on(async {
+        let t = Instant::now();
+        for i in 0..iters as usize {
+            std::hint::black_box(rule.evaluate(&records[i % records.len()]).await.unwrap());
+        }
+        t.elapsed()
+    })
+}
+
+/// `iters` batches of `n` records.
+fn wasm_batch(rt: &Runtime, rule: &Rule, records: &[Record], n: usize, iters: u64) -> Duration {
+    let chunks: Vec<&[Record]> = records.chunks(n).filter(|c| c.len() == n).collect();
+    rt.block_on(async {
+        let t = Instant::now();
+        for i in 0..iters as usize {
+            std::hint::black_box(rule.evaluate_batch(chunks[i % chunks.len()]).await.unwrap());
+        }
+        t.elapsed()
+    })
+}
+
+fn native(program: &Program, host: &mut dyn Host, records: &[Record], iters: u64) -> Duration {
+    let t = Instant::now();
+    for i in 0..iters as usize {
+        let rec = records[i % records.len()].clone();
+        std::hint::black_box(omlet_lang::evaluate(program, 0, rec, host).unwrap());
+    }
+    t.elapsed()
+}
+
+/// `c` tasks share the rule and evaluate `iters` records in all.
+fn concurrent(rt: &Runtime, rule: &Arc<Rule>, records: &Arc<Vec<Record>>, c: usize, iters: u64) -> Duration {
+    rt.block_on(async {
+        let t = Instant::now();
+        let per = (iters as usize).div_ceil(c);
+        let tasks: Vec<_> = (0..c)
+            .map(|w| {
+                let (rule, records) = (rule.clone(), records.clone());
+                tokio::spawn(async move {
+                    for i in 0..per {
+                        let r = &records[(w * per + i) % records.len()];
+                        std::hint::black_box(rule.evaluate(r).await.unwrap());
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        t.elapsed()
+    })
+}
+
+fn benches(c: &mut Criterion) {
+    let sizes = Sizes::from_env();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let engine = Engine::new().unwrap();
+    let records = Arc::new(id_records(&sizes));
+    let perf = rt.block_on(perf_knowledge(sizes.rows));
+
+    // --- pure rule: what evaluation costs, native and in wasm ---------------
+    let pure_prog = compile(PURE_RULE);
+    let pure = load(&rt, &engine, PURE_RULE, None);
+    let mut g = c.benchmark_group("pure");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("native", |b| b.iter_custom(|n| native(&pure_prog, &mut NoKnowledge, &records, n)));
+    g.bench_function("wasm_single", |b| b.iter_custom(|n| wasm_single(&rt, &pure, &records, n)));
+    for n in [1usize, 16, 256] {
+        g.throughput(Throughput::Elements(n as u64));
+        g.bench_with_input(BenchmarkId::new("wasm_batch", n), &n, |b, &n| {
+            b.iter_custom(|i| wasm_batch(&rt, &pure, &records, n, i))
+        });
+    }
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("blocking_single", |b| {
+        b.iter_custom(|n| {
+            // A plain thread with no runtime, as a sync host program would call it.
+            let (rule, records) = (pure.clone(), records.clone());
+            std::thread::spawn(move || {
+                let t = Instant::now();
+                for i in 0..n as usize {
+                    std::hint::black_box(rule.evaluate_blocking(&records[i % records.len()]).unwrap());
+                }
+                t.elapsed()
+            })
+            .join()
+            .unwrap()
+        })
+    });
+    g.finish();
+
+    // --- lookup rule with a hot set: the guest cache, and the uncached paths -
+    let lookup_prog = compile(LOOKUP_RULE);
+    let lookup = load(&rt, &engine, LOOKUP_RULE, Some(perf.clone()));
+    let bound = rt.block_on(perf.bind(&lookup_prog.statements)).unwrap();
+    let mut g = c.benchmark_group("lookup");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("native_sqlite_uncached", |b| {
+        b.iter_custom(|n| {
+            let (prog, perf, bound, records) = (lookup_prog.clone(), perf.clone(), bound.clone(), records.clone());
+            let handle = rt.handle().clone();
+            std::thread::spawn(move || {
+                let mut host = NativeHost { knowledge: Some(perf), bound, handle };
+                native(&prog, &mut host, &records, n)
+            })
+            .join()
+            .unwrap()
+        })
+    });
+    g.bench_function("wasm_single_guest_cache", |b| b.iter_custom(|n| wasm_single(&rt, &lookup, &records, n)));
+    g.throughput(Throughput::Elements(256));
+    g.bench_function("wasm_batch_256_guest_cache", |b| b.iter_custom(|i| wasm_batch(&rt, &lookup, &records, 256, i)));
+    g.finish();
+
+    // --- baselines -------------------------------------------------------------
+    let mut g = c.benchmark_group("baseline");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("empty_guest_call", |b| {
+        b.iter_custom(|n| {
+            rt.block_on(async {
+                let t = Instant::now();
+                for _ in 0..n {
+                    std::hint::black_box(pure.evaluate_batch(&[]).await.unwrap());
+                }
+                t.elapsed()
+            })
+        })
+    });
+    g.bench_function("sqlite_roundtrip", |b| {
+        b.iter_custom(|n| {
+            rt.block_on(async {
+                let t = Instant::now();
+                for i in 0..n as i64 {
+                    let id = i % sizes.hot as i64 + 1;
+                    std::hint::black_box(perf.query(&bound[0], &[Cell::Integer(id)]).await.unwrap());
+                }
+                t.elapsed()
+            })
+        })
+    });
+    g.finish();
+
+    // --- the real rule -----------------------------------------------------------
+    let (nginx_text, nginx_k, nginx_records) = rt.block_on(nginx(&sizes));
+    let nginx_prog = compile(&nginx_text);
+    let nginx_rule = load(&rt, &engine, &nginx_text, Some(nginx_k.clone()));
+    let nginx_bound = rt.block_on(nginx_k.bind(&nginx_prog.statements)).unwrap();
+    let mut g = c.benchmark_group("real");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("native_sqlite_uncached", |b| {
+        b.iter_custom(|n| {
+            let (prog, k, bound, records) = (nginx_prog.clone(), nginx_k.clone(), nginx_bound.clone(), nginx_records.clone());
+            let handle = rt.handle().clone();
+            std::thread::spawn(move || {
+                let mut host = NativeHost { knowledge: Some(k), bound, handle };
+                native(&prog, &mut host, &records, n)
+            })
+            .join()
+            .unwrap()
+        })
+    });
+    g.bench_function("wasm_single", |b| b.iter_custom(|n| wasm_single(&rt, &nginx_rule, &nginx_records, n)));
+    g.throughput(Throughput::Elements(256));
+    g.bench_function("wasm_batch_256", |b| b.iter_custom(|i| wasm_batch(&rt, &nginx_rule, &nginx_records, 256, i)));
+    g.finish();
+
+    // --- concurrency: in-flight single-record evaluations ---------------------------
+    for (name, rule) in [("concurrency_pure", &pure), ("concurrency_lookup", &lookup)] {
+        let mut g = c.benchmark_group(name);
+        g.throughput(Throughput::Elements(1));
+        for conc in [1usize, 4, 16, 64] {
+            g.bench_with_input(BenchmarkId::from_parameter(conc), &conc, |b, &conc| {
+                b.iter_custom(|n| concurrent(&rt, rule, &records, conc, n))
+            });
+        }
+        g.finish();
+    }
+}
+
+criterion_group! { name = eval; config = config(); targets = benches }
+criterion_main!(eval);
