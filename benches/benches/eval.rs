@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use omlet::build::RuleSource;
 use omlet::conformance::NativeHost;
+use omlet::knowledge::BoundStatement;
 use omlet::{Engine, Knowledge, Record, Rule};
 use omlet_benches::*;
 use omlet_lang::eval::{Cell, Host, QueryError};
@@ -76,6 +77,19 @@ fn native(program: &Program, host: &mut dyn Host, records: &[Record], iters: u64
         std::hint::black_box(omlet_lang::evaluate(program, 0, rec, host).unwrap());
     }
     t.elapsed()
+}
+
+/// The native evaluator with lookups through the knowledge provider, on a
+/// plain thread (the native host blocks on each query).
+fn native_lookups(rt: &Runtime, prog: &Program, k: &Arc<Knowledge>, bound: &[BoundStatement], records: &[Record], n: u64) -> Duration {
+    let (prog, k, bound, records) = (prog.clone(), k.clone(), bound.to_vec(), records.to_vec());
+    let handle = rt.handle().clone();
+    std::thread::spawn(move || {
+        let mut host = NativeHost { knowledge: Some(k), bound, handle };
+        native(&prog, &mut host, &records, n)
+    })
+    .join()
+    .unwrap()
 }
 
 /// `c` tasks share the rule and evaluate `iters` records in all.
@@ -146,16 +160,7 @@ fn benches(c: &mut Criterion) {
     let mut g = c.benchmark_group("lookup");
     g.throughput(Throughput::Elements(1));
     g.bench_function("native_sqlite_uncached", |b| {
-        b.iter_custom(|n| {
-            let (prog, perf, bound, records) = (lookup_prog.clone(), perf.clone(), bound.clone(), records.clone());
-            let handle = rt.handle().clone();
-            std::thread::spawn(move || {
-                let mut host = NativeHost { knowledge: Some(perf), bound, handle };
-                native(&prog, &mut host, &records, n)
-            })
-            .join()
-            .unwrap()
-        })
+        b.iter_custom(|n| native_lookups(&rt, &lookup_prog, &perf, &bound, &records, n))
     });
     g.bench_function("wasm_single_guest_cache", |b| b.iter_custom(|n| wasm_single(&rt, &lookup, &records, n)));
     g.throughput(Throughput::Elements(256));
@@ -198,16 +203,7 @@ fn benches(c: &mut Criterion) {
     let mut g = c.benchmark_group("real");
     g.throughput(Throughput::Elements(1));
     g.bench_function("native_sqlite_uncached", |b| {
-        b.iter_custom(|n| {
-            let (prog, k, bound, records) = (nginx_prog.clone(), nginx_k.clone(), nginx_bound.clone(), nginx_records.clone());
-            let handle = rt.handle().clone();
-            std::thread::spawn(move || {
-                let mut host = NativeHost { knowledge: Some(k), bound, handle };
-                native(&prog, &mut host, &records, n)
-            })
-            .join()
-            .unwrap()
-        })
+        b.iter_custom(|n| native_lookups(&rt, &nginx_prog, &nginx_k, &nginx_bound, &nginx_records, n))
     });
     g.bench_function("wasm_single", |b| b.iter_custom(|n| wasm_single(&rt, &nginx_rule, &nginx_records, n)));
     g.throughput(Throughput::Elements(256));
