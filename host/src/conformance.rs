@@ -12,7 +12,7 @@ use serde_json::Value as Json;
 
 use crate::build::RuleSource;
 use crate::knowledge::sqlite::SqliteProvider;
-use crate::knowledge::{BoundStatement, Knowledge};
+use crate::knowledge::{BoundStatement, Knowledge, Provider};
 use crate::record::{self, Record};
 use crate::{Engine, Error, Result};
 
@@ -79,8 +79,13 @@ pub fn read_cases(path: &Path) -> Result<Vec<Case>> {
     Ok(f.case)
 }
 
-/// Runs every case of one file.
+/// Runs every case of one file; knowledge tables go to `db` if given, else
+/// to a fresh in-memory SQLite per case.
 pub async fn run_file(path: &Path, mode: Mode, engine: &Engine) -> Result<Vec<Outcome>> {
+    run_file_on(path, mode, engine, None).await
+}
+
+pub async fn run_file_on(path: &Path, mode: Mode, engine: &Engine, db: Option<&TestDb>) -> Result<Vec<Outcome>> {
     let mut out = Vec::new();
     let dir = path.parent().unwrap_or(Path::new("."));
     for mut case in read_cases(path)? {
@@ -92,7 +97,7 @@ pub async fn run_file(path: &Path, mode: Mode, engine: &Engine) -> Result<Vec<Ou
             case.oml = std::fs::read_to_string(&p).map_err(|e| Error::io(&p, e))?;
             case.oml_file = Some(p.display().to_string());
         }
-        let failure = run_case(&case, mode, engine).await.err();
+        let failure = run_case_on(&case, mode, engine, db).await.err();
         out.push(Outcome { name: case.name, failure });
     }
     Ok(out)
@@ -100,6 +105,27 @@ pub async fn run_file(path: &Path, mode: Mode, engine: &Engine) -> Result<Vec<Ou
 
 /// Runs one case; `Err` says why it failed.
 pub async fn run_case(case: &Case, mode: Mode, engine: &Engine) -> std::result::Result<(), String> {
+    run_case_on(case, mode, engine, None).await
+}
+
+pub async fn run_case_on(case: &Case, mode: Mode, engine: &Engine, db: Option<&TestDb>) -> std::result::Result<(), String> {
+    let mut created = Vec::new();
+    let r = run_case_inner(case, mode, engine, db, &mut created).await;
+    if let Some(db) = db {
+        for t in created {
+            let _ = db.provider.drop_table(&t).await;
+        }
+    }
+    r
+}
+
+async fn run_case_inner(
+    case: &Case,
+    mode: Mode,
+    engine: &Engine,
+    db: Option<&TestDb>,
+    created: &mut Vec<String>,
+) -> std::result::Result<(), String> {
     let file = case.oml_file.clone().unwrap_or_else(|| format!("{}.oml", case.name));
     let src = [RuleSource { file: file.clone(), text: case.oml.clone() }];
     let compiled = crate::build::compile(&src);
@@ -120,15 +146,28 @@ pub async fn run_case(case: &Case, mode: Mode, engine: &Engine) -> std::result::
         Err(e) => return Err(format!("compile error:\n{e}")),
     };
     let input = input_record(&case.input, &case.input_types)?;
-    let knowledge = match (&case.knowledge, &case.knowdb) {
-        (Some(k), _) => Some(load_knowledge(k).await.map_err(|e| e.to_string())?),
-        (None, Some(path)) => {
-            let db = SqliteProvider::memory().await.map_err(|e| e.to_string())?;
-            crate::knowledge::knowdb::load(Path::new(path), &db).await.map_err(|e| e.to_string())?;
-            Some(Arc::new(Knowledge::new(Arc::new(db))))
-        }
-        (None, None) => None,
+    let provider: Option<Arc<dyn Provider>> = match (&case.knowledge, &case.knowdb, db) {
+        (None, None, _) => None,
+        (_, _, Some(db)) => Some(db.provider.clone()),
+        (_, _, None) => Some(Arc::new(SqliteProvider::memory().await.map_err(|e| e.to_string())?)),
     };
+    if let Some(p) = &provider {
+        if let Some(k) = &case.knowledge {
+            for t in tables_from_json(k).map_err(|e| e.to_string())? {
+                created.push(t.name.clone());
+                let _ = p.drop_table(&t.name).await;
+                p.load_table(&t.name, &t.columns, &t.types, &t.rows).await.map_err(|e| e.to_string())?;
+            }
+        } else if let Some(path) = &case.knowdb {
+            let spec = crate::knowledge::knowdb::read(Path::new(path)).map_err(|e| e.to_string())?;
+            for t in &spec.tables {
+                created.push(t.name.clone());
+                let _ = p.drop_table(&t.name).await;
+            }
+            crate::knowledge::knowdb::load(Path::new(path), p.as_ref()).await.map_err(|e| e.to_string())?;
+        }
+    }
+    let knowledge = provider.map(|p| Arc::new(Knowledge::new(p)));
     let output = match mode {
         Mode::Wasm => {
             let component = crate::build::component_for(&program).map_err(|e| e.to_string())?;
@@ -176,8 +215,16 @@ impl Host for NativeHost {
     }
 }
 
-/// Builds the knowledge tables of a case in a fresh in-memory SQLite.
-pub async fn load_knowledge(json: &str) -> Result<Arc<Knowledge>> {
+/// One table of a case's inline `knowledge`.
+pub struct TableData {
+    pub name: String,
+    pub columns: Vec<String>,
+    pub types: Vec<String>,
+    pub rows: Vec<Vec<Cell>>,
+}
+
+/// Reads a case's `knowledge` JSON.
+pub fn tables_from_json(json: &str) -> Result<Vec<TableData>> {
     #[derive(Deserialize)]
     struct Tables {
         tables: serde_json::Map<String, Json>,
@@ -190,10 +237,10 @@ pub async fn load_knowledge(json: &str) -> Result<Arc<Knowledge>> {
         rows: Vec<Vec<Json>>,
     }
     let spec: Tables = serde_json::from_str(json).map_err(|e| Error::Knowledge(format!("knowledge: {e}")))?;
-    let db = SqliteProvider::memory().await?;
+    let mut out = Vec::new();
     for (name, t) in spec.tables {
         let t: Table = serde_json::from_value(t).map_err(|e| Error::Knowledge(format!("table {name}: {e}")))?;
-        let rows: Vec<Vec<Cell>> = t
+        let rows = t
             .rows
             .iter()
             .map(|r| {
@@ -208,9 +255,64 @@ pub async fn load_knowledge(json: &str) -> Result<Arc<Knowledge>> {
                     .collect()
             })
             .collect();
-        db.load_table(&name, &t.columns, &t.types, &rows).await?;
+        out.push(TableData { name, columns: t.columns, types: t.types, rows });
+    }
+    Ok(out)
+}
+
+/// Builds a case's inline knowledge in a fresh in-memory SQLite.
+pub async fn load_knowledge(json: &str) -> Result<Arc<Knowledge>> {
+    let db = SqliteProvider::memory().await?;
+    for t in tables_from_json(json)? {
+        db.load_table(&t.name, &t.columns, &t.types, &t.rows).await?;
     }
     Ok(Arc::new(Knowledge::new(Arc::new(db))))
+}
+
+/// A database for `omlet test --knowledge URL`: a fresh database created
+/// for the run (PostgreSQL, MySQL) and dropped by [`TestDb::finish`].
+pub struct TestDb {
+    pub provider: Arc<dyn Provider>,
+    admin: Option<(Arc<dyn Provider>, String)>,
+}
+
+impl TestDb {
+    pub async fn create(url: &str) -> Result<TestDb> {
+        use crate::knowledge::config::connect;
+        let timeout = std::time::Duration::from_secs(10);
+        if url.starts_with("sqlite") {
+            return Ok(TestDb { provider: connect(url, 1, timeout).await?.into_dyn(), admin: None });
+        }
+        let name = format!(
+            "omlet_test_{}_{}",
+            std::process::id(),
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0)
+        );
+        let admin = connect(url, 1, timeout).await?.into_dyn();
+        let charset = if admin.kind() == "mysql" { " character set utf8mb4 collate utf8mb4_bin" } else { "" };
+        admin.execute(&format!("create database {name}{charset}")).await?;
+        let (base, query) = match url.split_once('?') {
+            Some((b, q)) => (b, format!("?{q}")),
+            None => (url, String::new()),
+        };
+        let scheme_end = base.find("://").map(|i| i + 3).unwrap_or(0);
+        let db_url = match base[scheme_end..].find('/') {
+            Some(i) => format!("{}/{name}{query}", &base[..scheme_end + i]),
+            None => format!("{base}/{name}{query}"),
+        };
+        let provider = connect(&db_url, 2, timeout).await?.into_dyn();
+        Ok(TestDb { provider, admin: Some((admin, name)) })
+    }
+
+    /// Drops the database created for the run.
+    pub async fn finish(self) -> Result<()> {
+        if let Some((admin, name)) = self.admin {
+            self.provider.close().await;
+            let force = if admin.kind() == "postgres" { " with (force)" } else { "" };
+            admin.execute(&format!("drop database {name}{force}")).await?;
+        }
+        Ok(())
+    }
 }
 
 fn input_record(json: &str, types: &std::collections::BTreeMap<String, String>) -> std::result::Result<Record, String> {

@@ -328,10 +328,11 @@ impl wk::Host for StoreState {
         };
         let params: Vec<Cell> = params.into_iter().map(to_lang).collect();
         Ok(match k.query(stmt, &params).await {
-            Ok(row) => Ok(wk::Answer { row: row.map(|r| r.into_iter().map(to_wit).collect()), cacheable: true }),
+            Ok(row) => Ok(wk::Answer { row: row.map(|r| r.into_iter().map(to_wit).collect()), cacheable: k.cacheable() }),
             Err(message) => {
-                tracing::warn!(statement = %stmt.sql, %message, "lookup failed");
-                Err(qerr(wk::ErrorCode::Failed, message))
+                let code = if message.contains("timed out") { wk::ErrorCode::Timeout } else { wk::ErrorCode::Failed };
+                let fatal = k.config().on_lookup_error == crate::knowledge::OnLookupError::Fail;
+                Err(wk::QueryError { code, message: format!("`{}`: {message}", stmt.sql), fatal })
             }
         })
     }

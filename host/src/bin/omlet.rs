@@ -41,8 +41,14 @@ enum Cmd {
         #[arg(short, long, default_value = "-")]
         input: String,
         /// A knowdb.toml describing the knowledge tables (loaded into in-memory SQLite).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "knowledge")]
         knowdb: Option<PathBuf>,
+        /// A knowledge config (TOML: provider URL, pool, timeouts, cache, policy).
+        #[arg(long)]
+        knowledge: Option<PathBuf>,
+        /// Print lookup statistics at the end: `text` or `json`.
+        #[arg(long, num_args = 0..=1, default_missing_value = "text")]
+        stats: Option<String>,
         /// Records per guest call.
         #[arg(long, default_value_t = 256)]
         batch: usize,
@@ -54,6 +60,10 @@ enum Cmd {
         /// Evaluate with the native build of the evaluator instead of the wasm component.
         #[arg(long)]
         native: bool,
+        /// Load the cases' tables into this database (postgres://…, mysql://…), in a
+        /// database created for the run and dropped after it.
+        #[arg(long)]
+        knowledge: Option<String>,
     },
 }
 
@@ -67,8 +77,10 @@ async fn main() -> ExitCode {
     let result = match cli.cmd {
         Cmd::Build { rule, output } => build(&rule, &output),
         Cmd::Check { rules } => check(&rules),
-        Cmd::Run { rule, input, knowdb, batch } => run(&rule, &input, knowdb.as_deref(), batch.max(1)).await,
-        Cmd::Test { files, native } => test(&files, native).await,
+        Cmd::Run { rule, input, knowdb, knowledge, stats, batch } => {
+            run(&rule, &input, knowdb.as_deref(), knowledge.as_deref(), stats.as_deref(), batch.max(1)).await
+        }
+        Cmd::Test { files, native, knowledge } => test(&files, native, knowledge.as_deref()).await,
     };
     match result {
         Ok(code) => code,
@@ -116,13 +128,17 @@ fn build(rule: &Path, output: &Path) -> omlet::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn test(files: &[PathBuf], native: bool) -> omlet::Result<ExitCode> {
-    use omlet::conformance::{Mode, run_file};
+async fn test(files: &[PathBuf], native: bool, knowledge: Option<&str>) -> omlet::Result<ExitCode> {
+    use omlet::conformance::{Mode, TestDb, run_file_on};
     let engine = Engine::new()?;
     let mode = if native { Mode::Native } else { Mode::Wasm };
+    let db = match knowledge {
+        Some(url) => Some(TestDb::create(url).await?),
+        None => None,
+    };
     let (mut passed, mut failed) = (0, 0);
     for f in files {
-        for o in run_file(f, mode, &engine).await? {
+        for o in run_file_on(f, mode, &engine, db.as_ref()).await? {
             match o.failure {
                 None => passed += 1,
                 Some(why) => {
@@ -131,6 +147,9 @@ async fn test(files: &[PathBuf], native: bool) -> omlet::Result<ExitCode> {
                 }
             }
         }
+    }
+    if let Some(db) = db {
+        db.finish().await?;
     }
     println!("{passed} passed, {failed} failed");
     Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
@@ -151,14 +170,22 @@ fn check(rules: &[PathBuf]) -> omlet::Result<ExitCode> {
     Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
-async fn run(rule: &Path, input: &str, knowdb: Option<&Path>, batch: usize) -> omlet::Result<ExitCode> {
-    let knowledge = match knowdb {
-        Some(k) => {
+async fn run(
+    rule: &Path,
+    input: &str,
+    knowdb: Option<&Path>,
+    config: Option<&Path>,
+    stats: Option<&str>,
+    batch: usize,
+) -> omlet::Result<ExitCode> {
+    let knowledge = match (knowdb, config) {
+        (Some(k), _) => {
             let db = SqliteProvider::memory().await?;
             omlet::knowledge::knowdb::load(k, &db).await?;
             Some(Arc::new(Knowledge::new(Arc::new(db))))
         }
-        None => None,
+        (None, Some(c)) => Some(omlet::knowledge::KnowledgeConfig::read(c)?.open().await?),
+        (None, None) => None,
     };
     let engine = Engine::new()?;
     let rule = engine.load_path(rule, knowledge.clone()).await?;
@@ -225,5 +252,20 @@ async fn run(rule: &Path, input: &str, knowdb: Option<&Path>, batch: usize) -> o
         "records: {records}, records/s: {:.0}, lookups: {lookups}, errors: {errors}",
         records as f64 / secs.max(1e-9)
     );
+    match (stats, &knowledge) {
+        (Some("json"), Some(k)) => eprintln!("{}", k.stats().to_json()),
+        (Some(_), Some(k)) => {
+            let j = k.stats().to_json();
+            eprintln!(
+                "lookups reaching the host: {}, shared cache hits: {}, misses: {}, database queries: {}, lookup errors: {}",
+                j["lookups"], j["cache_hits"], j["cache_misses"], j["queries"], j["errors"]
+            );
+            for s in j["statements"].as_array().into_iter().flatten() {
+                eprintln!("  {}: {} queries, p50 ≤ {} µs, p95 ≤ {} µs", s["sql"], s["queries"], s["p50_us"], s["p95_us"]);
+            }
+        }
+        (Some(_), None) => eprintln!("no knowledge configured: no lookup statistics"),
+        (None, _) => {}
+    }
     Ok(if errors == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }

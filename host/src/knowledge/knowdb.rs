@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use omlet_lang::Cell;
 use serde::Deserialize;
 
-use super::sqlite::SqliteProvider;
+use super::Provider;
 use crate::{Error, Result};
 
 #[derive(Debug, Deserialize)]
@@ -34,11 +34,15 @@ pub struct TableSpec {
     pub expected_rows: Option<u64>,
 }
 
-/// Reads `knowdb.toml` and loads every table into `db`.
-pub async fn load(path: &Path, db: &SqliteProvider) -> Result<()> {
+/// Reads a `knowdb.toml`.
+pub fn read(path: &Path) -> Result<KnowDb> {
     let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
-    let spec: KnowDb = toml::from_str(&text)
-        .map_err(|e| Error::Knowledge(format!("{}: {}", path.display(), e.to_string().trim())))?;
+    toml::from_str(&text).map_err(|e| Error::Knowledge(format!("{}: {}", path.display(), e.to_string().trim())))
+}
+
+/// Reads `knowdb.toml` and loads every table into `db`.
+pub async fn load(path: &Path, db: &dyn Provider) -> Result<()> {
+    let spec = read(path)?;
     let dir = path.parent().unwrap_or(Path::new("."));
     for t in &spec.tables {
         let csv_path = dir.join(&t.csv);

@@ -1,25 +1,45 @@
 //! Knowledge: how the host answers `knowledge.query`.
 //!
-//! A [`Provider`] runs SQL against one database. [`Knowledge`] wraps a
-//! provider with what every rule shares: a generation number (bumped by
-//! [`Knowledge::reload`], passed to the guest with each call so that its
-//! cache forgets old answers) and counters.
+//! A [`Provider`] runs SQL against one database (SQLite, PostgreSQL,
+//! MySQL/MariaDB); dialect differences stay inside it. [`Knowledge`] wraps a
+//! provider with what every rule shares:
+//!
+//! - a **generation** number, bumped by [`Knowledge::reload`] and passed to
+//!   the guest with each call, so that guest caches forget old answers;
+//! - the **shared cache** (moka): capacity, TTL, negative caching of "no
+//!   row", single-flight (concurrent misses on one key make one query), or
+//!   `bypass`. Keys are (generation, statement, parameters), so nothing
+//!   cached before a reload is served after it;
+//! - the **failure policy** (`absent` or `fail`) and the query timeout;
+//! - **counters** and per-statement latency histograms.
+//!
+//! Each guest instance also keeps its own cache (no locks: an instance runs
+//! one call at a time); it is the per-worker local layer, and it holds an
+//! answer until the generation changes. With a TTL the generation also
+//! advances every TTL period, so no guest entry outlives it by more than one
+//! period.
 //!
 //! A rule's statements are bound to a provider at load ([`Knowledge::bind`]):
 //! each is rewritten to the provider's placeholders and prepared, so a
 //! missing table or column fails the load with the rule's file and line, and
-//! only those statements can ever run for that rule.
+//! only those statements can ever run for that rule (the allow-list).
 
+pub mod config;
 pub mod knowdb;
+pub mod mysql;
+pub mod postgres;
 pub mod sqlite;
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use omlet_lang::Cell;
 use omlet_lang::ir::SqlStatement;
+
+pub use config::{CacheMode, KnowledgeConfig, OnLookupError};
 
 use crate::{Error, Result};
 
@@ -34,54 +54,285 @@ pub enum Placeholders {
     Dollar,
 }
 
+/// The type a provider expects for a parameter, when it says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParamType {
+    Any,
+    Int16,
+    Int32,
+    Int64,
+    Float,
+    Text,
+    Bool,
+    Bytes,
+}
+
+/// What preparing a statement tells.
+#[derive(Debug, Clone, Default)]
+pub struct Prepared {
+    pub columns: Vec<String>,
+    /// One per placeholder, if the database types parameters; else empty.
+    pub params: Vec<ParamType>,
+}
+
 /// One database behind `knowledge.query`.
 pub trait Provider: Send + Sync + 'static {
-    /// For messages: `sqlite`, `postgres`, …
+    /// For messages: `sqlite`, `postgres`, `mysql`.
     fn kind(&self) -> &'static str;
     fn placeholders(&self) -> Placeholders;
-    /// Prepares a statement (in this provider's dialect) and returns its column names.
-    fn prepare<'a>(&'a self, sql: &'a str) -> BoxFuture<'a, Result<Vec<String>, String>>;
-    /// Runs a prepared statement and returns its first row.
-    fn query_first<'a>(&'a self, sql: &'a str, params: Vec<Cell>) -> BoxFuture<'a, Result<Option<Vec<Cell>>, String>>;
+    /// Prepares a statement (in this provider's dialect).
+    fn prepare<'a>(&'a self, sql: &'a str) -> BoxFuture<'a, Result<Prepared, String>>;
+    /// Runs a bound statement and returns its first row.
+    fn query_first<'a>(&'a self, stmt: &'a BoundStatement, params: Vec<Cell>) -> BoxFuture<'a, Result<Option<Vec<Cell>>, String>>;
+
+    /// Creates `table` (column types in SQLite's terms: INTEGER, REAL, TEXT,
+    /// BLOB, optionally PRIMARY KEY) and inserts `rows`, in one transaction.
+    /// Used by the knowdb loader and `omlet test`.
+    fn load_table<'a>(&'a self, table: &'a str, columns: &'a [String], types: &'a [String], rows: &'a [Vec<Cell>]) -> BoxFuture<'a, Result<()>>;
+    fn drop_table<'a>(&'a self, table: &'a str) -> BoxFuture<'a, Result<()>>;
+    fn count<'a>(&'a self, table: &'a str) -> BoxFuture<'a, Result<i64>>;
+    /// Runs one administrative statement (DDL) outside the allow-list.
+    fn execute<'a>(&'a self, sql: &'a str) -> BoxFuture<'a, Result<()>>;
+    /// Closes the pool.
+    fn close<'a>(&'a self) -> BoxFuture<'a, ()>;
 }
 
-/// Counters, shared by every rule bound to the same knowledge.
-#[derive(Debug, Default)]
-pub struct Stats {
-    pub lookups: AtomicU64,
-    pub errors: AtomicU64,
+/// `CREATE TABLE` and `INSERT` texts for a dialect: `quote` wraps
+/// identifiers, `ty` maps a SQLite column type, `ph(i)` writes placeholder i.
+pub(crate) fn table_sql(
+    table: &str,
+    columns: &[String],
+    types: &[String],
+    quote: char,
+    ty: impl Fn(&str) -> String,
+    ph: impl Fn(usize) -> String,
+) -> (String, String) {
+    let q = |s: &str| format!("{quote}{}{quote}", s.replace(quote, &format!("{quote}{quote}")));
+    let cols: Vec<String> = columns
+        .iter()
+        .enumerate()
+        .map(|(i, c)| format!("{} {}", q(c), ty(types.get(i).map(String::as_str).unwrap_or("TEXT"))))
+        .collect();
+    let create = format!("create table {} ({})", q(table), cols.join(", "));
+    let insert = format!("insert into {} values ({})", q(table), (1..=columns.len()).map(&ph).collect::<Vec<_>>().join(", "));
+    (create, insert)
 }
 
-/// A provider plus generation and counters.
-pub struct Knowledge {
-    provider: Arc<dyn Provider>,
-    generation: AtomicU64,
-    stats: Stats,
+/// Coerces a parameter to the type the database expects, the way SQLite's
+/// affinity would compare it; `Null` when it cannot be (it then matches nothing).
+pub fn coerce(c: Cell, ty: ParamType) -> Cell {
+    match (ty, c) {
+        (ParamType::Any, c) | (_, c @ Cell::Null) => c,
+        (ParamType::Int16 | ParamType::Int32 | ParamType::Int64 | ParamType::Bool, c) => {
+            let i = match c {
+                Cell::Integer(i) => Some(i),
+                Cell::Real(f) if f.fract() == 0.0 && f.abs() < 9.2e18 => Some(f as i64),
+                Cell::Text(s) => s.trim().parse::<i64>().ok().or_else(|| {
+                    s.trim().parse::<f64>().ok().filter(|f| f.fract() == 0.0 && f.abs() < 9.2e18).map(|f| f as i64)
+                }),
+                _ => None,
+            };
+            let fits = |i: i64| match ty {
+                ParamType::Int16 => i16::try_from(i).is_ok(),
+                ParamType::Int32 => i32::try_from(i).is_ok(),
+                _ => true,
+            };
+            i.filter(|i| fits(*i)).map(Cell::Integer).unwrap_or(Cell::Null)
+        }
+        (ParamType::Float, Cell::Integer(i)) => Cell::Real(i as f64),
+        (ParamType::Float, Cell::Text(s)) => s.trim().parse().map(Cell::Real).unwrap_or(Cell::Null),
+        (ParamType::Float, c @ Cell::Real(_)) => c,
+        (ParamType::Float, Cell::Blob(_)) => Cell::Null,
+        (ParamType::Text, Cell::Integer(i)) => Cell::Text(i.to_string()),
+        (ParamType::Text, Cell::Real(f)) => Cell::Text(f.to_string()),
+        (ParamType::Text, Cell::Blob(b)) => Cell::Text(String::from_utf8_lossy(&b).into_owned()),
+        (ParamType::Text, c @ Cell::Text(_)) => c,
+        (ParamType::Bytes, Cell::Text(s)) => Cell::Blob(s.into_bytes()),
+        (ParamType::Bytes, c @ Cell::Blob(_)) => c,
+        (ParamType::Bytes, _) => Cell::Null,
+    }
 }
 
 /// A statement bound to a provider: rewritten, prepared, described.
 #[derive(Debug, Clone)]
 pub struct BoundStatement {
     /// SQL in the provider's dialect.
-    pub sql: String,
+    pub sql: Arc<str>,
     /// For each placeholder in `sql`, the index of the guest parameter it takes.
     pub order: Vec<usize>,
+    /// For each placeholder, the type the database expects (may be empty).
+    pub param_types: Vec<ParamType>,
     pub columns: Vec<String>,
+    /// Index into [`Stats::statements`].
+    pub stats: usize,
+}
+
+/// Latency histogram: counts per power-of-two bucket of microseconds.
+#[derive(Debug, Default, Clone)]
+pub struct Histogram {
+    /// `buckets[i]` counts latencies in `[2^(i-1), 2^i)` µs (`buckets[0]`: under 1 µs).
+    pub buckets: [u64; 24],
+    pub count: u64,
+    pub total_us: f64,
+}
+
+impl Histogram {
+    pub fn record(&mut self, d: Duration) {
+        let us = d.as_secs_f64() * 1e6;
+        let i = if us < 1.0 { 0 } else { (us.log2() as usize + 1).min(23) };
+        self.buckets[i] += 1;
+        self.count += 1;
+        self.total_us += us;
+    }
+
+    /// Upper bound (µs) of the bucket holding quantile `q` (0..1).
+    pub fn quantile_us(&self, q: f64) -> f64 {
+        let target = (self.count as f64 * q).ceil() as u64;
+        let mut seen = 0;
+        for (i, n) in self.buckets.iter().enumerate() {
+            seen += n;
+            if seen >= target.max(1) {
+                return (1u64 << i) as f64;
+            }
+        }
+        f64::INFINITY
+    }
+}
+
+/// Per-statement figures.
+#[derive(Debug, Default, Clone)]
+pub struct StatementStats {
+    pub sql: String,
+    pub queries: u64,
+    pub errors: u64,
+    /// Database round trips.
+    pub latency: Histogram,
+}
+
+/// Counters shared by every rule bound to the same knowledge.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Lookups that reached the host (the guest cache missed).
+    pub lookups: AtomicU64,
+    /// Shared-cache hits and misses.
+    pub hits: AtomicU64,
+    pub misses: AtomicU64,
+    /// Queries sent to the database.
+    pub queries: AtomicU64,
+    pub errors: AtomicU64,
+    pub statements: Mutex<Vec<StatementStats>>,
+}
+
+impl Stats {
+    fn get(&self, a: &AtomicU64) -> u64 {
+        a.load(Ordering::Relaxed)
+    }
+
+    /// A JSON summary (for `omlet run --stats json`).
+    pub fn to_json(&self) -> serde_json::Value {
+        let stmts = self.statements.lock().map(|s| s.clone()).unwrap_or_default();
+        serde_json::json!({
+            "lookups": self.get(&self.lookups),
+            "cache_hits": self.get(&self.hits),
+            "cache_misses": self.get(&self.misses),
+            "queries": self.get(&self.queries),
+            "errors": self.get(&self.errors),
+            "statements": stmts.iter().map(|s| serde_json::json!({
+                "sql": s.sql, "queries": s.queries, "errors": s.errors,
+                "p50_us": s.latency.quantile_us(0.5), "p95_us": s.latency.quantile_us(0.95),
+                "mean_us": if s.latency.count > 0 { s.latency.total_us / s.latency.count as f64 } else { 0.0 },
+            })).collect::<Vec<_>>(),
+        })
+    }
+}
+
+#[derive(Clone, Hash, PartialEq, Eq)]
+struct CacheKey {
+    generation: u64,
+    sql: Arc<str>,
+    params: Vec<u8>,
+}
+
+#[derive(Debug)]
+enum Miss {
+    NoRow,
+    Failed(String),
+}
+
+type Row = Option<Arc<Vec<Cell>>>;
+
+/// A provider plus generation, shared cache, policy and counters.
+pub struct Knowledge {
+    provider: Arc<dyn Provider>,
+    config: KnowledgeConfig,
+    generation: AtomicU64,
+    born: Instant,
+    cache: Option<moka::future::Cache<CacheKey, Row>>,
+    stats: Stats,
 }
 
 impl Knowledge {
+    /// Knowledge with the default settings (shared cache on, errors make lookups absent).
     pub fn new(provider: Arc<dyn Provider>) -> Knowledge {
-        Knowledge { provider, generation: AtomicU64::new(1), stats: Stats::default() }
+        Knowledge::with_config(provider, KnowledgeConfig::default())
     }
 
+    pub fn with_config(provider: Arc<dyn Provider>, config: KnowledgeConfig) -> Knowledge {
+        let cache = match config.cache.mode {
+            CacheMode::Bypass => None,
+            CacheMode::Shared => {
+                let mut b = moka::future::Cache::builder().max_capacity(config.cache.capacity);
+                if let Some(ttl) = config.cache.ttl() {
+                    b = b.time_to_live(ttl);
+                }
+                Some(b.build())
+            }
+        };
+        Knowledge { provider, config, generation: AtomicU64::new(1), born: Instant::now(), cache, stats: Stats::default() }
+    }
+
+    pub fn config(&self) -> &KnowledgeConfig {
+        &self.config
+    }
+
+    /// The generation the guest sees: bumped by [`reload`](Self::reload),
+    /// and advanced every TTL period when a TTL is set.
     pub fn generation(&self) -> u64 {
-        self.generation.load(Ordering::Acquire)
+        let base = self.generation.load(Ordering::Acquire);
+        match self.config.cache.ttl() {
+            Some(ttl) if !ttl.is_zero() => {
+                let epoch = (self.born.elapsed().as_nanos() / ttl.as_nanos()) as u64;
+                (base << 32) | (epoch & 0xFFFF_FFFF)
+            }
+            _ => base,
+        }
     }
 
-    /// Marks all cached answers stale: the next call of every rule passes a
-    /// new generation to its guest.
+    /// Marks everything cached stale. When it returns, no call of any rule
+    /// will be answered from an older entry (guests get the new generation
+    /// on their next call; shared-cache keys carry it). Calls already
+    /// running finish on the state they started with.
     pub fn reload(&self) {
         self.generation.fetch_add(1, Ordering::AcqRel);
+        if let Some(c) = &self.cache {
+            c.invalidate_all();
+        }
+    }
+
+    /// Entries in the shared cache, after pending evictions ran.
+    pub async fn cached_entries(&self) -> u64 {
+        match &self.cache {
+            Some(c) => {
+                c.run_pending_tasks().await;
+                c.entry_count()
+            }
+            None => 0,
+        }
+    }
+
+    /// Whether guests may keep answers (not in bypass mode).
+    pub fn cacheable(&self) -> bool {
+        self.cache.is_some()
     }
 
     pub fn stats(&self) -> &Stats {
@@ -97,28 +348,114 @@ impl Knowledge {
         let mut out = Vec::with_capacity(statements.len());
         for s in statements {
             let (sql, order) = rewrite_placeholders(&s.sql, &s.params, self.provider.placeholders());
-            let columns = self.provider.prepare(&sql).await.map_err(|message| Error::Statement {
+            let prepared = self.provider.prepare(&sql).await.map_err(|message| Error::Statement {
                 file: s.file.clone(),
                 line: s.line,
                 column: s.column,
                 sql: s.sql.clone(),
                 message,
             })?;
-            out.push(BoundStatement { sql, order, columns });
+            let stats = {
+                let mut st = self.stats.statements.lock().map_err(|_| Error::Knowledge("stats poisoned".into()))?;
+                match st.iter().position(|x| x.sql == sql) {
+                    Some(i) => i,
+                    None => {
+                        st.push(StatementStats { sql: sql.clone(), ..Default::default() });
+                        st.len() - 1
+                    }
+                }
+            };
+            out.push(BoundStatement { sql: sql.into(), order, param_types: prepared.params, columns: prepared.columns, stats });
         }
         Ok(out)
     }
 
-    /// Runs a bound statement with the guest's parameters.
+    /// Answers a lookup: shared cache, then the database.
     pub async fn query(&self, stmt: &BoundStatement, params: &[Cell]) -> Result<Option<Vec<Cell>>, String> {
         self.stats.lookups.fetch_add(1, Ordering::Relaxed);
         let bound: Vec<Cell> = stmt.order.iter().map(|&i| params.get(i).cloned().unwrap_or(Cell::Null)).collect();
-        let r = self.provider.query_first(&stmt.sql, bound).await;
-        if r.is_err() {
+        let Some(cache) = &self.cache else {
+            return self.fetch(stmt, bound).await;
+        };
+        let key = CacheKey { generation: self.generation(), sql: stmt.sql.clone(), params: encode(&bound) };
+        if let Some(row) = cache.get(&key).await {
+            self.stats.hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(row.map(|r| (*r).clone()));
+        }
+        self.stats.misses.fetch_add(1, Ordering::Relaxed);
+        let negative = self.config.cache.negative;
+        // Concurrent misses on one key wait for this one query (single-flight).
+        let got = cache
+            .try_get_with(key, async {
+                match self.fetch(stmt, bound).await {
+                    Ok(Some(row)) => Ok(Some(Arc::new(row))),
+                    Ok(None) if negative => Ok(None),
+                    Ok(None) => Err(Miss::NoRow),
+                    Err(e) => Err(Miss::Failed(e)),
+                }
+            })
+            .await;
+        match got {
+            Ok(row) => Ok(row.map(|r| (*r).clone())),
+            Err(e) => match &*e {
+                Miss::NoRow => Ok(None),
+                Miss::Failed(m) => Err(m.clone()),
+            },
+        }
+    }
+
+    /// One database round trip, with the timeout and the counters.
+    async fn fetch(&self, stmt: &BoundStatement, bound: Vec<Cell>) -> Result<Option<Vec<Cell>>, String> {
+        self.stats.queries.fetch_add(1, Ordering::Relaxed);
+        let started = Instant::now();
+        let r = match tokio::time::timeout(self.config.query_timeout(), self.provider.query_first(stmt, bound)).await {
+            Ok(r) => r,
+            Err(_) => Err(format!("query timed out after {:?}", self.config.query_timeout())),
+        };
+        if let Ok(mut st) = self.stats.statements.lock() {
+            if let Some(s) = st.get_mut(stmt.stats) {
+                s.queries += 1;
+                s.latency.record(started.elapsed());
+                if r.is_err() {
+                    s.errors += 1;
+                }
+            }
+        }
+        if let Err(e) = &r {
             self.stats.errors.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(statement = %stmt.sql, error = %e, "lookup failed");
         }
         r
     }
+}
+
+/// A compact, exact key for a parameter list.
+fn encode(params: &[Cell]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(params.len() * 9);
+    for p in params {
+        match p {
+            Cell::Null => k.push(0),
+            Cell::Integer(i) => {
+                k.push(1);
+                k.extend_from_slice(&i.to_le_bytes());
+            }
+            Cell::Real(f) => {
+                k.push(2);
+                k.extend_from_slice(&f.to_bits().to_le_bytes());
+            }
+            Cell::Text(s) => {
+                k.push(3);
+                k.extend_from_slice(&(s.len() as u32).to_le_bytes());
+                k.extend_from_slice(s.as_bytes());
+            }
+            Cell::Blob(b) => {
+                k.push(4);
+                k.extend_from_slice(&(b.len() as u32).to_le_bytes());
+                k.extend_from_slice(b);
+            }
+        }
+    }
+    k
 }
 
 /// Rewrites `:name` parameters to positional placeholders. Returns the new
@@ -178,5 +515,27 @@ mod tests {
         assert_eq!(order, vec![0, 0, 1]);
         let (sql, _) = rewrite_placeholders("x = :name", &params, Placeholders::Question);
         assert_eq!(sql, "x = ?");
+    }
+
+    #[test]
+    fn coercion_follows_sqlite_affinity() {
+        assert_eq!(coerce(Cell::Text("1001".into()), ParamType::Int64), Cell::Integer(1001));
+        assert_eq!(coerce(Cell::Text(" 7.0 ".into()), ParamType::Int32), Cell::Integer(7));
+        assert_eq!(coerce(Cell::Text("abc".into()), ParamType::Int64), Cell::Null);
+        assert_eq!(coerce(Cell::Integer(70_000), ParamType::Int16), Cell::Null);
+        assert_eq!(coerce(Cell::Integer(5), ParamType::Text), Cell::Text("5".into()));
+        assert_eq!(coerce(Cell::Integer(5), ParamType::Float), Cell::Real(5.0));
+        assert_eq!(coerce(Cell::Real(2.5), ParamType::Int64), Cell::Null);
+        assert_eq!(coerce(Cell::Text("x".into()), ParamType::Any), Cell::Text("x".into()));
+    }
+
+    #[test]
+    fn histogram_quantiles() {
+        let mut h = Histogram::default();
+        for us in [3u64, 3, 3, 100] {
+            h.record(Duration::from_micros(us));
+        }
+        assert_eq!(h.quantile_us(0.5), 4.0);
+        assert_eq!(h.quantile_us(0.99), 128.0);
     }
 }

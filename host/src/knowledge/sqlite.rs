@@ -6,7 +6,7 @@ use omlet_lang::Cell;
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions, SqliteRow};
 use sqlx::{AssertSqlSafe, Column, Executor, Row, SqlSafeStr, Statement, TypeInfo, ValueRef};
 
-use super::{BoxFuture, Placeholders, Provider};
+use super::{BoundStatement, BoxFuture, Placeholders, Prepared, Provider};
 use crate::{Error, Result};
 
 /// An SQLite database: in memory, or a file.
@@ -41,42 +41,6 @@ impl SqliteProvider {
     pub async fn execute_script(&self, sql: &str) -> Result<()> {
         sqlx::raw_sql(AssertSqlSafe(sql.to_string())).execute(&self.pool).await.map_err(knowledge_err)?;
         Ok(())
-    }
-
-    /// Creates `table` and inserts `rows`, in one transaction.
-    pub async fn load_table(&self, table: &str, columns: &[String], types: &[String], rows: &[Vec<Cell>]) -> Result<()> {
-        let ident = |s: &str| format!("\"{}\"", s.replace('"', "\"\""));
-        let cols: Vec<String> = columns
-            .iter()
-            .enumerate()
-            .map(|(i, c)| format!("{} {}", ident(c), types.get(i).map(String::as_str).unwrap_or("")))
-            .collect();
-        let mut tx = self.pool.begin().await.map_err(knowledge_err)?;
-        let create = format!("create table {} ({})", ident(table), cols.join(", "));
-        (&mut *tx).execute(AssertSqlSafe(create)).await.map_err(knowledge_err)?;
-        let insert = format!(
-            "insert into {} values ({})",
-            ident(table),
-            vec!["?"; columns.len()].join(", ")
-        );
-        for (n, row) in rows.iter().enumerate() {
-            let mut q = sqlx::query(AssertSqlSafe(insert.clone()));
-            for c in row {
-                q = bind(q, c.clone());
-            }
-            q.execute(&mut *tx)
-                .await
-                .map_err(|e| Error::Knowledge(format!("table {table}, row {}: {e}", n + 1)))?;
-        }
-        tx.commit().await.map_err(knowledge_err)?;
-        Ok(())
-    }
-
-    /// Number of rows in a table.
-    pub async fn count(&self, table: &str) -> Result<i64> {
-        let sql = format!("select count(*) from \"{}\"", table.replace('"', "\"\""));
-        let row = sqlx::query(AssertSqlSafe(sql)).fetch_one(&self.pool).await.map_err(knowledge_err)?;
-        row.try_get::<i64, _>(0).map_err(knowledge_err)
     }
 }
 
@@ -125,19 +89,62 @@ impl Provider for SqliteProvider {
         Placeholders::Question
     }
 
-    fn prepare<'a>(&'a self, sql: &'a str) -> BoxFuture<'a, Result<Vec<String>, String>> {
+    fn prepare<'a>(&'a self, sql: &'a str) -> BoxFuture<'a, Result<Prepared, String>> {
         Box::pin(async move {
             let stmt = (&self.pool)
                 .prepare(AssertSqlSafe(sql.to_string()).into_sql_str())
                 .await
                 .map_err(|e| e.to_string())?;
-            Ok(stmt.columns().iter().map(|c| c.name().to_string()).collect())
+            Ok(Prepared { columns: stmt.columns().iter().map(|c| c.name().to_string()).collect(), params: Vec::new() })
         })
     }
 
-    fn query_first<'a>(&'a self, sql: &'a str, params: Vec<Cell>) -> BoxFuture<'a, Result<Option<Vec<Cell>>, String>> {
+    fn load_table<'a>(&'a self, table: &'a str, columns: &'a [String], types: &'a [String], rows: &'a [Vec<Cell>]) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
-            let mut q = sqlx::query(AssertSqlSafe(sql.to_string()));
+            let (create, insert) = super::table_sql(table, columns, types, '"', str::to_string, |_| "?".into());
+            let mut tx = self.pool.begin().await.map_err(knowledge_err)?;
+            (&mut *tx).execute(AssertSqlSafe(create)).await.map_err(knowledge_err)?;
+            for (n, row) in rows.iter().enumerate() {
+                let mut q = sqlx::query(AssertSqlSafe(insert.clone()));
+                for c in row {
+                    q = bind(q, c.clone());
+                }
+                q.execute(&mut *tx).await.map_err(|e| Error::Knowledge(format!("table {table}, row {}: {e}", n + 1)))?;
+            }
+            tx.commit().await.map_err(knowledge_err)
+        })
+    }
+
+    fn drop_table<'a>(&'a self, table: &'a str) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let sql = format!("drop table if exists \"{}\"", table.replace('"', "\"\""));
+            sqlx::query(AssertSqlSafe(sql)).execute(&self.pool).await.map_err(knowledge_err)?;
+            Ok(())
+        })
+    }
+
+    fn execute<'a>(&'a self, sql: &'a str) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            sqlx::raw_sql(AssertSqlSafe(sql.to_string())).execute(&self.pool).await.map_err(|e| Error::Knowledge(format!("`{sql}`: {e}")))?;
+            Ok(())
+        })
+    }
+
+    fn close<'a>(&'a self) -> BoxFuture<'a, ()> {
+        Box::pin(self.pool.close())
+    }
+
+    fn count<'a>(&'a self, table: &'a str) -> BoxFuture<'a, Result<i64>> {
+        Box::pin(async move {
+            let sql = format!("select count(*) from \"{}\"", table.replace('"', "\"\""));
+            let row = sqlx::query(AssertSqlSafe(sql)).fetch_one(&self.pool).await.map_err(knowledge_err)?;
+            row.try_get::<i64, _>(0).map_err(knowledge_err)
+        })
+    }
+
+    fn query_first<'a>(&'a self, stmt: &'a BoundStatement, params: Vec<Cell>) -> BoxFuture<'a, Result<Option<Vec<Cell>>, String>> {
+        Box::pin(async move {
+            let mut q = sqlx::query(AssertSqlSafe(stmt.sql.to_string()));
             for p in params {
                 q = bind(q, p);
             }

@@ -1,0 +1,202 @@
+//! Knowledge configuration: a TOML file (or defaults) naming the provider,
+//! its pool, timeouts, cache and failure policy.
+//!
+//! ```toml
+//! url = "postgres://omlet:${OMLET_DB_PASSWORD}@127.0.0.1:5432/intel"  # ${VAR} comes from the environment
+//! pool_size = 8
+//! connect_timeout_ms = 5000
+//! query_timeout_ms = 2000
+//! on_lookup_error = "absent"     # or "fail": the record fails instead
+//! knowdb = "knowdb.toml"         # optional: tables to load first (relative to this file)
+//!
+//! [cache]
+//! mode = "shared"                # or "bypass": every lookup goes to the database
+//! capacity = 100000              # entries
+//! ttl_ms = 60000                 # optional
+//! negative = true                # cache "no row" answers too
+//! ```
+//!
+//! `url` schemes: `sqlite::memory:` (the default), `sqlite://path.db`,
+//! `postgres://…`, `mysql://…` (MySQL and MariaDB).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::mysql::MySqlProvider;
+use super::postgres::PostgresProvider;
+use super::sqlite::SqliteProvider;
+use super::{Knowledge, Provider};
+use crate::{Error, Result};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum OnLookupError {
+    /// OML semantics: the lookup's targets are absent (counted and logged).
+    #[default]
+    Absent,
+    /// The record fails with an error naming the lookup.
+    Fail,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum CacheMode {
+    #[default]
+    Shared,
+    Bypass,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CacheConfig {
+    #[serde(default)]
+    pub mode: CacheMode,
+    #[serde(default = "default_capacity")]
+    pub capacity: u64,
+    #[serde(default)]
+    pub ttl_ms: Option<u64>,
+    #[serde(default = "yes")]
+    pub negative: bool,
+}
+
+impl CacheConfig {
+    pub fn ttl(&self) -> Option<Duration> {
+        self.ttl_ms.map(Duration::from_millis)
+    }
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig { mode: CacheMode::Shared, capacity: default_capacity(), ttl_ms: None, negative: true }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KnowledgeConfig {
+    #[serde(default = "default_url")]
+    pub url: String,
+    #[serde(default = "default_pool")]
+    pub pool_size: u32,
+    #[serde(default = "default_connect_ms")]
+    pub connect_timeout_ms: u64,
+    #[serde(default = "default_query_ms")]
+    pub query_timeout_ms: u64,
+    #[serde(default)]
+    pub on_lookup_error: OnLookupError,
+    #[serde(default)]
+    pub knowdb: Option<PathBuf>,
+    #[serde(default)]
+    pub cache: CacheConfig,
+}
+
+fn default_url() -> String {
+    "sqlite::memory:".into()
+}
+fn default_pool() -> u32 {
+    8
+}
+fn default_connect_ms() -> u64 {
+    5000
+}
+fn default_query_ms() -> u64 {
+    2000
+}
+fn default_capacity() -> u64 {
+    100_000
+}
+fn yes() -> bool {
+    true
+}
+
+impl Default for KnowledgeConfig {
+    fn default() -> Self {
+        toml::from_str("").unwrap_or_else(|_| unreachable!("empty config has defaults"))
+    }
+}
+
+impl KnowledgeConfig {
+    pub fn query_timeout(&self) -> Duration {
+        Duration::from_millis(self.query_timeout_ms)
+    }
+
+    /// Reads a config file; `knowdb` becomes relative to it; `${VAR}`s in
+    /// `url` are filled from the environment.
+    pub fn read(path: &Path) -> Result<KnowledgeConfig> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        let mut c: KnowledgeConfig = toml::from_str(&text)
+            .map_err(|e| Error::Knowledge(format!("{}: {}", path.display(), e.to_string().trim())))?;
+        if let (Some(k), Some(dir)) = (&c.knowdb, path.parent()) {
+            c.knowdb = Some(dir.join(k));
+        }
+        c.url = expand_env(&c.url)?;
+        Ok(c)
+    }
+
+    /// A config for a URL, with every other setting at its default.
+    pub fn for_url(url: &str) -> KnowledgeConfig {
+        KnowledgeConfig { url: url.to_string(), ..KnowledgeConfig::default() }
+    }
+
+    /// Connects the provider, loads `knowdb` if given, and wraps it all.
+    pub async fn open(self) -> Result<Arc<Knowledge>> {
+        let provider = connect(&self.url, self.pool_size, Duration::from_millis(self.connect_timeout_ms)).await?.into_dyn();
+        if let Some(k) = &self.knowdb {
+            super::knowdb::load(k, provider.as_ref()).await?;
+        }
+        Ok(Arc::new(Knowledge::with_config(provider, self)))
+    }
+}
+
+/// A connected provider of any kind.
+pub enum AnyProvider {
+    Sqlite(SqliteProvider),
+    Postgres(PostgresProvider),
+    MySql(MySqlProvider),
+}
+
+impl AnyProvider {
+    pub fn into_dyn(self) -> Arc<dyn Provider> {
+        match self {
+            AnyProvider::Sqlite(p) => Arc::new(p),
+            AnyProvider::Postgres(p) => Arc::new(p),
+            AnyProvider::MySql(p) => Arc::new(p),
+        }
+    }
+}
+
+pub async fn connect(url: &str, pool_size: u32, connect_timeout: Duration) -> Result<AnyProvider> {
+    if url == "sqlite::memory:" {
+        Ok(AnyProvider::Sqlite(SqliteProvider::memory().await?))
+    } else if let Some(path) = url.strip_prefix("sqlite://") {
+        Ok(AnyProvider::Sqlite(SqliteProvider::open(Path::new(path)).await?))
+    } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(AnyProvider::Postgres(PostgresProvider::connect(url, pool_size, connect_timeout).await?))
+    } else if url.starts_with("mysql://") || url.starts_with("mariadb://") {
+        let url = url.replacen("mariadb://", "mysql://", 1);
+        Ok(AnyProvider::MySql(MySqlProvider::connect(&url, pool_size, connect_timeout).await?))
+    } else {
+        Err(Error::Knowledge(format!(
+            "unsupported knowledge URL `{url}`: use sqlite::memory:, sqlite://FILE, postgres://… or mysql://…"
+        )))
+    }
+}
+
+/// Replaces `${NAME}` with the environment variable NAME.
+fn expand_env(s: &str) -> Result<String> {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(i) = rest.find("${") {
+        out.push_str(&rest[..i]);
+        let end = rest[i..].find('}').ok_or_else(|| Error::Knowledge(format!("unclosed ${{ in `{s}`")))?;
+        let name = &rest[i + 2..i + end];
+        let v = std::env::var(name).map_err(|_| Error::Knowledge(format!("environment variable {name} is not set")))?;
+        out.push_str(&v);
+        rest = &rest[i + end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}

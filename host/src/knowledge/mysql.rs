@@ -1,0 +1,170 @@
+//! MySQL and MariaDB through a sqlx pool (tested on MariaDB 10.11).
+//!
+//! MySQL converts between numbers and text in comparisons as SQLite does
+//! (`int_col = '1001'` matches), so parameters are bound as they come.
+
+use std::time::Duration;
+
+use omlet_lang::Cell;
+use sqlx::mysql::{MySqlArguments, MySqlPool, MySqlPoolOptions, MySqlRow};
+use sqlx::{AssertSqlSafe, Column, Executor, Row, SqlSafeStr, Statement, TypeInfo, ValueRef};
+
+use super::{BoxFuture, Placeholders, Prepared, Provider};
+use crate::{Error, Result};
+
+pub struct MySqlProvider {
+    pool: MySqlPool,
+}
+
+impl MySqlProvider {
+    pub async fn connect(url: &str, pool_size: u32, connect_timeout: Duration) -> Result<MySqlProvider> {
+        let pool = MySqlPoolOptions::new()
+            .max_connections(pool_size.max(1))
+            .acquire_timeout(connect_timeout)
+            .connect(url)
+            .await
+            .map_err(|e| Error::Knowledge(format!("mysql: {e}")))?;
+        Ok(MySqlProvider { pool })
+    }
+
+    pub fn pool(&self) -> &MySqlPool {
+        &self.pool
+    }
+}
+
+type MyQuery<'q> = sqlx::query::Query<'q, sqlx::MySql, MySqlArguments>;
+
+fn bind(q: MyQuery<'_>, c: Cell) -> MyQuery<'_> {
+    match c {
+        Cell::Null => q.bind(None::<String>),
+        Cell::Integer(i) => q.bind(i),
+        Cell::Real(f) => q.bind(f),
+        Cell::Text(s) => q.bind(s),
+        Cell::Blob(b) => q.bind(b),
+    }
+}
+
+fn cells(row: &MySqlRow) -> Result<Vec<Cell>, String> {
+    let mut out = Vec::with_capacity(row.columns().len());
+    for i in 0..row.columns().len() {
+        let raw = row.try_get_raw(i).map_err(|e| e.to_string())?;
+        if raw.is_null() {
+            out.push(Cell::Null);
+            continue;
+        }
+        let ty = raw.type_info().name().to_string();
+        let e = |e: sqlx::Error| e.to_string();
+        out.push(match ty.as_str() {
+            "BIGINT UNSIGNED" => {
+                let v = row.try_get::<u64, _>(i).map_err(e)?;
+                i64::try_from(v).map(Cell::Integer).unwrap_or(Cell::Real(v as f64))
+            }
+            t if t.contains("INT") || t == "BOOLEAN" || t == "YEAR" => {
+                Cell::Integer(row.try_get_unchecked::<i64, _>(i).map_err(e)?)
+            }
+            "FLOAT" => Cell::Real(row.try_get::<f32, _>(i).map_err(e)? as f64),
+            "DOUBLE" => Cell::Real(row.try_get::<f64, _>(i).map_err(e)?),
+            "BINARY" | "VARBINARY" | "TINYBLOB" | "BLOB" | "MEDIUMBLOB" | "LONGBLOB" => {
+                Cell::Blob(row.try_get::<Vec<u8>, _>(i).map_err(e)?)
+            }
+            _ => Cell::Text(
+                row.try_get_unchecked::<String, _>(i).map_err(|_| format!("column {i}: unsupported type {ty}"))?,
+            ),
+        });
+    }
+    Ok(out)
+}
+
+impl Provider for MySqlProvider {
+    fn kind(&self) -> &'static str {
+        "mysql"
+    }
+
+    fn placeholders(&self) -> Placeholders {
+        Placeholders::Question
+    }
+
+    fn prepare<'a>(&'a self, sql: &'a str) -> BoxFuture<'a, Result<Prepared, String>> {
+        Box::pin(async move {
+            let stmt = (&self.pool)
+                .prepare(AssertSqlSafe(sql.to_string()).into_sql_str())
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(Prepared { columns: stmt.columns().iter().map(|c| c.name().to_string()).collect(), params: Vec::new() })
+        })
+    }
+
+    fn query_first<'a>(&'a self, stmt: &'a super::BoundStatement, params: Vec<Cell>) -> BoxFuture<'a, Result<Option<Vec<Cell>>, String>> {
+        Box::pin(async move {
+            let mut q = sqlx::query(AssertSqlSafe(stmt.sql.to_string()));
+            for p in params {
+                q = bind(q, p);
+            }
+            match q.fetch_optional(&self.pool).await.map_err(|e| e.to_string())? {
+                Some(row) => cells(&row).map(Some),
+                None => Ok(None),
+            }
+        })
+    }
+
+    fn load_table<'a>(&'a self, table: &'a str, columns: &'a [String], types: &'a [String], rows: &'a [Vec<Cell>]) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let (mut create, insert) = super::table_sql(table, columns, types, '`', column_type, |_| "?".into());
+            // UTF-8 text, compared byte for byte as SQLite does.
+            create.push_str(" default charset=utf8mb4 collate=utf8mb4_bin");
+            let err = |e: sqlx::Error| Error::Knowledge(format!("table {table}: {e}"));
+            let mut tx = self.pool.begin().await.map_err(err)?;
+            (&mut *tx).execute(AssertSqlSafe(create)).await.map_err(err)?;
+            for (n, row) in rows.iter().enumerate() {
+                let mut q = sqlx::query(AssertSqlSafe(insert.clone()));
+                for c in row {
+                    q = bind(q, c.clone());
+                }
+                q.execute(&mut *tx).await.map_err(|e| Error::Knowledge(format!("table {table}, row {}: {e}", n + 1)))?;
+            }
+            tx.commit().await.map_err(err)
+        })
+    }
+
+    fn drop_table<'a>(&'a self, table: &'a str) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let sql = format!("drop table if exists `{table}`");
+            sqlx::query(AssertSqlSafe(sql)).execute(&self.pool).await.map_err(|e| Error::Knowledge(e.to_string()))?;
+            Ok(())
+        })
+    }
+
+    fn execute<'a>(&'a self, sql: &'a str) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            sqlx::raw_sql(AssertSqlSafe(sql.to_string())).execute(&self.pool).await.map_err(|e| Error::Knowledge(format!("`{sql}`: {e}")))?;
+            Ok(())
+        })
+    }
+
+    fn close<'a>(&'a self) -> BoxFuture<'a, ()> {
+        Box::pin(self.pool.close())
+    }
+
+    fn count<'a>(&'a self, table: &'a str) -> BoxFuture<'a, Result<i64>> {
+        Box::pin(async move {
+            let sql = format!("select count(*) from `{table}`");
+            let row = sqlx::query(AssertSqlSafe(sql)).fetch_one(&self.pool).await.map_err(|e| Error::Knowledge(e.to_string()))?;
+            row.try_get::<i64, _>(0).map_err(|e| Error::Knowledge(e.to_string()))
+        })
+    }
+}
+
+/// A SQLite column type in MySQL's terms.
+fn column_type(t: &str) -> String {
+    let upper = t.to_ascii_uppercase();
+    let pk = upper.contains("PRIMARY KEY");
+    let base = match upper.split_whitespace().next().unwrap_or("TEXT") {
+        "INTEGER" | "INT" | "BIGINT" => "BIGINT",
+        "REAL" | "FLOAT" | "DOUBLE" => "DOUBLE",
+        "BLOB" => "LONGBLOB",
+        // A key needs a bounded length in MySQL.
+        _ if pk => "VARCHAR(255)",
+        _ => "TEXT",
+    };
+    if pk { format!("{base} PRIMARY KEY") } else { base.to_string() }
+}

@@ -1,0 +1,189 @@
+//! PostgreSQL through a sqlx pool.
+//!
+//! PostgreSQL types every parameter when it prepares a statement, and it does
+//! not compare an integer column with text. So each parameter is coerced to
+//! the type PostgreSQL inferred for it (`'1001'` becomes `1001` against a
+//! BIGINT column), as SQLite's affinity would; a value that cannot be
+//! coerced binds NULL, which matches nothing.
+
+use std::time::Duration;
+
+use omlet_lang::Cell;
+use sqlx::postgres::{PgArguments, PgPool, PgPoolOptions, PgRow};
+use sqlx::{AssertSqlSafe, Column, Either, Executor, Row, SqlSafeStr, Statement, TypeInfo, ValueRef};
+
+use super::{BoxFuture, ParamType, Placeholders, Prepared, Provider, coerce};
+use crate::{Error, Result};
+
+pub struct PostgresProvider {
+    pool: PgPool,
+}
+
+impl PostgresProvider {
+    pub async fn connect(url: &str, pool_size: u32, connect_timeout: Duration) -> Result<PostgresProvider> {
+        let pool = PgPoolOptions::new()
+            .max_connections(pool_size.max(1))
+            .acquire_timeout(connect_timeout)
+            .connect(url)
+            .await
+            .map_err(|e| Error::Knowledge(format!("postgres: {e}")))?;
+        Ok(PostgresProvider { pool })
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+}
+
+fn param_type(name: &str) -> ParamType {
+    match name {
+        "INT2" => ParamType::Int16,
+        "INT4" => ParamType::Int32,
+        "INT8" => ParamType::Int64,
+        "FLOAT4" | "FLOAT8" => ParamType::Float,
+        "BOOL" => ParamType::Bool,
+        "BYTEA" => ParamType::Bytes,
+        _ => ParamType::Text,
+    }
+}
+
+type PgQuery<'q> = sqlx::query::Query<'q, sqlx::Postgres, PgArguments>;
+
+fn bind(q: PgQuery<'_>, c: Cell, ty: ParamType) -> PgQuery<'_> {
+    match (coerce(c, ty), ty) {
+        (Cell::Null, ParamType::Int16) => q.bind(None::<i16>),
+        (Cell::Null, ParamType::Int32) => q.bind(None::<i32>),
+        (Cell::Null, ParamType::Int64) => q.bind(None::<i64>),
+        (Cell::Null, ParamType::Float) => q.bind(None::<f64>),
+        (Cell::Null, ParamType::Bool) => q.bind(None::<bool>),
+        (Cell::Null, ParamType::Bytes) => q.bind(None::<Vec<u8>>),
+        (Cell::Null, _) => q.bind(None::<String>),
+        (Cell::Integer(i), ParamType::Int16) => q.bind(i as i16),
+        (Cell::Integer(i), ParamType::Int32) => q.bind(i as i32),
+        (Cell::Integer(i), ParamType::Bool) => q.bind(i != 0),
+        (Cell::Integer(i), _) => q.bind(i),
+        (Cell::Real(f), _) => q.bind(f),
+        (Cell::Text(s), _) => q.bind(s),
+        (Cell::Blob(b), _) => q.bind(b),
+    }
+}
+
+fn cells(row: &PgRow) -> Result<Vec<Cell>, String> {
+    let mut out = Vec::with_capacity(row.columns().len());
+    for i in 0..row.columns().len() {
+        let raw = row.try_get_raw(i).map_err(|e| e.to_string())?;
+        if raw.is_null() {
+            out.push(Cell::Null);
+            continue;
+        }
+        let ty = raw.type_info().name().to_string();
+        let e = |e: sqlx::Error| e.to_string();
+        out.push(match ty.as_str() {
+            "INT2" => Cell::Integer(row.try_get::<i16, _>(i).map_err(e)? as i64),
+            "INT4" => Cell::Integer(row.try_get::<i32, _>(i).map_err(e)? as i64),
+            "INT8" => Cell::Integer(row.try_get::<i64, _>(i).map_err(e)?),
+            "FLOAT4" => Cell::Real(row.try_get::<f32, _>(i).map_err(e)? as f64),
+            "FLOAT8" => Cell::Real(row.try_get::<f64, _>(i).map_err(e)?),
+            "BOOL" => Cell::Integer(row.try_get::<bool, _>(i).map_err(e)? as i64),
+            "BYTEA" => Cell::Blob(row.try_get::<Vec<u8>, _>(i).map_err(e)?),
+            _ => Cell::Text(
+                row.try_get_unchecked::<String, _>(i).map_err(|_| format!("column {i}: unsupported type {ty}"))?,
+            ),
+        });
+    }
+    Ok(out)
+}
+
+impl Provider for PostgresProvider {
+    fn kind(&self) -> &'static str {
+        "postgres"
+    }
+
+    fn placeholders(&self) -> Placeholders {
+        Placeholders::Dollar
+    }
+
+    fn prepare<'a>(&'a self, sql: &'a str) -> BoxFuture<'a, Result<Prepared, String>> {
+        Box::pin(async move {
+            let stmt = (&self.pool)
+                .prepare(AssertSqlSafe(sql.to_string()).into_sql_str())
+                .await
+                .map_err(|e| e.to_string())?;
+            let params = match stmt.parameters() {
+                Some(Either::Left(types)) => types.iter().map(|t| param_type(t.name())).collect(),
+                _ => Vec::new(),
+            };
+            Ok(Prepared { columns: stmt.columns().iter().map(|c| c.name().to_string()).collect(), params })
+        })
+    }
+
+    fn query_first<'a>(&'a self, stmt: &'a super::BoundStatement, params: Vec<Cell>) -> BoxFuture<'a, Result<Option<Vec<Cell>>, String>> {
+        Box::pin(async move {
+            let mut q = sqlx::query(AssertSqlSafe(stmt.sql.to_string()));
+            for (i, p) in params.into_iter().enumerate() {
+                q = bind(q, p, stmt.param_types.get(i).copied().unwrap_or(ParamType::Any));
+            }
+            match q.fetch_optional(&self.pool).await.map_err(|e| e.to_string())? {
+                Some(row) => cells(&row).map(Some),
+                None => Ok(None),
+            }
+        })
+    }
+
+    fn load_table<'a>(&'a self, table: &'a str, columns: &'a [String], types: &'a [String], rows: &'a [Vec<Cell>]) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let (create, insert) = super::table_sql(table, columns, types, '"', column_type, |i| format!("${i}"));
+            let err = |e: sqlx::Error| Error::Knowledge(format!("table {table}: {e}"));
+            let mut tx = self.pool.begin().await.map_err(err)?;
+            (&mut *tx).execute(AssertSqlSafe(create)).await.map_err(err)?;
+            for (n, row) in rows.iter().enumerate() {
+                let mut q = sqlx::query(AssertSqlSafe(insert.clone()));
+                for c in row {
+                    q = bind(q, c.clone(), ParamType::Any);
+                }
+                q.execute(&mut *tx).await.map_err(|e| Error::Knowledge(format!("table {table}, row {}: {e}", n + 1)))?;
+            }
+            tx.commit().await.map_err(err)
+        })
+    }
+
+    fn drop_table<'a>(&'a self, table: &'a str) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let sql = format!("drop table if exists \"{table}\"");
+            sqlx::query(AssertSqlSafe(sql)).execute(&self.pool).await.map_err(|e| Error::Knowledge(e.to_string()))?;
+            Ok(())
+        })
+    }
+
+    fn execute<'a>(&'a self, sql: &'a str) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            sqlx::raw_sql(AssertSqlSafe(sql.to_string())).execute(&self.pool).await.map_err(|e| Error::Knowledge(format!("`{sql}`: {e}")))?;
+            Ok(())
+        })
+    }
+
+    fn close<'a>(&'a self) -> BoxFuture<'a, ()> {
+        Box::pin(self.pool.close())
+    }
+
+    fn count<'a>(&'a self, table: &'a str) -> BoxFuture<'a, Result<i64>> {
+        Box::pin(async move {
+            let sql = format!("select count(*) from \"{table}\"");
+            let row = sqlx::query(AssertSqlSafe(sql)).fetch_one(&self.pool).await.map_err(|e| Error::Knowledge(e.to_string()))?;
+            row.try_get::<i64, _>(0).map_err(|e| Error::Knowledge(e.to_string()))
+        })
+    }
+}
+
+/// A SQLite column type in PostgreSQL's terms.
+fn column_type(t: &str) -> String {
+    let upper = t.to_ascii_uppercase();
+    let pk = if upper.contains("PRIMARY KEY") { " PRIMARY KEY" } else { "" };
+    let base = match upper.split_whitespace().next().unwrap_or("TEXT") {
+        "INTEGER" | "INT" | "BIGINT" => "BIGINT",
+        "REAL" | "FLOAT" | "DOUBLE" => "DOUBLE PRECISION",
+        "BLOB" => "BYTEA",
+        _ => "TEXT",
+    };
+    format!("{base}{pk}")
+}

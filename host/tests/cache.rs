@@ -1,0 +1,128 @@
+//! The shared cache's semantics, on SQLite: TTL, capacity, reload,
+//! negative caching, bypass; and the guest cache under the same rules.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use omlet::knowledge::sqlite::SqliteProvider;
+use omlet::knowledge::{BoundStatement, CacheMode, Knowledge, KnowledgeConfig};
+use omlet_lang::Cell;
+
+async fn setup(cfg: impl FnOnce(&mut KnowledgeConfig)) -> (Arc<Knowledge>, Vec<BoundStatement>) {
+    let db = SqliteProvider::memory().await.unwrap();
+    db.execute_script(
+        "create table perf (id integer primary key, value text);
+         insert into perf values (1, 'a'), (2, 'b'), (3, 'c');",
+    )
+    .await
+    .unwrap();
+    let mut c = KnowledgeConfig::default();
+    cfg(&mut c);
+    let k = Arc::new(Knowledge::with_config(Arc::new(db), c));
+    let stmt = omlet_lang::ir::SqlStatement {
+        sql: "select value from perf where id = :id".into(),
+        params: vec!["id".into()],
+        table: "perf".into(),
+        columns: vec!["value".into()],
+        file: "t.oml".into(),
+        line: 1,
+        column: 1,
+    };
+    let bound = k.bind(&[stmt]).await.unwrap();
+    (k, bound)
+}
+
+fn queries(k: &Knowledge) -> u64 {
+    k.stats().queries.load(Ordering::Relaxed)
+}
+
+async fn get(k: &Knowledge, b: &[BoundStatement], id: i64) -> Option<Vec<Cell>> {
+    k.query(&b[0], &[Cell::Integer(id)]).await.unwrap()
+}
+
+#[tokio::test]
+async fn hits_are_served_from_the_cache_until_the_ttl_expires() {
+    let (k, b) = setup(|c| c.cache.ttl_ms = Some(300)).await;
+    assert_eq!(get(&k, &b, 1).await, Some(vec![Cell::Text("a".into())]));
+    assert_eq!(get(&k, &b, 1).await, Some(vec![Cell::Text("a".into())]));
+    assert_eq!(queries(&k), 1);
+    assert_eq!(k.stats().hits.load(Ordering::Relaxed), 1);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    get(&k, &b, 1).await;
+    assert_eq!(queries(&k), 2, "the entry should have expired");
+}
+
+#[tokio::test]
+async fn capacity_bounds_the_entries() {
+    let (k, b) = setup(|c| c.cache.capacity = 2).await;
+    for id in 1..=50 {
+        get(&k, &b, id % 3 + 1).await;
+        get(&k, &b, 1000 + id).await;
+    }
+    assert!(k.cached_entries().await <= 2, "{} entries", k.cached_entries().await);
+}
+
+#[tokio::test]
+async fn reload_drops_every_cached_answer() {
+    let (k, b) = setup(|_| {}).await;
+    assert_eq!(get(&k, &b, 2).await, Some(vec![Cell::Text("b".into())]));
+    k.provider().execute("update perf set value = 'B' where id = 2").await.unwrap();
+    // Cached: the old answer until the knowledge is reloaded.
+    assert_eq!(get(&k, &b, 2).await, Some(vec![Cell::Text("b".into())]));
+    let g = k.generation();
+    k.reload();
+    assert!(k.generation() > g);
+    assert_eq!(get(&k, &b, 2).await, Some(vec![Cell::Text("B".into())]));
+    assert_eq!(queries(&k), 2);
+}
+
+#[tokio::test]
+async fn no_row_answers_are_cached_only_when_negative_caching_is_on() {
+    let (k, b) = setup(|_| {}).await;
+    assert_eq!(get(&k, &b, 99).await, None);
+    assert_eq!(get(&k, &b, 99).await, None);
+    assert_eq!(queries(&k), 1);
+    let (k, b) = setup(|c| c.cache.negative = false).await;
+    assert_eq!(get(&k, &b, 99).await, None);
+    assert_eq!(get(&k, &b, 99).await, None);
+    assert_eq!(queries(&k), 2);
+}
+
+#[tokio::test]
+async fn bypass_sends_every_lookup_to_the_database_and_guests_keep_nothing() {
+    let (k, b) = setup(|c| c.cache.mode = CacheMode::Bypass).await;
+    for _ in 0..3 {
+        get(&k, &b, 1).await;
+    }
+    assert_eq!(queries(&k), 3);
+    assert!(!k.cacheable());
+    // Through a rule: the guest cache must not hold bypassed answers either.
+    let rule = omlet::Engine::new()
+        .unwrap()
+        .load_source("t.oml", "name : t\n---\nv = select value from perf where id = read(id) ;\n", Some(k.clone()))
+        .await
+        .unwrap();
+    let r = omlet::record::from_json_str(r#"{"id":3}"#).unwrap();
+    for _ in 0..3 {
+        assert_eq!(omlet::record::to_json_string(&rule.evaluate(&r).await.unwrap()), r#"{"v":"c"}"#);
+    }
+    assert_eq!(queries(&k), 6);
+}
+
+#[tokio::test]
+async fn a_ttl_also_expires_the_guest_cache() {
+    let (k, _) = setup(|c| c.cache.ttl_ms = Some(200)).await;
+    let rule = omlet::Engine::new()
+        .unwrap()
+        .load_source("t.oml", "name : t\n---\nv = select value from perf where id = read(id) ;\n", Some(k.clone()))
+        .await
+        .unwrap();
+    let r = omlet::record::from_json_str(r#"{"id":1}"#).unwrap();
+    rule.evaluate(&r).await.unwrap();
+    rule.evaluate(&r).await.unwrap();
+    assert_eq!(k.stats().lookups.load(Ordering::Relaxed), 1, "the guest cache answers the second");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    rule.evaluate(&r).await.unwrap();
+    assert_eq!(k.stats().lookups.load(Ordering::Relaxed), 2, "a new TTL period reaches the host again");
+}

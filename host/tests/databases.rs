@@ -1,0 +1,203 @@
+//! Knowledge against real databases: throwaway PostgreSQL 15 and MariaDB
+//! servers on loopback. The SQL conformance cases, the examples' lookups, the
+//! statement check at load, and failures (the database stops mid-run).
+
+mod support;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use omlet::conformance::{Mode, TestDb, read_cases, run_case_on, run_file_on};
+use omlet::knowledge::{CacheMode, KnowledgeConfig, OnLookupError};
+use omlet::{Engine, Knowledge};
+use support::{MariaDb, Postgres, root};
+
+/// Every conformance case with knowledge tables, through the wasm component.
+async fn sql_cases_pass(url: &str) {
+    let engine = Engine::new().unwrap();
+    let db = TestDb::create(url).await.unwrap();
+    let dir = root().join("../shared/conformance");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    files.sort();
+    let (mut passed, mut failures) = (0, Vec::new());
+    for f in files.iter().filter(|p| p.extension().is_some_and(|e| e == "toml")) {
+        for case in read_cases(f).unwrap().into_iter().filter(|c| c.knowledge.is_some()) {
+            match run_case_on(&case, Mode::Wasm, &engine, Some(&db)).await {
+                Ok(()) => passed += 1,
+                Err(e) => failures.push(format!("{}: {e}", case.name)),
+            }
+        }
+    }
+    for ex in ["nginx", "apt"] {
+        for o in run_file_on(&root().join("examples").join(ex).join("tests.toml"), Mode::Wasm, &engine, Some(&db)).await.unwrap() {
+            match o.failure {
+                None => passed += 1,
+                Some(e) => failures.push(format!("{ex} {}: {e}", o.name)),
+            }
+        }
+    }
+    db.finish().await.unwrap();
+    assert!(failures.is_empty(), "{url}: {} passed, failed:\n{}", passed, failures.join("\n"));
+    assert_eq!(passed, 13 + 7, "SQL conformance cases + example cases");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sql_cases_pass_on_postgres() {
+    let pg = Postgres::start();
+    sql_cases_pass(&pg.url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sql_cases_pass_on_mariadb() {
+    let m = MariaDb::start();
+    sql_cases_pass(&m.url()).await;
+}
+
+const PERF_RULE: &str = "name : t\n---\nv = select value from perf where id = read(id) ;\nk = chars(k) ;\n";
+
+async fn perf_table(k: &Knowledge, rows: i64) {
+    let p = k.provider();
+    let data: Vec<Vec<omlet_lang::Cell>> =
+        (1..=rows).map(|i| vec![omlet_lang::Cell::Integer(i), omlet_lang::Cell::Text(format!("v{i}"))]).collect();
+    p.load_table("perf", &["id".into(), "value".into()], &["INTEGER PRIMARY KEY".into(), "TEXT".into()], &data)
+        .await
+        .unwrap();
+}
+
+fn rec(id: i64) -> omlet::Record {
+    omlet::record::from_json_str(&format!("{{\"id\":{id}}}")).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_on_a_missing_column_fails_the_load_on_postgres() {
+    let pg = Postgres::start();
+    let k = KnowledgeConfig::for_url(&pg.url()).open().await.unwrap();
+    perf_table(&k, 3).await;
+    let err = Engine::new()
+        .unwrap()
+        .load_source("bad.oml", "name : t\n---\n\nv = select nope from perf where id = read(id) ;\n", Some(k))
+        .await
+        .err()
+        .expect("load must fail");
+    let msg = err.to_string();
+    assert!(msg.starts_with("bad.oml:4:5: lookup `select nope from perf where id = :id`"), "{msg}");
+    assert!(msg.contains("nope"), "{msg}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn text_parameters_meet_integer_columns_on_postgres() {
+    // SQLite's affinity makes `int_col = '2'` true; PostgreSQL gets the parameter coerced.
+    let pg = Postgres::start();
+    let k = KnowledgeConfig::for_url(&pg.url()).open().await.unwrap();
+    perf_table(&k, 3).await;
+    let rule = Engine::new().unwrap().load_source("t.oml", PERF_RULE, Some(k)).await.unwrap();
+    let input = omlet::record::from_json_str(r#"{"id":"2"}"#).unwrap();
+    let out = rule.evaluate(&input).await.unwrap();
+    assert_eq!(omlet::record::to_json_string(&out), r#"{"v":"v2","k":"k"}"#);
+    let input = omlet::record::from_json_str(r#"{"id":"two"}"#).unwrap();
+    let out = rule.evaluate(&input).await.unwrap();
+    assert_eq!(omlet::record::to_json_string(&out), r#"{"k":"k"}"#);
+}
+
+fn outage_config(url: &str, policy: OnLookupError) -> KnowledgeConfig {
+    let mut c = KnowledgeConfig::for_url(url);
+    c.cache.mode = CacheMode::Bypass;
+    c.on_lookup_error = policy;
+    c.connect_timeout_ms = 1000;
+    c.query_timeout_ms = 1000;
+    c.pool_size = 2;
+    c
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_outage_follows_the_policy_and_lookups_recover() {
+    let mut pg = Postgres::start();
+    let k = outage_config(&pg.url(), OnLookupError::Absent).open().await.unwrap();
+    perf_table(&k, 10).await;
+    let strict = outage_config(&pg.url(), OnLookupError::Fail).open().await.unwrap();
+    let engine = Engine::new().unwrap();
+    let rule = engine.load_source("t.oml", PERF_RULE, Some(k.clone())).await.unwrap();
+    let strict_rule = engine.load_source("t.oml", PERF_RULE, Some(strict.clone())).await.unwrap();
+    let batch: Vec<omlet::Record> = (1..=6).map(rec).collect();
+
+    let out = rule.evaluate_batch(&batch).await.unwrap();
+    assert!(out.iter().all(|r| r.as_ref().unwrap().len() == 2));
+
+    pg.stop();
+    // Absent: every record still comes out, without the lookup's field.
+    let out = rule.evaluate_batch(&batch).await.unwrap();
+    assert_eq!(out.len(), 6);
+    for r in &out {
+        assert_eq!(omlet::record::to_json_string(r.as_ref().unwrap()), r#"{"k":"k"}"#);
+    }
+    assert!(k.stats().errors.load(std::sync::atomic::Ordering::Relaxed) >= 6);
+    // Fail: each record fails, with its index and the statement.
+    let out = strict_rule.evaluate_batch(&batch).await.unwrap();
+    assert_eq!(out.len(), 6);
+    for (i, r) in out.iter().enumerate() {
+        let e = r.as_ref().err().expect("the record must fail").to_string();
+        assert!(e.starts_with(&format!("record {i}: lookup failed: `select value from perf where id = $1`")), "{e}");
+    }
+
+    pg.resume();
+    // The pool reconnects by itself: within a few tries every lookup answers again.
+    let mut recovered = false;
+    for _ in 0..50 {
+        let out = rule.evaluate_batch(&batch).await.unwrap();
+        if out.iter().all(|r| r.as_ref().is_ok_and(|r| r.len() == 2)) {
+            recovered = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(recovered, "lookups did not recover after the restart");
+    let out = rule.evaluate(&rec(3)).await.unwrap();
+    assert_eq!(omlet::record::to_json_string(&out), r#"{"v":"v3","k":"k"}"#);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixty_four_concurrent_misses_make_one_query_at_the_database() {
+    let pg = Postgres::start();
+    let admin = KnowledgeConfig::for_url(&pg.url()).open().await.unwrap();
+    admin.provider().execute("create extension if not exists pg_stat_statements").await.unwrap();
+    perf_table(&admin, 10).await;
+    let k = KnowledgeConfig::for_url(&pg.url()).open().await.unwrap();
+    let bound = Arc::new(
+        k.bind(&[omlet_lang::ir::SqlStatement {
+            sql: "select value from perf where id = :id".into(),
+            params: vec!["id".into()],
+            table: "perf".into(),
+            columns: vec!["value".into()],
+            file: "t.oml".into(),
+            line: 1,
+            column: 1,
+        }])
+        .await
+        .unwrap(),
+    );
+    admin.provider().execute("select pg_stat_statements_reset()").await.unwrap();
+    let tasks: Vec<_> = (0..64)
+        .map(|_| {
+            let (k, bound) = (k.clone(), bound.clone());
+            tokio::spawn(async move { k.query(&bound[0], &[omlet_lang::Cell::Integer(7)]).await.unwrap() })
+        })
+        .collect();
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), Some(vec![omlet_lang::Cell::Text("v7".into())]));
+    }
+    let calls = count_calls(&pg.url(), "from perf where id").await;
+    assert_eq!(calls, 1, "the database saw {calls} executions");
+    assert_eq!(k.stats().queries.load(std::sync::atomic::Ordering::Relaxed), 1);
+}
+
+async fn count_calls(url: &str, pattern: &str) -> i64 {
+    use sqlx::Row;
+    let pool = sqlx::PgPool::connect(url).await.unwrap();
+    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "select coalesce(sum(calls), 0)::bigint from pg_stat_statements where query like '%{pattern}%' and query not like '%pg_stat_statements%'"
+    )))
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    row.get::<i64, _>(0)
+}
