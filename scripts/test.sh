@@ -8,6 +8,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# The database tests start throwaway PostgreSQL and MariaDB servers: install
+# Debian's packages when they are missing.
+if [ ! -x /usr/lib/postgresql/15/bin/initdb ] || ! command -v mariadbd >/dev/null 2>&1; then
+    echo "test.sh: installing PostgreSQL 15 and MariaDB from Debian's packages" >&2
+    if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi
+    $SUDO apt-get update -qq >&2
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq postgresql postgresql-contrib mariadb-server mariadb-client >&2
+fi
+
 # Includes the freshness test: the committed guest must carry the hash of
 # the current guest/ and wit/ sources (host/tests/component.rs).
 cargo test -j2 -p omlet-lang -p omlet

@@ -1,12 +1,15 @@
 //! The knowdb loader: builds a knowledge base from a `knowdb.toml` that
-//! lists tables and their CSV data.
+//! lists tables, each from CSV data and/or SQL files.
 //!
 //! ```toml
 //! [[tables]]
 //! name = "ip_zone"            # table name
 //! csv = "ip_zone.csv"         # CSV with a header row, relative to this file
 //! types = ["TEXT", "TEXT"]    # optional column types; inferred from the data if absent
+//! create = "ip_zone.sql"      # optional: SQL that creates the table (instead of inferring it)
+//! insert = "more_rows.sql"    # optional: SQL run after the CSV rows
 //! expected_rows = 4           # optional: fail the load if the count differs
+//! on_error = "fail"           # or "skip": a bad row is skipped and counted, not fatal
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -27,11 +30,27 @@ pub struct KnowDb {
 #[serde(deny_unknown_fields)]
 pub struct TableSpec {
     pub name: String,
-    pub csv: PathBuf,
+    #[serde(default)]
+    pub csv: Option<PathBuf>,
     #[serde(default)]
     pub types: Option<Vec<String>>,
     #[serde(default)]
+    pub create: Option<PathBuf>,
+    #[serde(default)]
+    pub insert: Option<PathBuf>,
+    #[serde(default)]
     pub expected_rows: Option<u64>,
+    #[serde(default)]
+    pub on_error: OnError,
+}
+
+/// What a bad row does to the load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum OnError {
+    #[default]
+    Fail,
+    Skip,
 }
 
 /// Reads a `knowdb.toml`.
@@ -45,23 +64,48 @@ pub async fn load(path: &Path, db: &dyn Provider) -> Result<()> {
     let spec = read(path)?;
     let dir = path.parent().unwrap_or(Path::new("."));
     for t in &spec.tables {
-        let csv_path = dir.join(&t.csv);
-        let (columns, rows) = read_csv(&csv_path)?;
-        let types = match &t.types {
-            Some(ty) if ty.len() == columns.len() => ty.clone(),
-            Some(ty) => {
-                return Err(Error::Knowledge(format!(
-                    "{}: table {} has {} columns but {} types",
-                    path.display(),
-                    t.name,
-                    columns.len(),
-                    ty.len()
-                )));
-            }
-            None => infer_types(columns.len(), &rows),
+        let skip = t.on_error == OnError::Skip;
+        let sql_file = |p: &PathBuf| -> Result<String> {
+            let p = dir.join(p);
+            std::fs::read_to_string(&p).map_err(|e| Error::io(&p, e))
         };
-        let typed: Vec<Vec<Cell>> = rows.iter().map(|r| typed_row(r, &types)).collect();
-        db.load_table(&t.name, &columns, &types, &typed).await?;
+        if let Some(c) = &t.create {
+            db.execute(&sql_file(c)?).await?;
+        }
+        if let Some(csv) = &t.csv {
+            let csv_path = dir.join(csv);
+            let (columns, rows) = read_csv(&csv_path, skip)?;
+            let types = match &t.types {
+                Some(ty) if ty.len() == columns.len() => ty.clone(),
+                Some(ty) => {
+                    return Err(Error::Knowledge(format!(
+                        "{}: table {} has {} columns but {} types",
+                        path.display(),
+                        t.name,
+                        columns.len(),
+                        ty.len()
+                    )));
+                }
+                None => infer_types(columns.len(), &rows),
+            };
+            let typed: Vec<Vec<Cell>> = rows.iter().map(|r| typed_row(r, &types)).collect();
+            if t.create.is_some() {
+                let (_, skipped) = db.insert_rows(&t.name, &columns, &typed, skip).await?;
+                if skipped > 0 {
+                    tracing::warn!(table = %t.name, skipped, "rows skipped");
+                }
+            } else {
+                db.load_table(&t.name, &columns, &types, &typed).await?;
+            }
+        } else if t.create.is_none() {
+            return Err(Error::Knowledge(format!("{}: table {} needs `csv` or `create`", path.display(), t.name)));
+        }
+        if let Some(i) = &t.insert {
+            match db.execute(&sql_file(i)?).await {
+                Err(e) if skip => tracing::warn!(table = %t.name, error = %e, "insert file failed; skipped"),
+                other => other?,
+            }
+        }
         if let Some(n) = t.expected_rows {
             let got = db.count(&t.name).await?;
             if got as u64 != n {
@@ -76,7 +120,7 @@ pub async fn load(path: &Path, db: &dyn Provider) -> Result<()> {
     Ok(())
 }
 
-fn read_csv(path: &Path) -> Result<(Vec<String>, Vec<Vec<String>>)> {
+fn read_csv(path: &Path, skip_bad: bool) -> Result<(Vec<String>, Vec<Vec<String>>)> {
     let mut rd = csv::Reader::from_path(path).map_err(|e| Error::Knowledge(format!("{}: {e}", path.display())))?;
     let columns: Vec<String> = rd
         .headers()
@@ -86,8 +130,11 @@ fn read_csv(path: &Path) -> Result<(Vec<String>, Vec<Vec<String>>)> {
         .collect();
     let mut rows = Vec::new();
     for (n, rec) in rd.records().enumerate() {
-        let rec = rec.map_err(|e| Error::Input { what: format!("{} record {}", path.display(), n + 1), message: e.to_string() })?;
-        rows.push(rec.iter().map(str::to_string).collect());
+        match rec {
+            Ok(rec) => rows.push(rec.iter().map(str::to_string).collect()),
+            Err(e) if skip_bad => tracing::warn!("{} record {}: {e}; skipped", path.display(), n + 1),
+            Err(e) => return Err(Error::Input { what: format!("{} record {}", path.display(), n + 1), message: e.to_string() }),
+        }
     }
     Ok((columns, rows))
 }

@@ -89,6 +89,10 @@ pub trait Provider: Send + Sync + 'static {
     /// BLOB, optionally PRIMARY KEY) and inserts `rows`, in one transaction.
     /// Used by the knowdb loader and `omlet test`.
     fn load_table<'a>(&'a self, table: &'a str, columns: &'a [String], types: &'a [String], rows: &'a [Vec<Cell>]) -> BoxFuture<'a, Result<()>>;
+    /// Inserts `rows` into an existing table. With `skip_bad`, a row the
+    /// database rejects is skipped (and counted) instead of failing the load.
+    /// Returns (inserted, skipped).
+    fn insert_rows<'a>(&'a self, table: &'a str, columns: &'a [String], rows: &'a [Vec<Cell>], skip_bad: bool) -> BoxFuture<'a, Result<(u64, u64)>>;
     fn drop_table<'a>(&'a self, table: &'a str) -> BoxFuture<'a, Result<()>>;
     fn count<'a>(&'a self, table: &'a str) -> BoxFuture<'a, Result<i64>>;
     /// Runs one administrative statement (DDL) outside the allow-list.

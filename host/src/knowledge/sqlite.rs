@@ -115,6 +115,41 @@ impl Provider for SqliteProvider {
         })
     }
 
+    fn insert_rows<'a>(&'a self, table: &'a str, columns: &'a [String], rows: &'a [Vec<Cell>], skip_bad: bool) -> BoxFuture<'a, Result<(u64, u64)>> {
+        Box::pin(async move {
+            let (_, insert) = super::table_sql(table, columns, &[], '"', str::to_string, |_| "?".into());
+            let row_err = |n: usize, e: sqlx::Error| Error::Knowledge(format!("table {table}, row {}: {e}", n + 1));
+            let (mut inserted, mut skipped) = (0, 0);
+            if skip_bad {
+                for (n, row) in rows.iter().enumerate() {
+                    let mut q = sqlx::query(AssertSqlSafe(insert.clone()));
+                    for c in row {
+                        q = bind(q, c.clone());
+                    }
+                    match q.execute(&self.pool).await {
+                        Ok(_) => inserted += 1,
+                        Err(e) => {
+                            skipped += 1;
+                            tracing::warn!("{}", row_err(n, e));
+                        }
+                    }
+                }
+                return Ok((inserted, skipped));
+            }
+            let mut tx = self.pool.begin().await.map_err(|e| Error::Knowledge(e.to_string()))?;
+            for (n, row) in rows.iter().enumerate() {
+                let mut q = sqlx::query(AssertSqlSafe(insert.clone()));
+                for c in row {
+                    q = bind(q, c.clone());
+                }
+                q.execute(&mut *tx).await.map_err(|e| row_err(n, e))?;
+                inserted += 1;
+            }
+            tx.commit().await.map_err(|e| Error::Knowledge(e.to_string()))?;
+            Ok((inserted, skipped))
+        })
+    }
+
     fn drop_table<'a>(&'a self, table: &'a str) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
             let sql = format!("drop table if exists \"{}\"", table.replace('"', "\"\""));
