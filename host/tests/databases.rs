@@ -201,3 +201,70 @@ async fn count_calls(url: &str, pattern: &str) -> i64 {
     .unwrap();
     row.get::<i64, _>(0)
 }
+
+/// 64 concurrent misses on distinct keys: batched into few queries, each
+/// lookup still gets its own row (and none for a missing key).
+async fn misses_are_batched(url: &str, count_at_db: bool) {
+    let admin = KnowledgeConfig::for_url(url).open().await.unwrap();
+    if count_at_db {
+        admin.provider().execute("create extension if not exists pg_stat_statements").await.unwrap();
+    }
+    perf_table(&admin, 100).await;
+    let k = KnowledgeConfig::for_url(url).open().await.unwrap();
+    let bound = Arc::new(
+        k.bind(&[omlet_lang::ir::SqlStatement {
+            sql: "select value from perf where id = :id".into(),
+            params: vec!["id".into()],
+            table: "perf".into(),
+            columns: vec!["value".into()],
+            file: "t.oml".into(),
+            line: 1,
+            column: 1,
+        }])
+        .await
+        .unwrap(),
+    );
+    assert!(bound[0].batch.is_some(), "a single-key lookup should be batchable");
+    if count_at_db {
+        admin.provider().execute("select pg_stat_statements_reset()").await.unwrap();
+    }
+    let tasks: Vec<_> = (1..=64)
+        .map(|i: i64| {
+            let (k, bound) = (k.clone(), bound.clone());
+            // Every eighth key is missing; some keys come as text.
+            let id = if i % 8 == 0 { 1000 + i } else { i };
+            let key = if i % 3 == 0 { omlet_lang::Cell::Text(id.to_string()) } else { omlet_lang::Cell::Integer(id) };
+            tokio::spawn(async move { (id, k.query(&bound[0], &[key]).await.unwrap()) })
+        })
+        .collect();
+    for t in tasks {
+        let (id, row) = t.await.unwrap();
+        let want = if id > 1000 { None } else { Some(vec![omlet_lang::Cell::Text(format!("v{id}"))]) };
+        assert_eq!(row, want, "key {id}");
+    }
+    let queries = k.stats().queries.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(queries < 32, "{queries} queries for 64 misses");
+    assert!(k.stats().batched.load(std::sync::atomic::Ordering::Relaxed) > 0);
+    if count_at_db {
+        let calls = count_calls(url, "from perf where id").await;
+        assert_eq!(calls as u64, queries, "the database saw {calls} executions");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn misses_are_batched_on_postgres() {
+    let pg = Postgres::start();
+    misses_are_batched(&pg.url(), true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn misses_are_batched_on_mariadb() {
+    let m = MariaDb::start();
+    misses_are_batched(&m.url(), false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn misses_are_batched_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    misses_are_batched(&format!("sqlite://{}", dir.path().join("k.db").display()), false).await;
+}

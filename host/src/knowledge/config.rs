@@ -7,6 +7,7 @@
 //! connect_timeout_ms = 5000
 //! query_timeout_ms = 2000
 //! on_lookup_error = "absent"     # or "fail": the record fails instead
+//! batch_misses = true            # misses of one single-key lookup arriving together: one query
 //! knowdb = "knowdb.toml"         # optional: tables to load first (relative to this file)
 //!
 //! [cache]
@@ -87,6 +88,10 @@ pub struct KnowledgeConfig {
     pub query_timeout_ms: u64,
     #[serde(default)]
     pub on_lookup_error: OnLookupError,
+    /// Misses of a single-key lookup that arrive together go to the database
+    /// as one query (`= ANY($1)` on PostgreSQL, `IN (…)` elsewhere).
+    #[serde(default = "yes")]
+    pub batch_misses: bool,
     #[serde(default)]
     pub knowdb: Option<PathBuf>,
     #[serde(default)]

@@ -84,6 +84,10 @@ pub trait Provider: Send + Sync + 'static {
     fn prepare<'a>(&'a self, sql: &'a str) -> BoxFuture<'a, Result<Prepared, String>>;
     /// Runs a bound statement and returns its first row.
     fn query_first<'a>(&'a self, stmt: &'a BoundStatement, params: Vec<Cell>) -> BoxFuture<'a, Result<Option<Vec<Cell>>, String>>;
+    /// Runs a batch plan for several keys; returns every matching row, its key first.
+    fn query_many<'a>(&'a self, plan: &'a BatchPlan, keys: Vec<Cell>) -> BoxFuture<'a, Result<Vec<Vec<Cell>>, String>>;
+    /// Checks that a batch plan runs here (prepares it).
+    fn prepare_many<'a>(&'a self, plan: &'a BatchPlan) -> BoxFuture<'a, Result<(), String>>;
 
     /// Creates `table` (column types in SQLite's terms: INTEGER, REAL, TEXT,
     /// BLOB, optionally PRIMARY KEY) and inserts `rows`, in one transaction.
@@ -169,6 +173,31 @@ pub struct BoundStatement {
     pub columns: Vec<String>,
     /// Index into [`Stats::statements`].
     pub stats: usize,
+    /// Set when the statement is a single-key lookup whose misses can be batched.
+    pub batch: Option<BatchPlan>,
+}
+
+/// How to fetch many keys of a single-key lookup (`… where col = :p`) at once.
+#[derive(Debug, Clone)]
+pub struct BatchPlan {
+    /// `select col, <columns> from table where col`: the provider appends
+    /// `= ANY($1)` or `in (?, …)`. The key comes back as the first column.
+    pub select: String,
+    /// The type of the single parameter (from the single-key statement).
+    pub key_type: ParamType,
+}
+
+/// The batch form of a statement, if it is `select C from T where K = :p`.
+fn batch_select(s: &SqlStatement) -> Option<String> {
+    let [param] = s.params.as_slice() else { return None };
+    let where_at = s.sql.find(" where ")?;
+    let cond = &s.sql[where_at + 7..];
+    let (col, rhs) = cond.split_once(" = ")?;
+    if rhs != format!(":{param}") || !col.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_') {
+        return None;
+    }
+    let cols = if s.columns.len() == 1 && s.columns[0] == "*" { format!("{}.*", s.table) } else { s.columns.join(",") };
+    Some(format!("select {col}, {cols} from {} where {col}", s.table))
 }
 
 /// Latency histogram: counts per power-of-two bucket of microseconds.
@@ -223,6 +252,8 @@ pub struct Stats {
     pub misses: AtomicU64,
     /// Queries sent to the database.
     pub queries: AtomicU64,
+    /// Lookups answered by a batched query.
+    pub batched: AtomicU64,
     pub errors: AtomicU64,
     pub statements: Mutex<Vec<StatementStats>>,
 }
@@ -240,6 +271,7 @@ impl Stats {
             "cache_hits": self.get(&self.hits),
             "cache_misses": self.get(&self.misses),
             "queries": self.get(&self.queries),
+            "batched_lookups": self.get(&self.batched),
             "errors": self.get(&self.errors),
             "statements": stmts.iter().map(|s| serde_json::json!({
                 "sql": s.sql, "queries": s.queries, "errors": s.errors,
@@ -272,6 +304,8 @@ pub struct Knowledge {
     generation: AtomicU64,
     born: Instant,
     cache: Option<moka::future::Cache<CacheKey, Row>>,
+    /// Misses waiting to be batched, per statement.
+    pending: Mutex<std::collections::HashMap<usize, Vec<(Cell, Waiter)>>>,
     stats: Stats,
 }
 
@@ -292,7 +326,15 @@ impl Knowledge {
                 Some(b.build())
             }
         };
-        Knowledge { provider, config, generation: AtomicU64::new(1), born: Instant::now(), cache, stats: Stats::default() }
+        Knowledge {
+            provider,
+            config,
+            generation: AtomicU64::new(1),
+            born: Instant::now(),
+            cache,
+            pending: Mutex::new(Default::default()),
+            stats: Stats::default(),
+        }
     }
 
     pub fn config(&self) -> &KnowledgeConfig {
@@ -369,7 +411,25 @@ impl Knowledge {
                     }
                 }
             };
-            out.push(BoundStatement { sql: sql.into(), order, param_types: prepared.params, columns: prepared.columns, stats });
+            let mut bound = BoundStatement {
+                sql: sql.into(),
+                order,
+                param_types: prepared.params,
+                columns: prepared.columns,
+                stats,
+                batch: None,
+            };
+            if self.config.batch_misses {
+                if let Some(select) = batch_select(s) {
+                    let key_type = bound.param_types.first().copied().unwrap_or(ParamType::Any);
+                    let plan = BatchPlan { select, key_type };
+                    // A plan the database refuses just means no batching for it.
+                    if self.provider.prepare_many(&plan).await.is_ok() {
+                        bound.batch = Some(plan);
+                    }
+                }
+            }
+            out.push(bound);
         }
         Ok(out)
     }
@@ -379,7 +439,7 @@ impl Knowledge {
         self.stats.lookups.fetch_add(1, Ordering::Relaxed);
         let bound: Vec<Cell> = stmt.order.iter().map(|&i| params.get(i).cloned().unwrap_or(Cell::Null)).collect();
         let Some(cache) = &self.cache else {
-            return self.fetch(stmt, bound).await;
+            return self.miss(stmt, bound).await;
         };
         let key = CacheKey { generation: self.generation(), sql: stmt.sql.clone(), params: encode(&bound) };
         if let Some(row) = cache.get(&key).await {
@@ -391,7 +451,7 @@ impl Knowledge {
         // Concurrent misses on one key wait for this one query (single-flight).
         let got = cache
             .try_get_with(key, async {
-                match self.fetch(stmt, bound).await {
+                match self.miss(stmt, bound).await {
                     Ok(Some(row)) => Ok(Some(Arc::new(row))),
                     Ok(None) if negative => Ok(None),
                     Ok(None) => Err(Miss::NoRow),
@@ -408,11 +468,65 @@ impl Knowledge {
         }
     }
 
+    /// A lookup the caches could not answer: batched with the other misses
+    /// of the same statement that arrive together, when the statement allows.
+    async fn miss(&self, stmt: &BoundStatement, bound: Vec<Cell>) -> Result<Option<Vec<Cell>>, String> {
+        let Some(plan) = &stmt.batch else {
+            return self.fetch(stmt, bound).await;
+        };
+        let key = bound.into_iter().next().unwrap_or(Cell::Null);
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let leader = {
+            let mut pending = self.pending.lock().map_err(|_| "lookup queue poisoned".to_string())?;
+            let queue = pending.entry(stmt.stats).or_default();
+            queue.push((key, tx));
+            queue.len() == 1
+        };
+        if leader {
+            // Let the misses that arrive together join this batch.
+            tokio::task::yield_now().await;
+            let batch = self.pending.lock().ok().and_then(|mut p| p.remove(&stmt.stats)).unwrap_or_default();
+            self.flush(stmt, plan, batch).await;
+        }
+        rx.await.unwrap_or_else(|_| Err("the batched lookup was dropped".to_string()))
+    }
+
+    async fn flush(&self, stmt: &BoundStatement, plan: &BatchPlan, batch: Vec<(Cell, Waiter)>) {
+        if batch.len() == 1 {
+            let (key, tx) = batch.into_iter().next().unwrap_or_else(|| unreachable!());
+            let _ = tx.send(self.fetch(stmt, vec![key]).await);
+            return;
+        }
+        self.stats.batched.fetch_add(batch.len() as u64, Ordering::Relaxed);
+        let keys: Vec<Cell> = batch.iter().map(|(k, _)| coerce(k.clone(), plan.key_type)).collect();
+        let mut distinct: Vec<Cell> = Vec::with_capacity(keys.len());
+        for k in &keys {
+            if !matches!(k, Cell::Null) && !distinct.contains(k) {
+                distinct.push(k.clone());
+            }
+        }
+        let rows = self.timed(stmt, self.provider.query_many(plan, distinct)).await;
+        for ((_, tx), key) in batch.into_iter().zip(keys) {
+            let answer = match &rows {
+                Ok(rows) => Ok(rows
+                    .iter()
+                    .find(|r| r.first().is_some_and(|k| same_key(k, &key)))
+                    .map(|r| r[1..].to_vec())),
+                Err(e) => Err(e.clone()),
+            };
+            let _ = tx.send(answer);
+        }
+    }
+
     /// One database round trip, with the timeout and the counters.
     async fn fetch(&self, stmt: &BoundStatement, bound: Vec<Cell>) -> Result<Option<Vec<Cell>>, String> {
+        self.timed(stmt, self.provider.query_first(stmt, bound)).await
+    }
+
+    async fn timed<T>(&self, stmt: &BoundStatement, query: BoxFuture<'_, Result<T, String>>) -> Result<T, String> {
         self.stats.queries.fetch_add(1, Ordering::Relaxed);
         let started = Instant::now();
-        let r = match tokio::time::timeout(self.config.query_timeout(), self.provider.query_first(stmt, bound)).await {
+        let r = match tokio::time::timeout(self.config.query_timeout(), query).await {
             Ok(r) => r,
             Err(_) => Err(format!("query timed out after {:?}", self.config.query_timeout())),
         };
@@ -430,6 +544,22 @@ impl Knowledge {
             tracing::warn!(statement = %stmt.sql, error = %e, "lookup failed");
         }
         r
+    }
+}
+
+type Waiter = tokio::sync::oneshot::Sender<Result<Option<Vec<Cell>>, String>>;
+
+/// Whether a key the database returned is the key a lookup asked for.
+fn same_key(returned: &Cell, asked: &Cell) -> bool {
+    match (returned, asked) {
+        (Cell::Integer(a), Cell::Integer(b)) => a == b,
+        (Cell::Real(a), Cell::Real(b)) => a == b,
+        (Cell::Integer(a), Cell::Real(b)) | (Cell::Real(b), Cell::Integer(a)) => *a as f64 == *b,
+        (Cell::Text(a), Cell::Text(b)) => a == b,
+        (Cell::Blob(a), Cell::Blob(b)) => a == b,
+        (Cell::Integer(a), Cell::Text(b)) | (Cell::Text(b), Cell::Integer(a)) => b.trim().parse::<i64>() == Ok(*a),
+        (Cell::Real(a), Cell::Text(b)) | (Cell::Text(b), Cell::Real(a)) => b.trim().parse::<f64>() == Ok(*a),
+        _ => false,
     }
 }
 

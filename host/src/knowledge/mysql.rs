@@ -9,7 +9,7 @@ use omlet_lang::Cell;
 use sqlx::mysql::{MySqlArguments, MySqlPool, MySqlPoolOptions, MySqlRow};
 use sqlx::{AssertSqlSafe, Column, Executor, Row, SqlSafeStr, Statement, TypeInfo, ValueRef};
 
-use super::{BoxFuture, Placeholders, Prepared, Provider};
+use super::{BatchPlan, BoxFuture, Placeholders, Prepared, Provider};
 use crate::{Error, Result};
 
 pub struct MySqlProvider {
@@ -64,8 +64,14 @@ fn cells(row: &MySqlRow) -> Result<Vec<Cell>, String> {
             }
             "FLOAT" => Cell::Real(row.try_get::<f32, _>(i).map_err(e)? as f64),
             "DOUBLE" => Cell::Real(row.try_get::<f64, _>(i).map_err(e)?),
+            // Text with a binary (`_bin`) collation arrives flagged as binary:
+            // UTF-8 bytes are taken as text (OML reads BLOBs as text anyway).
             "BINARY" | "VARBINARY" | "TINYBLOB" | "BLOB" | "MEDIUMBLOB" | "LONGBLOB" => {
-                Cell::Blob(row.try_get::<Vec<u8>, _>(i).map_err(e)?)
+                let bytes = row.try_get::<Vec<u8>, _>(i).map_err(e)?;
+                match String::from_utf8(bytes) {
+                    Ok(s) => Cell::Text(s),
+                    Err(b) => Cell::Blob(b.into_bytes()),
+                }
             }
             _ => Cell::Text(
                 row.try_get_unchecked::<String, _>(i).map_err(|_| format!("column {i}: unsupported type {ty}"))?,
@@ -104,6 +110,28 @@ impl Provider for MySqlProvider {
                 Some(row) => cells(&row).map(Some),
                 None => Ok(None),
             }
+        })
+    }
+
+    fn query_many<'a>(&'a self, plan: &'a BatchPlan, keys: Vec<Cell>) -> BoxFuture<'a, Result<Vec<Vec<Cell>>, String>> {
+        Box::pin(async move {
+            let sql = format!("{} in ({})", plan.select, vec!["?"; keys.len().max(1)].join(", "));
+            let mut q = sqlx::query(AssertSqlSafe(sql));
+            if keys.is_empty() {
+                q = bind(q, Cell::Null);
+            }
+            for k in keys {
+                q = bind(q, k);
+            }
+            let rows = q.fetch_all(&self.pool).await.map_err(|e| e.to_string())?;
+            rows.iter().map(cells).collect()
+        })
+    }
+
+    fn prepare_many<'a>(&'a self, plan: &'a BatchPlan) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            let sql = format!("{} in (?)", plan.select);
+            (&self.pool).prepare(AssertSqlSafe(sql).into_sql_str()).await.map(|_| ()).map_err(|e| e.to_string())
         })
     }
 

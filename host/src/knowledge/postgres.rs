@@ -12,7 +12,7 @@ use omlet_lang::Cell;
 use sqlx::postgres::{PgArguments, PgPool, PgPoolOptions, PgRow};
 use sqlx::{AssertSqlSafe, Column, Either, Executor, Row, SqlSafeStr, Statement, TypeInfo, ValueRef};
 
-use super::{BoxFuture, ParamType, Placeholders, Prepared, Provider, coerce};
+use super::{BatchPlan, BoxFuture, ParamType, Placeholders, Prepared, Provider, coerce};
 use crate::{Error, Result};
 
 pub struct PostgresProvider {
@@ -127,6 +127,34 @@ impl Provider for PostgresProvider {
                 Some(row) => cells(&row).map(Some),
                 None => Ok(None),
             }
+        })
+    }
+
+    fn query_many<'a>(&'a self, plan: &'a BatchPlan, keys: Vec<Cell>) -> BoxFuture<'a, Result<Vec<Vec<Cell>>, String>> {
+        Box::pin(async move {
+            let sql = format!("{} = ANY($1)", plan.select);
+            let q = sqlx::query(AssertSqlSafe(sql));
+            let ints = || keys.iter().filter_map(|k| if let Cell::Integer(i) = k { Some(*i) } else { None });
+            let q = match plan.key_type {
+                ParamType::Int16 => q.bind(ints().map(|i| i as i16).collect::<Vec<_>>()),
+                ParamType::Int32 => q.bind(ints().map(|i| i as i32).collect::<Vec<_>>()),
+                ParamType::Int64 => q.bind(ints().collect::<Vec<_>>()),
+                ParamType::Bool => q.bind(ints().map(|i| i != 0).collect::<Vec<_>>()),
+                ParamType::Float => q.bind(keys.iter().filter_map(|k| if let Cell::Real(f) = k { Some(*f) } else { None }).collect::<Vec<_>>()),
+                ParamType::Bytes => q.bind(keys.iter().filter_map(|k| if let Cell::Blob(b) = k { Some(b.clone()) } else { None }).collect::<Vec<_>>()),
+                ParamType::Text | ParamType::Any => q.bind(
+                    keys.iter().filter_map(|k| match coerce(k.clone(), ParamType::Text) { Cell::Text(s) => Some(s), _ => None }).collect::<Vec<_>>(),
+                ),
+            };
+            let rows = q.fetch_all(&self.pool).await.map_err(|e| e.to_string())?;
+            rows.iter().map(cells).collect()
+        })
+    }
+
+    fn prepare_many<'a>(&'a self, plan: &'a BatchPlan) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            let sql = format!("{} = ANY($1)", plan.select);
+            (&self.pool).prepare(AssertSqlSafe(sql).into_sql_str()).await.map(|_| ()).map_err(|e| e.to_string())
         })
     }
 

@@ -6,7 +6,7 @@ use omlet_lang::Cell;
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions, SqliteRow};
 use sqlx::{AssertSqlSafe, Column, Executor, Row, SqlSafeStr, Statement, TypeInfo, ValueRef};
 
-use super::{BoundStatement, BoxFuture, Placeholders, Prepared, Provider};
+use super::{BatchPlan, BoundStatement, BoxFuture, Placeholders, Prepared, Provider};
 use crate::{Error, Result};
 
 /// An SQLite database: in memory, or a file.
@@ -96,6 +96,28 @@ impl Provider for SqliteProvider {
                 .await
                 .map_err(|e| e.to_string())?;
             Ok(Prepared { columns: stmt.columns().iter().map(|c| c.name().to_string()).collect(), params: Vec::new() })
+        })
+    }
+
+    fn query_many<'a>(&'a self, plan: &'a BatchPlan, keys: Vec<Cell>) -> BoxFuture<'a, Result<Vec<Vec<Cell>>, String>> {
+        Box::pin(async move {
+            let sql = format!("{} in ({})", plan.select, vec!["?"; keys.len().max(1)].join(", "));
+            let mut q = sqlx::query(AssertSqlSafe(sql));
+            if keys.is_empty() {
+                q = bind(q, Cell::Null);
+            }
+            for k in keys {
+                q = bind(q, k);
+            }
+            let rows = q.fetch_all(&self.pool).await.map_err(|e| e.to_string())?;
+            rows.iter().map(cells).collect()
+        })
+    }
+
+    fn prepare_many<'a>(&'a self, plan: &'a BatchPlan) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            let sql = format!("{} in (?)", plan.select);
+            (&self.pool).prepare(AssertSqlSafe(sql).into_sql_str()).await.map(|_| ()).map_err(|e| e.to_string())
         })
     }
 
