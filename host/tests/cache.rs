@@ -126,3 +126,22 @@ async fn a_ttl_also_expires_the_guest_cache() {
     rule.evaluate(&r).await.unwrap();
     assert_eq!(k.stats().lookups.load(Ordering::Relaxed), 2, "a new TTL period reaches the host again");
 }
+
+#[tokio::test]
+async fn with_the_guest_layer_off_every_lookup_reaches_the_shared_cache() {
+    let (k, _) = setup(|c| c.cache.guest = false).await;
+    let rule = omlet::Engine::new()
+        .unwrap()
+        .load_source("t.oml", "name : t\n---\nv = select value from perf where id = read(id) ;\n", Some(k.clone()))
+        .await
+        .unwrap();
+    let r = omlet::record::from_json_str(r#"{"id":2}"#).unwrap();
+    for _ in 0..4 {
+        assert_eq!(omlet::record::to_json_string(&rule.evaluate(&r).await.unwrap()), r#"{"v":"b"}"#);
+    }
+    assert_eq!(k.stats().lookups.load(Ordering::Relaxed), 4);
+    assert_eq!(k.stats().hits.load(Ordering::Relaxed), 3);
+    assert_eq!(queries(&k), 1);
+    let j = k.stats().to_json();
+    assert!(j["shared_cache_hit_us"]["p50"].as_f64().unwrap() > 0.0, "{j}");
+}

@@ -15,6 +15,7 @@
 //! capacity = 100000              # entries
 //! ttl_ms = 60000                 # optional
 //! negative = true                # cache "no row" answers too
+//! guest = true                   # each guest instance also keeps answers (lock-free local layer)
 //! ```
 //!
 //! `url` schemes: `sqlite::memory:` (the default), `sqlite://path.db`,
@@ -61,6 +62,9 @@ pub struct CacheConfig {
     pub ttl_ms: Option<u64>,
     #[serde(default = "yes")]
     pub negative: bool,
+    /// Let each guest instance keep answers too (its lock-free local layer).
+    #[serde(default = "yes")]
+    pub guest: bool,
 }
 
 impl CacheConfig {
@@ -71,7 +75,7 @@ impl CacheConfig {
 
 impl Default for CacheConfig {
     fn default() -> Self {
-        CacheConfig { mode: CacheMode::Shared, capacity: default_capacity(), ttl_ms: None, negative: true }
+        CacheConfig { mode: CacheMode::Shared, capacity: default_capacity(), ttl_ms: None, negative: true, guest: true }
     }
 }
 

@@ -232,6 +232,34 @@ impl Histogram {
     }
 }
 
+/// A latency histogram that records without locks (for cache hits).
+#[derive(Debug, Default)]
+pub struct AtomicHistogram {
+    buckets: [AtomicU64; 24],
+    count: AtomicU64,
+    total_ns: AtomicU64,
+}
+
+impl AtomicHistogram {
+    pub fn record(&self, d: Duration) {
+        let us = d.as_secs_f64() * 1e6;
+        let i = if us < 1.0 { 0 } else { (us.log2() as usize + 1).min(23) };
+        self.buckets[i].fetch_add(1, Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.total_ns.fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    pub fn snapshot(&self) -> Histogram {
+        let mut h = Histogram::default();
+        for (i, b) in self.buckets.iter().enumerate() {
+            h.buckets[i] = b.load(Ordering::Relaxed);
+        }
+        h.count = self.count.load(Ordering::Relaxed);
+        h.total_us = self.total_ns.load(Ordering::Relaxed) as f64 / 1e3;
+        h
+    }
+}
+
 /// Per-statement figures.
 #[derive(Debug, Default, Clone)]
 pub struct StatementStats {
@@ -254,6 +282,8 @@ pub struct Stats {
     pub queries: AtomicU64,
     /// Lookups answered by a batched query.
     pub batched: AtomicU64,
+    /// How long shared-cache hits take (the cache layer's latency).
+    pub hit_latency: AtomicHistogram,
     pub errors: AtomicU64,
     pub statements: Mutex<Vec<StatementStats>>,
 }
@@ -266,12 +296,19 @@ impl Stats {
     /// A JSON summary (for `omlet run --stats json`).
     pub fn to_json(&self) -> serde_json::Value {
         let stmts = self.statements.lock().map(|s| s.clone()).unwrap_or_default();
+        let h = self.hit_latency.snapshot();
+        let hit = serde_json::json!({
+            "p50": h.quantile_us(0.5),
+            "p95": h.quantile_us(0.95),
+            "mean": if h.count > 0 { h.total_us / h.count as f64 } else { 0.0 },
+        });
         serde_json::json!({
             "lookups": self.get(&self.lookups),
             "cache_hits": self.get(&self.hits),
             "cache_misses": self.get(&self.misses),
             "queries": self.get(&self.queries),
             "batched_lookups": self.get(&self.batched),
+            "shared_cache_hit_us": hit,
             "errors": self.get(&self.errors),
             "statements": stmts.iter().map(|s| serde_json::json!({
                 "sql": s.sql, "queries": s.queries, "errors": s.errors,
@@ -376,9 +413,10 @@ impl Knowledge {
         }
     }
 
-    /// Whether guests may keep answers (not in bypass mode).
+    /// Whether guests may keep answers: not in bypass mode, and not turned
+    /// off with `cache.guest = false`.
     pub fn cacheable(&self) -> bool {
-        self.cache.is_some()
+        self.cache.is_some() && self.config.cache.guest
     }
 
     pub fn stats(&self) -> &Stats {
@@ -441,9 +479,11 @@ impl Knowledge {
         let Some(cache) = &self.cache else {
             return self.miss(stmt, bound).await;
         };
+        let started = Instant::now();
         let key = CacheKey { generation: self.generation(), sql: stmt.sql.clone(), params: encode(&bound) };
         if let Some(row) = cache.get(&key).await {
             self.stats.hits.fetch_add(1, Ordering::Relaxed);
+            self.stats.hit_latency.record(started.elapsed());
             return Ok(row.map(|r| (*r).clone()));
         }
         self.stats.misses.fetch_add(1, Ordering::Relaxed);
