@@ -61,7 +61,13 @@ def main():
              f"- Commit: {subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], cwd=ROOT, capture_output=True, text=True).stdout.strip()}",
              "- Figures: criterion's median time per iteration; records/s = records per iteration / median.",
              "- Rules: pure `V = read(id) ;`; lookup `V = select value from perf where id = read(id) ;` "
-             "(perf has 10 000 rows, keys from a hot set of 128); real: examples/nginx/nginx.oml.", ""]
+             "(perf has 10 000 rows, keys from a hot set of 128); real: examples/nginx/nginx.oml "
+             "with its IP-range lookup. `native_shared_cache`: the evaluator called directly, lookups through "
+             "the host's shared cache; `baseline/shared_cache_hit`: that cache alone.",
+             "- provider_* groups: the lookup rule against SQLite (file), PostgreSQL 15 and MariaDB 10.11 "
+             "(throwaway servers on loopback): `bare_roundtrip` is the provider's sqlx query alone; "
+             "`bypass/c` evaluates through wasm with every lookup going to the database, c in flight; "
+             "`cold_c64_batched` makes 64 distinct cold lookups at once with the shared cache and miss batching.", ""]
     groups = {}
     for k, v in sorted(r.items()):
         g, _, name = k.partition("/")
@@ -83,10 +89,10 @@ def main():
     ratios = [
         ("lookup_vs_pure", "lookup/wasm_single_guest_cache", "pure/wasm_single"),
         ("wasm_vs_native (pure, batched)", "pure/native", "pure/wasm_batch/256"),
-        ("wasm_vs_native (real rule)", "real/native_sqlite_uncached", "real/wasm_batch_256"),
+        ("wasm_vs_native (real rule)", "real/native_shared_cache", "real/wasm_batch_256"),
         ("batch_vs_single", "pure/wasm_batch/256", "pure/wasm_single"),
         ("async_vs_sync", "pure/wasm_single", "pure/blocking_single"),
-        ("cache_vs_bypass", "lookup/wasm_single_guest_cache", "lookup/native_sqlite_uncached"),
+        ("cache_vs_bypass", "lookup/wasm_single_guest_cache", "provider_sqlite/bypass/1"),
     ]
     for name, a, b in ratios:
         v = ratio(a, b)
@@ -108,15 +114,35 @@ def main():
     target("pure, one record per call ≥ 1.5 M rec/s", m("pure/wasm_single"), 1.5, " M/s")
     target("lookup hot cache, single-threaded ≥ 0.5× pure", ratio("lookup/wasm_single_guest_cache", "pure/wasm_single"), 0.5, "×")
     target("lookup hot cache, c=64 ≥ 2 M rec/s", m("concurrency_lookup/64"), 2.0, " M/s")
-    wn = ratio("real/native_sqlite_uncached", "real/wasm_batch_256")
-    lines.append(f"| wasm vs native on the real rule ≤ 1.3× | "
-                 f"{'n/a' if wn is None else f'{1 / wn:.2f}× faster in wasm (native has no cache yet)'} | not comparable yet |")
-    lines.append("| bypass ≥ 0.9× bare sqlx; ≥ 0.7× pgbench/sysbench | no bypass path or PG/MariaDB yet (issue 4) | — |")
-    lines.append("| cold lookups at c=64 ≥ 3× per-row bypass | no miss batching yet (issue 4) | — |")
+    wn = ratio("real/native_shared_cache", "real/wasm_batch_256")
+    lines.append("| wasm vs native on the real rule ≤ 1.3× (both with the host cache) | "
+                 + ("n/a" if wn is None else f"{wn:.2f}× slower in wasm") + " | "
+                 + ("—" if wn is None else ("yes" if wn <= 1.3 else "no")) + " |")
+    for db in ("sqlite", "postgres", "mariadb"):
+        bare = rps(f"provider_{db}/bare_roundtrip")
+        if bare is None:
+            lines.append(f"| {db}: bypass ≥ 0.9× bare sqlx | not measured (no server) | — |")
+            continue
+        target(f"{db}: bypass c=1 ≥ 0.9× bare sqlx round trip", ratio(f"provider_{db}/bypass/1", f"provider_{db}/bare_roundtrip"), 0.9, "×")
+        target(f"{db}: cold lookups c=64 (batched) ≥ 3× bypass c=64", ratio(f"provider_{db}/cold_c64_batched", f"provider_{db}/bypass/64"), 3.0, "×")
+    lines.append("| bypass ≥ 0.7× the database's own tool (pgbench, sysbench) | the tools are not run yet | — |")
     lines.append("")
+    lines += ["## Where the time goes (not yet profiled)", "",
+              "- An empty guest call costs about 0.85 µs (`baseline/empty_guest_call`): one async "
+              "component call per record cannot reach 1.5 M rec/s. Pure rules could take a synchronous "
+              "call path (no fiber switch), since they never call an import.",
+              "- Batched, each record still costs about 0.65 µs: the host builds owned `String`s for every "
+              "name and value on the way in and out, and the guest decodes each record into a `Vec`. "
+              "Interning names and borrowing text are the next steps.",
+              "- The guest is built with opt-level \"s\" to keep the component small; opt-level 3 "
+              "is a measured trade to make against component size and compile time.",
+              "- Cold lookups: batching gives no gain over 64 in-flight bypass lookups, because "
+              "the bypass path already keeps 16 pooled connections busy; the batch leader waits only "
+              "one scheduler turn, so batches stay small.",
+              "These are readings of the figures above, to be confirmed with a profile (perf, callgrind).", ""]
     lines += ["## Not measured yet", "",
-              "- PostgreSQL and MariaDB providers, host-side local/global caches, bypass, the databases' own "
-              "load tools: they arrive with issue 4.",
+              "- The databases' own load tools (pgbench -M prepared, sysbench/mariadb-slap) as baselines.",
+              "- The bare sqlx round trip at concurrency above 1.",
               "- P50/P95 latency per cell, plots, per-instance memory and RSS at c=64.", ""]
     open(os.path.join(ROOT, "BENCHMARKS.md"), "w").write("\n".join(lines))
     print("wrote BENCHMARKS.md")

@@ -79,8 +79,8 @@ fn native(program: &Program, host: &mut dyn Host, records: &[Record], iters: u64
     t.elapsed()
 }
 
-/// The native evaluator with lookups through the knowledge provider, on a
-/// plain thread (the native host blocks on each query).
+/// The native evaluator with lookups through `Knowledge` (its shared cache,
+/// then the provider), on a plain thread (the native host blocks on each lookup).
 fn native_lookups(rt: &Runtime, prog: &Program, k: &Arc<Knowledge>, bound: &[BoundStatement], records: &[Record], n: u64) -> Duration {
     let (prog, k, bound, records) = (prog.clone(), k.clone(), bound.to_vec(), records.to_vec());
     let handle = rt.handle().clone();
@@ -159,7 +159,7 @@ fn benches(c: &mut Criterion) {
     let bound = rt.block_on(perf.bind(&lookup_prog.statements)).unwrap();
     let mut g = c.benchmark_group("lookup");
     g.throughput(Throughput::Elements(1));
-    g.bench_function("native_sqlite_uncached", |b| {
+    g.bench_function("native_shared_cache", |b| {
         b.iter_custom(|n| native_lookups(&rt, &lookup_prog, &perf, &bound, &records, n))
     });
     g.bench_function("wasm_single_guest_cache", |b| b.iter_custom(|n| wasm_single(&rt, &lookup, &records, n)));
@@ -181,7 +181,7 @@ fn benches(c: &mut Criterion) {
             })
         })
     });
-    g.bench_function("sqlite_roundtrip", |b| {
+    g.bench_function("shared_cache_hit", |b| {
         b.iter_custom(|n| {
             rt.block_on(async {
                 let t = Instant::now();
@@ -202,7 +202,7 @@ fn benches(c: &mut Criterion) {
     let nginx_bound = rt.block_on(nginx_k.bind(&nginx_prog.statements)).unwrap();
     let mut g = c.benchmark_group("real");
     g.throughput(Throughput::Elements(1));
-    g.bench_function("native_sqlite_uncached", |b| {
+    g.bench_function("native_shared_cache", |b| {
         b.iter_custom(|n| native_lookups(&rt, &nginx_prog, &nginx_k, &nginx_bound, &nginx_records, n))
     });
     g.bench_function("wasm_single", |b| b.iter_custom(|n| wasm_single(&rt, &nginx_rule, &nginx_records, n)));
@@ -223,5 +223,111 @@ fn benches(c: &mut Criterion) {
     }
 }
 
-criterion_group! { name = eval; config = config(); targets = benches }
+/// A database for the provider paths: from the environment, or a throwaway
+/// server started here (kept alive by the returned guard).
+enum Server {
+    Pg(omlet_testdb::Postgres),
+    Maria(omlet_testdb::MariaDb),
+    External,
+}
+
+fn database(kind: &str) -> Option<(String, Server)> {
+    let var = if kind == "postgres" { "OMLET_BENCH_PG_URL" } else { "OMLET_BENCH_MYSQL_URL" };
+    if let Ok(url) = std::env::var(var) {
+        return Some((url, Server::External));
+    }
+    let started = std::panic::catch_unwind(|| {
+        if kind == "postgres" {
+            let pg = omlet_testdb::Postgres::start();
+            (pg.url(), Server::Pg(pg))
+        } else {
+            let m = omlet_testdb::MariaDb::start();
+            (m.url(), Server::Maria(m))
+        }
+    });
+    match started {
+        Ok(s) => Some(s),
+        Err(_) => {
+            eprintln!("skipping {kind}: no server (set {var} or install the Debian packages)");
+            None
+        }
+    }
+}
+
+/// The lookup rule against one provider: the bare round trip, the bypass
+/// path (every lookup to the database) at several concurrencies, and cold
+/// lookups at c=64 with the shared cache batching misses.
+fn providers(c: &mut Criterion) {
+    use omlet::knowledge::{CacheMode, KnowledgeConfig};
+    let sizes = Sizes::from_env();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let engine = Engine::new().unwrap();
+    let records = Arc::new(id_records(&sizes));
+    let dir = std::env::temp_dir().join(format!("omlet-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let sqlite_url = format!("sqlite://{}", dir.join("perf.db").display());
+    let mut dbs: Vec<(&str, String, Server)> = vec![("sqlite", sqlite_url, Server::External)];
+    for kind in ["postgres", "mariadb"] {
+        if let Some((url, guard)) = database(if kind == "postgres" { "postgres" } else { "mysql" }) {
+            dbs.push((kind, url, guard));
+        }
+    }
+    for (name, url, _guard) in &dbs {
+        let config = |mode: CacheMode| {
+            let mut k = KnowledgeConfig::for_url(url);
+            k.cache.mode = mode;
+            k.pool_size = 16;
+            k
+        };
+        let admin = rt.block_on(config(CacheMode::Bypass).open()).unwrap();
+        let data: Vec<Vec<Cell>> =
+            (1..=sizes.rows as i64).map(|i| vec![Cell::Integer(i), Cell::Text(format!("value-{i}"))]).collect();
+        let _ = rt.block_on(admin.provider().drop_table("perf"));
+        rt.block_on(admin.provider().load_table("perf", &["id".into(), "value".into()], &["INTEGER PRIMARY KEY".into(), "TEXT".into()], &data))
+            .unwrap();
+        let bypass = rt.block_on(config(CacheMode::Bypass).open()).unwrap();
+        let shared = rt.block_on(config(CacheMode::Shared).open()).unwrap();
+        let bypass_rule = load(&rt, &engine, LOOKUP_RULE, Some(bypass.clone()));
+        let shared_rule = load(&rt, &engine, LOOKUP_RULE, Some(shared.clone()));
+        let bound = rt.block_on(bypass.bind(&compile(LOOKUP_RULE).statements)).unwrap();
+
+        let mut g = c.benchmark_group(format!("provider_{name}"));
+        g.throughput(Throughput::Elements(1));
+        g.bench_function("bare_roundtrip", |b| {
+            b.iter_custom(|n| {
+                // On a runtime worker, as the evaluations run.
+                let (k, bound) = (bypass.clone(), bound.clone());
+                let hot = sizes.hot as i64;
+                rt.block_on(rt.spawn(async move {
+                    let t = Instant::now();
+                    for i in 0..n as i64 {
+                        let id = i % hot + 1;
+                        std::hint::black_box(k.provider().query_first(&bound[0], vec![Cell::Integer(id)]).await.unwrap());
+                    }
+                    t.elapsed()
+                }))
+                .unwrap()
+            })
+        });
+        for conc in [1usize, 4, 16, 64] {
+            g.bench_with_input(BenchmarkId::new("bypass", conc), &conc, |b, &conc| {
+                b.iter_custom(|n| concurrent(&rt, &bypass_rule, &records, conc, n))
+            });
+        }
+        // Every key asked once (ids past the table's rows find no row): all misses.
+        let cold: Arc<Vec<Record>> = Arc::new(
+            (1..=400_000).map(|i| omlet::record::from_json_str(&format!("{{\"id\":{i}}}")).unwrap()).collect(),
+        );
+        g.bench_function("cold_c64_batched", |b| {
+            b.iter_custom(|n| {
+                shared.reload();
+                concurrent(&rt, &shared_rule, &cold, 64, n)
+            })
+        });
+        g.finish();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+criterion_group! { name = eval; config = config(); targets = benches, providers }
 criterion_main!(eval);

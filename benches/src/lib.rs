@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 
+use omlet::knowledge::Provider;
 use omlet::knowledge::sqlite::SqliteProvider;
 use omlet::{Knowledge, Record};
 use omlet_lang::Cell;

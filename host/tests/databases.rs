@@ -2,15 +2,17 @@
 //! servers on loopback. The SQL conformance cases, the examples' lookups, the
 //! statement check at load, and failures (the database stops mid-run).
 
-mod support;
-
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use omlet::conformance::{Mode, TestDb, read_cases, run_case_on, run_file_on};
 use omlet::knowledge::{CacheMode, KnowledgeConfig, OnLookupError};
 use omlet::{Engine, Knowledge};
-use support::{MariaDb, Postgres, root};
+use omlet_testdb::{MariaDb, Postgres};
+
+fn root() -> &'static std::path::Path {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap()
+}
 
 /// Every conformance case with knowledge tables, through the wasm component.
 async fn sql_cases_pass(url: &str) {

@@ -1,9 +1,9 @@
-//! Throwaway database servers for tests: PostgreSQL 15 and MariaDB, each in
-//! a temporary directory, on a free loopback port, stopped on drop.
-#![allow(dead_code)]
+//! Throwaway database servers for omlet's tests and benches: PostgreSQL 15
+//! and MariaDB (Debian's packages), each in a temporary directory, on a free
+//! loopback port, stopped and removed on drop. Nothing is left running.
 
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -187,7 +187,3 @@ impl Drop for MariaDb {
     }
 }
 
-/// The repository root.
-pub fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap()
-}
