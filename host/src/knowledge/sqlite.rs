@@ -24,6 +24,7 @@ impl SqliteProvider {
             .min_connections(1)
             .idle_timeout(None)
             .max_lifetime(None)
+            .after_connect(|conn, _| Box::pin(helpers::register(conn)))
             .connect_with(opts)
             .await
             .map_err(knowledge_err)?;
@@ -33,7 +34,12 @@ impl SqliteProvider {
     /// A database file (created if missing).
     pub async fn open(path: &std::path::Path) -> Result<SqliteProvider> {
         let opts = SqliteConnectOptions::new().filename(path).create_if_missing(true);
-        let pool = SqlitePoolOptions::new().max_connections(4).connect_with(opts).await.map_err(knowledge_err)?;
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .after_connect(|conn, _| Box::pin(helpers::register(conn)))
+            .connect_with(opts)
+            .await
+            .map_err(knowledge_err)?;
         Ok(SqliteProvider { pool })
     }
 
@@ -210,5 +216,101 @@ impl Provider for SqliteProvider {
                 None => Ok(None),
             }
         })
+    }
+}
+
+/// The OML helper functions (spec §8.11.4) as SQLite functions, for the
+/// lookups that apply them to columns (`cidr4_contains(read(ip), cidr) = 1`).
+/// Lookups that apply them to values only are computed in the guest instead.
+/// The functions run the same code as the guest's (`omlet_lang::pipes::helper`).
+mod helpers {
+    use std::ffi::{CString, c_int, c_void};
+
+    use libsqlite3_sys as ffi;
+    use omlet_lang::Cell;
+    use omlet_lang::ir::Helper;
+
+    const HELPERS: &[(&str, c_int, Helper)] = &[
+        ("ip4_int", 1, Helper::Ip4Int),
+        ("ip4_between", 3, Helper::Ip4Between),
+        ("cidr4_min", 1, Helper::Cidr4Min),
+        ("cidr4_max", 1, Helper::Cidr4Max),
+        ("cidr4_contains", 2, Helper::Cidr4Contains),
+        ("ip4_text", 1, Helper::Ip4Text),
+        ("trim_quotes", 1, Helper::TrimQuotes),
+    ];
+
+    pub async fn register(conn: &mut sqlx::SqliteConnection) -> Result<(), sqlx::Error> {
+        let mut handle = conn.lock_handle().await?;
+        let db = handle.as_raw_handle().as_ptr();
+        for (i, (name, n_args, _)) in HELPERS.iter().enumerate() {
+            let cname = CString::new(*name).map_err(|e| sqlx::Error::Protocol(e.to_string()))?;
+            // SAFETY: `db` is this connection's open handle, locked for us; the
+            // callback only reads its arguments and sets its result; the user
+            // data is an index into a static table.
+            let rc = unsafe {
+                ffi::sqlite3_create_function_v2(
+                    db,
+                    cname.as_ptr(),
+                    *n_args,
+                    ffi::SQLITE_UTF8 | ffi::SQLITE_DETERMINISTIC,
+                    i as *mut c_void,
+                    Some(call),
+                    None,
+                    None,
+                    None,
+                )
+            };
+            if rc != ffi::SQLITE_OK {
+                return Err(sqlx::Error::Protocol(format!("cannot register SQL function {name} (code {rc})")));
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads an SQLite argument as a cell.
+    ///
+    /// SAFETY: `v` is a valid argument value for the duration of the call.
+    unsafe fn cell(v: *mut ffi::sqlite3_value) -> Cell {
+        unsafe {
+            match ffi::sqlite3_value_type(v) {
+                ffi::SQLITE_INTEGER => Cell::Integer(ffi::sqlite3_value_int64(v)),
+                ffi::SQLITE_FLOAT => Cell::Real(ffi::sqlite3_value_double(v)),
+                ffi::SQLITE_TEXT | ffi::SQLITE_BLOB => {
+                    let p = ffi::sqlite3_value_text(v);
+                    let n = ffi::sqlite3_value_bytes(v);
+                    if p.is_null() || n <= 0 {
+                        Cell::Text(String::new())
+                    } else {
+                        let bytes = std::slice::from_raw_parts(p, n as usize);
+                        Cell::Text(String::from_utf8_lossy(bytes).into_owned())
+                    }
+                }
+                _ => Cell::Null,
+            }
+        }
+    }
+
+    unsafe extern "C" fn call(ctx: *mut ffi::sqlite3_context, argc: c_int, argv: *mut *mut ffi::sqlite3_value) {
+        // SAFETY: SQLite passes `argc` valid values in `argv` and the user data we registered.
+        unsafe {
+            let index = ffi::sqlite3_user_data(ctx) as usize;
+            let Some((_, _, helper)) = HELPERS.get(index) else {
+                ffi::sqlite3_result_null(ctx);
+                return;
+            };
+            let args: Vec<Cell> = (0..argc.max(0) as usize).map(|i| cell(*argv.add(i))).collect();
+            match omlet_lang::pipes::helper(*helper, &args) {
+                Cell::Integer(i) => ffi::sqlite3_result_int64(ctx, i),
+                Cell::Real(f) => ffi::sqlite3_result_double(ctx, f),
+                Cell::Text(s) => {
+                    ffi::sqlite3_result_text(ctx, s.as_ptr().cast(), s.len() as c_int, ffi::SQLITE_TRANSIENT())
+                }
+                Cell::Blob(b) => {
+                    ffi::sqlite3_result_blob(ctx, b.as_ptr().cast(), b.len() as c_int, ffi::SQLITE_TRANSIENT())
+                }
+                Cell::Null => ffi::sqlite3_result_null(ctx),
+            }
+        }
     }
 }
