@@ -311,3 +311,40 @@ async fn misses_are_batched_on_sqlite() {
     let dir = tempfile::tempdir().unwrap();
     misses_are_batched(&format!("sqlite://{}", dir.path().join("k.db").display()), false).await;
 }
+
+/// Helper functions applied to columns: on PostgreSQL they are temporary
+/// functions of each connection, with the guest's semantics.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn helper_functions_apply_to_columns_on_postgres() {
+    let pg = Postgres::start();
+    let k = KnowledgeConfig::for_url(&pg.url()).open().await.unwrap();
+    k.provider()
+        .execute(
+            "create table nets (cidr text, zone text);
+             insert into nets values ('10.1.0.0/16', 'lab'), ('10.0.0.0/8', 'corp'), ('bogus', 'x');
+             create table hosts (addr text, name text, n bigint);
+             insert into hosts values ('\"192.168.0.9\"', 'quoted', 1), ('10.1.2.3', 'db-1', 167838211), ('999.1.1.1', 'bad', 0);",
+        )
+        .await
+        .unwrap();
+    let rule = Engine::new()
+        .unwrap()
+        .load_source(
+            "h.oml",
+            "name : t\n---\n\
+             zone = select zone from nets where cidr4_contains(read(ip), cidr) = 1 ;\n\
+             host = select name from hosts where ip4_int(addr) = ip4_int(read(ip)) ;\n\
+             quoted = select name from hosts where trim_quotes(addr) = '192.168.0.9' ;\n\
+             by_int = select name from hosts where ip4_int(n) = ip4_int(read(ip)) and n > 0 ;\n\
+             bad = select name from hosts where ip4_int(addr) = 0 ;\n\
+             lo = select zone from nets where cidr4_min(cidr) <= ip4_int(read(ip)) and cidr4_max(cidr) >= ip4_int(read(ip)) ;\n",
+            Some(k),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let out = rule.evaluate(&omlet::record::from_json_str(r#"{"ip":"10.1.2.3"}"#).unwrap()).await.unwrap();
+    assert_eq!(
+        omlet::record::to_json_string(&out),
+        r#"{"zone":"lab","host":"db-1","quoted":"quoted","by_int":"db-1","bad":"quoted","lo":"lab"}"#
+    );
+}

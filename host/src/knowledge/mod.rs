@@ -80,6 +80,11 @@ pub trait Provider: Send + Sync + 'static {
     /// For messages: `sqlite`, `postgres`, `mysql`.
     fn kind(&self) -> &'static str;
     fn placeholders(&self) -> Placeholders;
+    /// Adapts a statement to this provider beyond placeholders (for
+    /// example, where the helper functions live). The default keeps it.
+    fn rewrite_sql(&self, sql: String) -> String {
+        sql
+    }
     /// Prepares a statement (in this provider's dialect).
     fn prepare<'a>(&'a self, sql: &'a str) -> BoxFuture<'a, Result<Prepared, String>>;
     /// Runs a bound statement and returns its first row.
@@ -432,6 +437,7 @@ impl Knowledge {
         let mut out = Vec::with_capacity(statements.len());
         for s in statements {
             let (sql, order) = rewrite_placeholders(&s.sql, &s.params, self.provider.placeholders());
+            let sql = self.provider.rewrite_sql(sql);
             let prepared = self.provider.prepare(&sql).await.map_err(|message| Error::Statement {
                 file: s.file.clone(),
                 line: s.line,
@@ -632,6 +638,43 @@ fn encode(params: &[Cell]) -> Vec<u8> {
     k
 }
 
+/// The SQL helper functions of spec §8.11.4.
+pub const HELPER_FUNCTIONS: &[&str] =
+    &["ip4_int", "ip4_between", "cidr4_min", "cidr4_max", "cidr4_contains", "ip4_text", "trim_quotes"];
+
+/// Prefixes calls of the helper functions with `schema.` (outside quotes).
+pub fn qualify_helpers(sql: &str, schema: &str) -> String {
+    let b = sql.as_bytes();
+    let mut out = String::with_capacity(sql.len() + 16);
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        if c == b'\'' || c == b'"' {
+            let end = sql[i + 1..].find(c as char).map(|e| i + 1 + e + 1).unwrap_or(b.len());
+            out.push_str(&sql[i..end]);
+            i = end;
+            continue;
+        }
+        let boundary = i == 0 || !(b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_' || b[i - 1] == b'.');
+        if boundary {
+            let called = HELPER_FUNCTIONS
+                .iter()
+                .find(|n| sql[i..].starts_with(**n) && sql[i + n.len()..].trim_start().starts_with('('));
+            if let Some(name) = called {
+                out.push_str(schema);
+                out.push('.');
+                out.push_str(name);
+                i += name.len();
+                continue;
+            }
+        }
+        let ch = sql[i..].chars().next().unwrap_or(' ');
+        out.push(ch);
+        i += ch.len_utf8();
+    }
+    out
+}
+
 /// Rewrites `:name` parameters to positional placeholders. Returns the new
 /// SQL and, per placeholder, the index of the parameter in `params`. Quoted
 /// strings are left alone.
@@ -689,6 +732,14 @@ mod tests {
         assert_eq!(order, vec![0, 0, 1]);
         let (sql, _) = rewrite_placeholders("x = :name", &params, Placeholders::Question);
         assert_eq!(sql, "x = ?");
+    }
+
+    #[test]
+    fn helpers_are_qualified_outside_quotes_only() {
+        assert_eq!(
+            qualify_helpers("select a from t where cidr4_contains($1, c) = $2 and n = 'ip4_int(x)' and my_ip4_int(c) = 1", "pg_temp"),
+            "select a from t where pg_temp.cidr4_contains($1, c) = $2 and n = 'ip4_int(x)' and my_ip4_int(c) = 1"
+        );
     }
 
     #[test]

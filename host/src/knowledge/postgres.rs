@@ -24,6 +24,16 @@ impl PostgresProvider {
         let pool = PgPoolOptions::new()
             .max_connections(pool_size.max(1))
             .acquire_timeout(connect_timeout)
+            .after_connect(|conn, _| {
+                Box::pin(async move {
+                    // Temporary functions need no rights on the user's schemas; if even
+                    // that is refused, lookups that use helpers on columns fail at load.
+                    if let Err(e) = sqlx::raw_sql(HELPERS_SQL).execute(&mut *conn).await {
+                        tracing::warn!(error = %e, "cannot create the OML helper functions on this connection");
+                    }
+                    Ok(())
+                })
+            })
             .connect(url)
             .await
             .map_err(|e| Error::Knowledge(format!("postgres: {e}")))?;
@@ -94,9 +104,16 @@ fn cells(row: &PgRow) -> Result<Vec<Cell>, String> {
     Ok(out)
 }
 
+/// The helper functions as temporary functions of each connection.
+const HELPERS_SQL: &str = include_str!("pg_helpers.sql");
+
 impl Provider for PostgresProvider {
     fn kind(&self) -> &'static str {
         "postgres"
+    }
+
+    fn rewrite_sql(&self, sql: String) -> String {
+        super::qualify_helpers(&sql, "pg_temp")
     }
 
     fn placeholders(&self) -> Placeholders {
