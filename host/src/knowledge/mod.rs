@@ -94,10 +94,18 @@ pub trait Provider: Send + Sync + 'static {
     /// Checks that a batch plan runs here (prepares it).
     fn prepare_many<'a>(&'a self, plan: &'a BatchPlan) -> BoxFuture<'a, Result<(), String>>;
 
-    /// Creates `table` (column types in SQLite's terms: INTEGER, REAL, TEXT,
-    /// BLOB, optionally PRIMARY KEY) and inserts `rows`, in one transaction.
-    /// Used by the knowdb loader and `omlet test`.
-    fn load_table<'a>(&'a self, table: &'a str, columns: &'a [String], types: &'a [String], rows: &'a [Vec<Cell>]) -> BoxFuture<'a, Result<()>>;
+    /// `CREATE TABLE` in this dialect, from column types in SQLite's terms
+    /// (INTEGER, REAL, TEXT, BLOB, optionally PRIMARY KEY).
+    fn create_table_sql(&self, table: &str, columns: &[String], types: &[String]) -> String;
+
+    /// Creates `table` and inserts `rows` (all or nothing). Used by the
+    /// knowdb loader and `omlet test`.
+    fn load_table<'a>(&'a self, table: &'a str, columns: &'a [String], types: &'a [String], rows: &'a [Vec<Cell>]) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            self.execute(&self.create_table_sql(table, columns, types)).await?;
+            self.insert_rows(table, columns, rows, false).await.map(|_| ())
+        })
+    }
     /// Inserts `rows` into an existing table. With `skip_bad`, a row the
     /// database rejects is skipped (and counted) instead of failing the load.
     /// Returns (inserted, skipped).

@@ -135,23 +135,10 @@ impl Provider for MySqlProvider {
         })
     }
 
-    fn load_table<'a>(&'a self, table: &'a str, columns: &'a [String], types: &'a [String], rows: &'a [Vec<Cell>]) -> BoxFuture<'a, Result<()>> {
-        Box::pin(async move {
-            let (mut create, insert) = super::table_sql(table, columns, types, '`', column_type, |_| "?".into());
-            // UTF-8 text, compared byte for byte as SQLite does.
-            create.push_str(" default charset=utf8mb4 collate=utf8mb4_bin");
-            let err = |e: sqlx::Error| Error::Knowledge(format!("table {table}: {e}"));
-            let mut tx = self.pool.begin().await.map_err(err)?;
-            (&mut *tx).execute(AssertSqlSafe(create)).await.map_err(err)?;
-            for (n, row) in rows.iter().enumerate() {
-                let mut q = sqlx::query(AssertSqlSafe(insert.clone()));
-                for c in row {
-                    q = bind(q, c.clone());
-                }
-                q.execute(&mut *tx).await.map_err(|e| Error::Knowledge(format!("table {table}, row {}: {e}", n + 1)))?;
-            }
-            tx.commit().await.map_err(err)
-        })
+    fn create_table_sql(&self, table: &str, columns: &[String], types: &[String]) -> String {
+        let (create, _) = super::table_sql(table, columns, types, '`', column_type, |_| "?".into());
+        // UTF-8 text, compared byte for byte as SQLite does.
+        format!("{create} default charset=utf8mb4 collate=utf8mb4_bin")
     }
 
     fn insert_rows<'a>(&'a self, table: &'a str, columns: &'a [String], rows: &'a [Vec<Cell>], skip_bad: bool) -> BoxFuture<'a, Result<(u64, u64)>> {

@@ -127,20 +127,8 @@ impl Provider for SqliteProvider {
         })
     }
 
-    fn load_table<'a>(&'a self, table: &'a str, columns: &'a [String], types: &'a [String], rows: &'a [Vec<Cell>]) -> BoxFuture<'a, Result<()>> {
-        Box::pin(async move {
-            let (create, insert) = super::table_sql(table, columns, types, '"', str::to_string, |_| "?".into());
-            let mut tx = self.pool.begin().await.map_err(knowledge_err)?;
-            (&mut *tx).execute(AssertSqlSafe(create)).await.map_err(knowledge_err)?;
-            for (n, row) in rows.iter().enumerate() {
-                let mut q = sqlx::query(AssertSqlSafe(insert.clone()));
-                for c in row {
-                    q = bind(q, c.clone());
-                }
-                q.execute(&mut *tx).await.map_err(|e| Error::Knowledge(format!("table {table}, row {}: {e}", n + 1)))?;
-            }
-            tx.commit().await.map_err(knowledge_err)
-        })
+    fn create_table_sql(&self, table: &str, columns: &[String], types: &[String]) -> String {
+        super::table_sql(table, columns, types, '"', str::to_string, |_| "?".into()).0
     }
 
     fn insert_rows<'a>(&'a self, table: &'a str, columns: &'a [String], rows: &'a [Vec<Cell>], skip_bad: bool) -> BoxFuture<'a, Result<(u64, u64)>> {
