@@ -225,6 +225,7 @@ fn benches(c: &mut Criterion) {
 
 /// A database for the provider paths: from the environment, or a throwaway
 /// server started here (kept alive by the returned guard).
+#[allow(dead_code)] // the servers are held only to keep them running until the benches end
 enum Server {
     Pg(omlet_testdb::Postgres),
     Maria(omlet_testdb::MariaDb),
