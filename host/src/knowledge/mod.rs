@@ -650,8 +650,10 @@ fn encode(params: &[Cell]) -> Vec<u8> {
 pub const HELPER_FUNCTIONS: &[&str] =
     &["ip4_int", "ip4_between", "cidr4_min", "cidr4_max", "cidr4_contains", "ip4_text", "trim_quotes"];
 
-/// Prefixes calls of the helper functions with `schema.` (outside quotes).
-pub fn qualify_helpers(sql: &str, schema: &str) -> String {
+/// Copies `sql`, passing quoted strings through untouched; everywhere else
+/// `at(sql, i, out)` may write a replacement for what starts at byte `i` and
+/// return where to go on, or `None` to copy the character as it is.
+fn rewrite_outside_quotes(sql: &str, mut at: impl FnMut(&str, usize, &mut String) -> Option<usize>) -> String {
     let b = sql.as_bytes();
     let mut out = String::with_capacity(sql.len() + 16);
     let mut i = 0;
@@ -661,66 +663,61 @@ pub fn qualify_helpers(sql: &str, schema: &str) -> String {
             let end = sql[i + 1..].find(c as char).map(|e| i + 1 + e + 1).unwrap_or(b.len());
             out.push_str(&sql[i..end]);
             i = end;
-            continue;
-        }
-        let boundary = i == 0 || !(b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_' || b[i - 1] == b'.');
-        if boundary {
-            let called = HELPER_FUNCTIONS
-                .iter()
-                .find(|n| sql[i..].starts_with(**n) && sql[i + n.len()..].trim_start().starts_with('('));
-            if let Some(name) = called {
-                out.push_str(schema);
-                out.push('.');
-                out.push_str(name);
-                i += name.len();
-                continue;
-            }
-        }
-        let ch = sql[i..].chars().next().unwrap_or(' ');
-        out.push(ch);
-        i += ch.len_utf8();
-    }
-    out
-}
-
-/// Rewrites `:name` parameters to positional placeholders. Returns the new
-/// SQL and, per placeholder, the index of the parameter in `params`. Quoted
-/// strings are left alone.
-pub fn rewrite_placeholders(sql: &str, params: &[String], style: Placeholders) -> (String, Vec<usize>) {
-    let b = sql.as_bytes();
-    let mut out = String::with_capacity(sql.len());
-    let mut order = Vec::new();
-    let mut i = 0;
-    while i < b.len() {
-        let c = b[i];
-        if c == b'\'' || c == b'"' {
-            let end = sql[i + 1..].find(c as char).map(|e| i + 1 + e + 1).unwrap_or(b.len());
-            out.push_str(&sql[i..end]);
-            i = end;
-        } else if c == b':' && i + 1 < b.len() && (b[i + 1].is_ascii_alphanumeric() || b[i + 1] == b'_') {
-            let start = i + 1;
-            let mut end = start;
-            while end < b.len() && (b[end].is_ascii_alphanumeric() || b[end] == b'_') {
-                end += 1;
-            }
-            let name = &sql[start..end];
-            match params.iter().position(|p| p == name) {
-                Some(idx) => {
-                    order.push(idx);
-                    match style {
-                        Placeholders::Question => out.push('?'),
-                        Placeholders::Dollar => out.push_str(&format!("${}", order.len())),
-                    }
-                }
-                None => out.push_str(&sql[i..end]),
-            }
-            i = end;
+        } else if let Some(next) = at(sql, i, &mut out) {
+            i = next;
         } else {
             let ch = sql[i..].chars().next().unwrap_or(' ');
             out.push(ch);
             i += ch.len_utf8();
         }
     }
+    out
+}
+
+fn is_ident(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || c == b'_'
+}
+
+/// Prefixes calls of the helper functions with `schema.` (outside quotes).
+pub fn qualify_helpers(sql: &str, schema: &str) -> String {
+    rewrite_outside_quotes(sql, |sql, i, out| {
+        let b = sql.as_bytes();
+        if i > 0 && (is_ident(b[i - 1]) || b[i - 1] == b'.') {
+            return None;
+        }
+        let name = HELPER_FUNCTIONS
+            .iter()
+            .find(|n| sql[i..].starts_with(**n) && sql[i + n.len()..].trim_start().starts_with('('))?;
+        out.push_str(schema);
+        out.push('.');
+        out.push_str(name);
+        Some(i + name.len())
+    })
+}
+
+/// Rewrites `:name` parameters to positional placeholders. Returns the new
+/// SQL and, per placeholder, the index of the parameter in `params`. Quoted
+/// strings are left alone.
+pub fn rewrite_placeholders(sql: &str, params: &[String], style: Placeholders) -> (String, Vec<usize>) {
+    let mut order = Vec::new();
+    let out = rewrite_outside_quotes(sql, |sql, i, out| {
+        let b = sql.as_bytes();
+        if b[i] != b':' || !b.get(i + 1).copied().is_some_and(is_ident) {
+            return None;
+        }
+        let end = i + 1 + b[i + 1..].iter().take_while(|c| is_ident(**c)).count();
+        match params.iter().position(|p| *p == sql[i + 1..end]) {
+            Some(idx) => {
+                order.push(idx);
+                match style {
+                    Placeholders::Question => out.push('?'),
+                    Placeholders::Dollar => out.push_str(&format!("${}", order.len())),
+                }
+            }
+            None => out.push_str(&sql[i..end]),
+        }
+        Some(end)
+    });
     (out, order)
 }
 
