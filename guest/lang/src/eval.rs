@@ -451,6 +451,34 @@ pub fn cell_of(v: &Value<'_>) -> Cell {
     }
 }
 
+/// Appends an exact byte key for a parameter list, for lookup caches (the
+/// guest's and the host's).
+pub fn push_cells_key(params: &[Cell], out: &mut Vec<u8>) {
+    for p in params {
+        match p {
+            Cell::Null => out.push(0),
+            Cell::Integer(i) => {
+                out.push(1);
+                out.extend_from_slice(&i.to_le_bytes());
+            }
+            Cell::Real(f) => {
+                out.push(2);
+                out.extend_from_slice(&f.to_bits().to_le_bytes());
+            }
+            Cell::Text(s) => {
+                out.push(3);
+                out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+                out.extend_from_slice(s.as_bytes());
+            }
+            Cell::Blob(b) => {
+                out.push(4);
+                out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+                out.extend_from_slice(b);
+            }
+        }
+    }
+}
+
 /// Column mapping (spec §8.11.3).
 pub fn value_of_cell(c: Cell) -> Value<'static> {
     match c {

@@ -620,29 +620,7 @@ fn same_key(returned: &Cell, asked: &Cell) -> bool {
 /// A compact, exact key for a parameter list.
 fn encode(params: &[Cell]) -> Vec<u8> {
     let mut k = Vec::with_capacity(params.len() * 9);
-    for p in params {
-        match p {
-            Cell::Null => k.push(0),
-            Cell::Integer(i) => {
-                k.push(1);
-                k.extend_from_slice(&i.to_le_bytes());
-            }
-            Cell::Real(f) => {
-                k.push(2);
-                k.extend_from_slice(&f.to_bits().to_le_bytes());
-            }
-            Cell::Text(s) => {
-                k.push(3);
-                k.extend_from_slice(&(s.len() as u32).to_le_bytes());
-                k.extend_from_slice(s.as_bytes());
-            }
-            Cell::Blob(b) => {
-                k.push(4);
-                k.extend_from_slice(&(b.len() as u32).to_le_bytes());
-                k.extend_from_slice(b);
-            }
-        }
-    }
+    omlet_lang::eval::push_cells_key(params, &mut k);
     k
 }
 
