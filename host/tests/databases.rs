@@ -312,12 +312,29 @@ async fn misses_are_batched_on_sqlite() {
     misses_are_batched(&format!("sqlite://{}", dir.path().join("k.db").display()), false).await;
 }
 
-/// Helper functions applied to columns: on PostgreSQL they are temporary
-/// functions of each connection, with the guest's semantics.
+/// Helper functions applied to columns, with the guest's semantics: on
+/// PostgreSQL they are temporary functions of each connection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn helper_functions_apply_to_columns_on_postgres() {
     let pg = Postgres::start();
-    let k = KnowledgeConfig::for_url(&pg.url()).open().await.unwrap();
+    helper_functions_apply_to_columns(&pg.url()).await;
+}
+
+/// On MariaDB the helpers are written out inline as expressions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn helper_functions_apply_to_columns_on_mariadb() {
+    let db = MariaDb::start();
+    helper_functions_apply_to_columns(&db.url()).await;
+}
+
+/// On SQLite they are functions registered on each connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn helper_functions_apply_to_columns_on_sqlite() {
+    helper_functions_apply_to_columns("sqlite::memory:").await;
+}
+
+async fn helper_functions_apply_to_columns(url: &str) {
+    let k = KnowledgeConfig::for_url(url).open().await.unwrap();
     k.provider()
         .execute(
             "create table nets (cidr text, zone text);
@@ -337,7 +354,10 @@ async fn helper_functions_apply_to_columns_on_postgres() {
              quoted = select name from hosts where trim_quotes(addr) = '192.168.0.9' ;\n\
              by_int = select name from hosts where ip4_int(n) = ip4_int(read(ip)) and n > 0 ;\n\
              bad = select name from hosts where ip4_int(addr) = 0 ;\n\
-             lo = select zone from nets where cidr4_min(cidr) <= ip4_int(read(ip)) and cidr4_max(cidr) >= ip4_int(read(ip)) ;\n",
+             lo = select zone from nets where cidr4_min(cidr) <= ip4_int(read(ip)) and cidr4_max(cidr) >= ip4_int(read(ip)) ;\n\
+             between = select name from hosts where ip4_between(read(ip), addr, '10.1.2.9') = 1 ;\n\
+             text = select name from hosts where ip4_text(n) = '10.1.2.3' ;\n\
+             nested = select zone from nets where ip4_between(read(ip), cidr4_min(cidr), cidr4_max(cidr)) = 1 and zone <> 'lab' ;\n",
             Some(k),
         )
         .await
@@ -345,6 +365,6 @@ async fn helper_functions_apply_to_columns_on_postgres() {
     let out = rule.evaluate(&omlet::record::from_json_str(r#"{"ip":"10.1.2.3"}"#).unwrap()).await.unwrap();
     assert_eq!(
         omlet::record::to_json_string(&out),
-        r#"{"zone":"lab","host":"db-1","quoted":"quoted","by_int":"db-1","bad":"quoted","lo":"lab"}"#
+        r#"{"zone":"lab","host":"db-1","quoted":"quoted","by_int":"db-1","bad":"quoted","lo":"lab","between":"db-1","text":"db-1","nested":"corp"}"#
     );
 }

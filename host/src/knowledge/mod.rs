@@ -80,8 +80,9 @@ pub trait Provider: Send + Sync + 'static {
     /// For messages: `sqlite`, `postgres`, `mysql`.
     fn kind(&self) -> &'static str;
     fn placeholders(&self) -> Placeholders;
-    /// Adapts a statement to this provider beyond placeholders (for
-    /// example, where the helper functions live). The default keeps it.
+    /// Adapts a statement, still with its `:name` parameters, to this
+    /// provider (for example, how the helper functions are reached; a
+    /// parameter may be repeated). The default keeps it.
     fn rewrite_sql(&self, sql: String) -> String {
         sql
     }
@@ -444,8 +445,10 @@ impl Knowledge {
     pub async fn bind(&self, statements: &[SqlStatement]) -> Result<Vec<BoundStatement>> {
         let mut out = Vec::with_capacity(statements.len());
         for s in statements {
-            let (sql, order) = rewrite_placeholders(&s.sql, &s.params, self.provider.placeholders());
-            let sql = self.provider.rewrite_sql(sql);
+            // Dialect rewrites first, so that a parameter they repeat gets
+            // a placeholder per occurrence.
+            let sql = self.provider.rewrite_sql(s.sql.clone());
+            let (sql, order) = rewrite_placeholders(&sql, &s.params, self.provider.placeholders());
             let prepared = self.provider.prepare(&sql).await.map_err(|message| Error::Statement {
                 file: s.file.clone(),
                 line: s.line,
@@ -656,8 +659,11 @@ fn is_ident(c: u8) -> bool {
     c.is_ascii_alphanumeric() || c == b'_'
 }
 
-/// Prefixes calls of the helper functions with `schema.` (outside quotes).
-pub fn qualify_helpers(sql: &str, schema: &str) -> String {
+/// Rewrites every call of a helper function (outside quotes) to
+/// `write(name, args)`, where each argument has had its own calls rewritten
+/// first. A call whose parentheses do not close is left as it is, for the
+/// database to reject with its own message.
+pub fn rewrite_helper_calls(sql: &str, write: &dyn Fn(&str, &[String]) -> String) -> String {
     rewrite_outside_quotes(sql, |sql, i, out| {
         let b = sql.as_bytes();
         if i > 0 && (is_ident(b[i - 1]) || b[i - 1] == b'.') {
@@ -666,11 +672,46 @@ pub fn qualify_helpers(sql: &str, schema: &str) -> String {
         let name = HELPER_FUNCTIONS
             .iter()
             .find(|n| sql[i..].starts_with(**n) && sql[i + n.len()..].trim_start().starts_with('('))?;
-        out.push_str(schema);
-        out.push('.');
-        out.push_str(name);
-        Some(i + name.len())
+        let open = i + name.len() + (sql[i + name.len()..].len() - sql[i + name.len()..].trim_start().len());
+        let (args, end) = call_arguments(sql, open + 1)?;
+        let args: Vec<String> = args.iter().map(|a| rewrite_helper_calls(a, write)).collect();
+        out.push_str(&write(name, &args));
+        Some(end)
     })
+}
+
+/// Splits the arguments of a call whose `(` ends just before `start`, at
+/// top-level commas; returns them trimmed and the index after the `)`.
+fn call_arguments(sql: &str, start: usize) -> Option<(Vec<&str>, usize)> {
+    let b = sql.as_bytes();
+    let (mut depth, mut from, mut i) = (0usize, start, start);
+    let mut args = Vec::new();
+    while i < b.len() {
+        match b[i] {
+            q @ (b'\'' | b'"') => i += sql[i + 1..].find(q as char)? + 1,
+            b'(' => depth += 1,
+            b')' if depth > 0 => depth -= 1,
+            b')' => {
+                let last = sql[from..i].trim();
+                if !last.is_empty() || !args.is_empty() {
+                    args.push(last);
+                }
+                return Some((args, i + 1));
+            }
+            b',' if depth == 0 => {
+                args.push(sql[from..i].trim());
+                from = i + 1;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    None
+}
+
+/// Prefixes calls of the helper functions with `schema.` (outside quotes).
+pub fn qualify_helpers(sql: &str, schema: &str) -> String {
+    rewrite_helper_calls(sql, &|name, args| format!("{schema}.{name}({})", args.join(", ")))
 }
 
 /// Rewrites `:name` parameters to positional placeholders. Returns the new
@@ -723,6 +764,24 @@ mod tests {
             qualify_helpers("select a from t where cidr4_contains($1, c) = $2 and n = 'ip4_int(x)' and my_ip4_int(c) = 1", "pg_temp"),
             "select a from t where pg_temp.cidr4_contains($1, c) = $2 and n = 'ip4_int(x)' and my_ip4_int(c) = 1"
         );
+    }
+
+    #[test]
+    fn helper_calls_are_rewritten_inside_out_with_their_arguments() {
+        let seen = |name: &str, args: &[String]| format!("<{name}|{}>", args.join("|"));
+        assert_eq!(
+            rewrite_helper_calls(
+                "select a from t where ip4_between(:ip, cidr4_min(c), f(x, ')')) = 1 and n = 'ip4_int(x)' and trim_quotes ( b )",
+                &seen
+            ),
+            "select a from t where <ip4_between|:ip|<cidr4_min|c>|f(x, ')')> = 1 and n = 'ip4_int(x)' and <trim_quotes|b>"
+        );
+        // An unclosed call is left for the database to reject.
+        assert_eq!(rewrite_helper_calls("select ip4_int(a from t", &seen), "select ip4_int(a from t");
+        // A parameter that the rewrite repeats gets a placeholder each time.
+        let sql = rewrite_helper_calls("x = ip4_int(:ip)", &|_, a| format!("f({0}, {0})", a[0]));
+        let (sql, order) = rewrite_placeholders(&sql, &["ip".to_string()], Placeholders::Dollar);
+        assert_eq!((sql.as_str(), order), ("x = f($1, $2)", vec![0, 0]));
     }
 
     #[test]

@@ -2,6 +2,10 @@
 //!
 //! MySQL converts between numbers and text in comparisons as SQLite does
 //! (`int_col = '1001'` matches), so parameters are bound as they come.
+//!
+//! Helper functions applied to columns are written out inline as MySQL
+//! expressions (see [`helper_expression`]): MySQL has no per-connection
+//! temporary functions, and creating stored ones would need DDL rights.
 
 use std::time::Duration;
 
@@ -29,6 +33,55 @@ impl MySqlProvider {
 
     pub fn pool(&self) -> &MySqlPool {
         &self.pool
+    }
+}
+
+/// A helper call as an inline MySQL expression with the guest's results
+/// (`omlet_lang::pipes::helper`): 0 for a bad address, NULL for a bad CIDR.
+/// Arguments may be repeated, so they must be free of side effects (columns,
+/// parameters, literals). One difference remains: MySQL cannot tell the text
+/// `'123'` from the number 123, so digits-only text counts as a numeric address.
+pub fn helper_expression(name: &str, args: &[String]) -> String {
+    let arg = |i: usize| format!("({})", args.get(i).map(String::as_str).unwrap_or("NULL"));
+    // The address as a number, or NULL: dotted quads and integers in range.
+    let ip4 = |x: &str| {
+        format!(
+            "(CASE WHEN {x} REGEXP '^[[:space:]]*[0-9]{{1,3}}([.][0-9]{{1,3}}){{3}}[[:space:]]*$' THEN INET_ATON(TRIM({x})) \
+             WHEN {x} REGEXP '^[0-9]+$' AND {x} + 0 <= 4294967295 THEN {x} + 0 END)"
+        )
+    };
+    // A CIDR's network address and prefix length, when it is well-formed.
+    let cidr = |x: &str, f: &dyn Fn(&str, &str) -> String| {
+        let net = format!("INET_ATON(SUBSTRING_INDEX(TRIM({x}), '/', 1))");
+        let bits = format!("CAST(SUBSTRING_INDEX(TRIM({x}), '/', -1) AS UNSIGNED)");
+        format!(
+            "(CASE WHEN {x} REGEXP '^[[:space:]]*[0-9]{{1,3}}([.][0-9]{{1,3}}){{3}}/[0-9]{{1,2}}[[:space:]]*$' \
+             AND {bits} <= 32 AND {net} IS NOT NULL THEN {} END)",
+            f(&net, &bits)
+        )
+    };
+    let min = |net: &str, bits: &str| format!("{net} & (4294967295 ^ (4294967295 >> {bits}))");
+    let max = |net: &str, bits: &str| format!("{net} | (4294967295 >> {bits})");
+    match name {
+        "ip4_int" => format!("COALESCE({}, 0)", ip4(&arg(0))),
+        "ip4_between" => format!("COALESCE({} BETWEEN {} AND {}, 0)", ip4(&arg(0)), ip4(&arg(1)), ip4(&arg(2))),
+        "cidr4_min" => cidr(&arg(0), &min),
+        "cidr4_max" => cidr(&arg(0), &max),
+        "cidr4_contains" => {
+            format!("COALESCE({} BETWEEN {} AND {}, 0)", ip4(&arg(0)), cidr(&arg(1), &min), cidr(&arg(1), &max))
+        }
+        "ip4_text" => {
+            let x = arg(0);
+            format!("(CASE WHEN {x} REGEXP '^[0-9]+$' AND {x} + 0 <= 4294967295 THEN INET_NTOA({x}) END)")
+        }
+        "trim_quotes" => {
+            let x = arg(0);
+            format!(
+                "(CASE WHEN CHAR_LENGTH({x}) >= 2 AND LEFT({x}, 1) IN ('\"', '''') AND RIGHT({x}, 1) = LEFT({x}, 1) \
+                 THEN SUBSTRING({x}, 2, CHAR_LENGTH({x}) - 2) ELSE {x} END)"
+            )
+        }
+        _ => format!("{name}({})", args.join(", ")),
     }
 }
 
@@ -88,6 +141,10 @@ impl Provider for MySqlProvider {
 
     fn placeholders(&self) -> Placeholders {
         Placeholders::Question
+    }
+
+    fn rewrite_sql(&self, sql: String) -> String {
+        super::rewrite_helper_calls(&sql, &helper_expression)
     }
 
     fn prepare<'a>(&'a self, sql: &'a str) -> BoxFuture<'a, Result<Prepared, String>> {
