@@ -12,7 +12,10 @@ use crate::ir::{Const, Helper, NowFn, PipeFn};
 #[derive(Debug, Clone)]
 pub struct Rule {
     pub name: String,
+    pub name_span: Span,
     pub patterns: Vec<String>,
+    /// Where each of `patterns` is written.
+    pub pattern_spans: Vec<Span>,
     pub enabled: bool,
     pub statics: Vec<Binding>,
     pub stmts: Vec<Statement>,

@@ -32,14 +32,18 @@ pub struct FileErrors {
 pub fn compile(sources: &[Source<'_>], now: (i64, i32)) -> Result<Program, Vec<FileErrors>> {
     let mut program = Program { source_hash: String::new(), names: Vec::new(), models: Vec::new(), statements: Vec::new() };
     let mut errors = Vec::new();
-    for src in sources {
+    // Per compiled model: its source, and where its name and patterns stand.
+    let mut claims = Vec::new();
+    for (index, src) in sources.iter().enumerate() {
         let (rule, mut diags) = crate::parse::parse(src.text);
         if let Some(rule) = rule {
+            let spans = (index, rule.name_span, rule.pattern_spans.clone());
             let mut c = Checker { file: src.file, text: src.text, program: &mut program, diags: Vec::new(), statics: Vec::new(), uses_clock: false, now };
             let model = c.model(rule);
             diags.extend(c.diags);
             if diags.is_empty() {
                 program.models.push(model);
+                claims.push(spans);
             }
         }
         if !diags.is_empty() {
@@ -50,11 +54,58 @@ pub fn compile(sources: &[Source<'_>], now: (i64, i32)) -> Result<Program, Vec<F
             errors.push(FileErrors { file: src.file.to_string(), diagnostics: diags });
         }
     }
+    check_set(&program.models, &claims, sources, &mut errors);
     if !errors.is_empty() {
         return Err(errors);
     }
     program.link();
     Ok(program)
+}
+
+/// Rules across the models of one set: unique names, and no rule path
+/// claimed by two enabled models. The error goes to the later file.
+fn check_set(models: &[Model], claims: &[(usize, Span, Vec<Span>)], sources: &[Source<'_>], errors: &mut Vec<FileErrors>) {
+    for (b, (src_b, name_b, spans_b)) in claims.iter().enumerate() {
+        let mut diags = Vec::new();
+        let (mb, file_b) = (&models[b], sources[*src_b].file);
+        for (a, ma) in models.iter().enumerate().take(b) {
+            let file_a = sources[claims[a].0].file;
+            if ma.name == mb.name {
+                diags.push(
+                    Diagnostic::new(format!("model `{}` is also defined in {file_a}", mb.name), *name_b)
+                        .with_hint("a model's name selects it: give each model of a set its own name"),
+                );
+            }
+            if !(ma.enabled && mb.enabled) {
+                continue;
+            }
+            for (pb, span) in mb.patterns.iter().zip(spans_b) {
+                if let Some(path) = ma.patterns.iter().find_map(|pa| crate::route::overlap(pa, pb).map(|w| (pa, w))) {
+                    diags.push(
+                        Diagnostic::new(
+                            format!(
+                                "rule path `{}` is claimed both by this model and by model `{}` in {file_a} (pattern `{}`)",
+                                path.1, ma.name, path.0
+                            ),
+                            *span,
+                        )
+                        .with_hint("each record goes to one model: make the patterns disjoint, or set `enable : false` on one model"),
+                    );
+                }
+            }
+        }
+        if diags.is_empty() {
+            continue;
+        }
+        let text = sources[*src_b].text;
+        for d in &mut diags {
+            d.locate(text);
+        }
+        match errors.iter_mut().find(|e| e.file == file_b) {
+            Some(fe) => fe.diagnostics.extend(diags),
+            None => errors.push(FileErrors { file: file_b.to_string(), diagnostics: diags }),
+        }
+    }
 }
 
 struct Checker<'c> {

@@ -20,6 +20,7 @@ pub mod eval;
 pub mod ir;
 pub mod parse;
 pub mod pipes;
+pub mod route;
 pub mod time;
 pub mod value;
 
@@ -27,4 +28,5 @@ pub use compile::{FileErrors, Source, compile};
 pub use diag::Diagnostic;
 pub use eval::{Cell, EvalError, Host, QueryError, evaluate};
 pub use ir::{IR_VERSION, IrError, Program};
+pub use route::{Route, RouteError};
 pub use value::{Field, Kind, Value};

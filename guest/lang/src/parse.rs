@@ -229,7 +229,9 @@ impl<'s> Parser<'s> {
                 "a model name uses letters, digits, `_` and `/`, followed by a line break",
             );
         }
+        let name_span = Span::new(start, self.pos);
         let mut patterns = Vec::new();
+        let mut pattern_spans = Vec::new();
         let mut enabled = true;
         loop {
             self.ws();
@@ -250,6 +252,7 @@ impl<'s> Parser<'s> {
                 self.pos += 4;
                 self.expect(b':', "`:` after `rule`")?;
                 patterns.clear();
+                pattern_spans.clear();
                 loop {
                     self.ws();
                     if self.rest().starts_with("---") || self.at_word("enable") || self.at_word("rule")
@@ -267,6 +270,7 @@ impl<'s> Parser<'s> {
                         );
                     }
                     patterns.push(pat.to_string());
+                    pattern_spans.push(Span::new(ps, self.pos));
                 }
             } else if self.at_word("enable") {
                 self.pos += 6;
@@ -345,7 +349,7 @@ impl<'s> Parser<'s> {
                 "add a statement such as `* = take() ;`",
             );
         }
-        Ok(Rule { name, patterns, enabled, statics, stmts })
+        Ok(Rule { name, name_span, patterns, pattern_spans, enabled, statics, stmts })
     }
 
     fn peek_after_static(&mut self) -> u8 {
