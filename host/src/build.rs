@@ -11,7 +11,7 @@
 //! 3. `wit-component` wraps the core module into a component, using the WIT
 //!    world embedded in the module's `component-type` section.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use omlet_lang::ir::Program;
 use sha2::{Digest, Sha256};
@@ -35,6 +35,40 @@ impl RuleSource {
         let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
         Ok(RuleSource { file: path.display().to_string(), text })
     }
+
+    /// Reads rule files, and every `.oml` file under directories (searched
+    /// recursively, in name order), as the sources of one rule set.
+    pub fn collect(paths: &[PathBuf]) -> Result<Vec<RuleSource>> {
+        let mut files = Vec::new();
+        for p in paths {
+            if p.is_dir() {
+                oml_files(p, &mut files)?;
+            } else {
+                files.push(p.clone());
+            }
+        }
+        if files.is_empty() {
+            let names: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+            return Err(Error::Input { what: names.join(", "), message: "no .oml files found".into() });
+        }
+        files.iter().map(|f| RuleSource::read(f)).collect()
+    }
+}
+
+fn oml_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| Error::io(dir, e))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    entries.sort();
+    for e in entries {
+        if e.is_dir() {
+            oml_files(&e, out)?;
+        } else if e.extension().is_some_and(|x| x == "oml") {
+            out.push(e);
+        }
+    }
+    Ok(())
 }
 
 /// Compiles rule sources to a program, with rendered diagnostics on failure.

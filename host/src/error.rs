@@ -25,6 +25,12 @@ pub enum Error {
     #[error("record {index}: {message}")]
     Record { index: usize, message: String },
 
+    /// No model of the rule set takes the record (its route names none, for
+    /// example a rule path that no enabled model claims). The record was not
+    /// evaluated; `index` is its position in the batch (0-based).
+    #[error("record {index}: {message}")]
+    Unrouted { index: usize, message: String },
+
     /// A lookup statement was rejected by the knowledge provider at load.
     #[error("{file}:{line}:{column}: lookup `{sql}` fails on the knowledge base: {message}")]
     Statement { file: String, line: u32, column: u32, sql: String, message: String },

@@ -21,6 +21,7 @@
 //! - [`runtime`]: engine, rules, instance pool, the host side of the imports;
 //! - [`knowledge`]: providers answering lookups (SQLite; knowdb loader);
 //! - [`record`]: records and their JSON form;
+//! - [`stream`]: JSONL/CSV input through a rule set, routed, in order (`omlet run`);
 //! - [`clock`]: the host clock for `Now::*`.
 
 pub mod build;
@@ -31,9 +32,10 @@ pub mod guest;
 pub mod knowledge;
 pub mod record;
 pub mod runtime;
+pub mod stream;
 mod wire;
 
 pub use error::{Error, Result};
 pub use knowledge::Knowledge;
 pub use record::Record;
-pub use runtime::{Engine, EngineConfig, Rule, RuleInfo};
+pub use runtime::{Engine, EngineConfig, ModelInfo, Route, Rule, RuleInfo};

@@ -31,7 +31,9 @@ mod bindings {
     });
 }
 
+use bindings::exports::omlet::rule::evaluator as ev;
 use bindings::omlet::rule::{clock, knowledge as wk, types};
+pub use omlet_lang::Route;
 pub(crate) use bindings::omlet::rule::types::{Frame, Node, Record as WRecord, Span, Value as WValue};
 
 /// Limits of the pooling allocator (per engine).
@@ -85,14 +87,20 @@ impl Engine {
         &self.inner
     }
 
-    /// Loads a rule from a `.wasm` component or an `.oml` source (compiled here).
+    /// Loads a rule from a `.wasm` component, an `.oml` source, or a
+    /// directory of `.oml` sources (a rule set; compiled here).
     pub async fn load_path(&self, path: &Path, knowledge: Option<Arc<Knowledge>>) -> Result<Rule> {
         let bytes = if path.extension().is_some_and(|e| e == "wasm") {
             std::fs::read(path).map_err(|e| Error::io(path, e))?
         } else {
-            build::build_component(&[RuleSource::read(path)?])?
+            build::build_component(&RuleSource::collect(&[path.to_path_buf()])?)?
         };
         self.load(&bytes, knowledge).await
+    }
+
+    /// Compiles rule sources into one rule set and loads it.
+    pub async fn load_sources(&self, sources: &[RuleSource], knowledge: Option<Arc<Knowledge>>) -> Result<Rule> {
+        self.load(&build::build_component(sources)?, knowledge).await
     }
 
     /// Compiles rule source text and loads it.
@@ -143,17 +151,41 @@ pub struct RuleInfo {
     pub uses_clock: bool,
 }
 
+/// One model of a rule set.
 #[derive(Debug, Clone)]
 pub struct ModelInfo {
     pub name: String,
+    /// Its `rule :` patterns: the rule paths it claims (when enabled).
     pub patterns: Vec<String>,
+    /// `enable : false` models are reached by name only, never by path.
     pub enabled: bool,
+    /// The rule file it was compiled from.
     pub file: String,
+    /// The statements it may run: indices into [`RuleInfo::statements`].
+    pub statements: Vec<u32>,
 }
 
 impl From<bindings::exports::omlet::rule::meta::RuleInfo> for RuleInfo {
     fn from(i: bindings::exports::omlet::rule::meta::RuleInfo) -> Self {
-        let file = i.models.first().map(|m| m.file.clone()).unwrap_or_default();
+        // A statement belongs to the model that may run it.
+        let file_of = |index: usize| {
+            let owner = i.models.iter().find(|m| m.statements.contains(&(index as u32)));
+            owner.map(|m| m.file.clone()).unwrap_or_default()
+        };
+        let statements = i
+            .statements
+            .into_iter()
+            .enumerate()
+            .map(|(index, s)| omlet_lang::ir::SqlStatement {
+                sql: s.sql,
+                params: s.params,
+                table: s.table,
+                columns: s.columns,
+                file: file_of(index),
+                line: s.line,
+                column: s.column,
+            })
+            .collect();
         RuleInfo {
             ir_version: i.ir_version,
             source_hash: i.source_hash,
@@ -161,21 +193,15 @@ impl From<bindings::exports::omlet::rule::meta::RuleInfo> for RuleInfo {
             models: i
                 .models
                 .into_iter()
-                .map(|m| ModelInfo { name: m.name, patterns: m.patterns, enabled: m.enabled, file: m.file })
-                .collect(),
-            statements: i
-                .statements
-                .into_iter()
-                .map(|s| omlet_lang::ir::SqlStatement {
-                    sql: s.sql,
-                    params: s.params,
-                    table: s.table,
-                    columns: s.columns,
-                    file: file.clone(),
-                    line: s.line,
-                    column: s.column,
+                .map(|m| ModelInfo {
+                    name: m.name,
+                    patterns: m.patterns,
+                    enabled: m.enabled,
+                    file: m.file,
+                    statements: m.statements,
                 })
                 .collect(),
+            statements,
         }
     }
 }
@@ -237,15 +263,26 @@ impl Rule {
         }
     }
 
-    /// Evaluates one record.
+    /// Evaluates one record with the rule's only model (see
+    /// [`Rule::evaluate_on`] for rule sets).
     pub async fn evaluate(&self, record: &Record) -> Result<Record> {
+        self.evaluate_on(Route::Only, record).await
+    }
+
+    /// Evaluates one record with the model `route` names. A route that names
+    /// no model gives [`Error::Unrouted`].
+    pub async fn evaluate_on(&self, route: Route<'_>, record: &Record) -> Result<Record> {
         let input = wire::encode_record(record);
         let mut inst = self.checkout().await?;
-        let out = inst.bindings.omlet_rule_evaluator().call_evaluate(&mut inst.store, self.generation(), &input).await;
+        let out = inst
+            .bindings
+            .omlet_rule_evaluator()
+            .call_evaluate(&mut inst.store, self.generation(), &wit_route(route), &input)
+            .await;
         match out {
             Ok(r) => {
                 self.checkin(inst);
-                let r = r.map_err(|message| Error::Record { index: 0, message })?;
+                let r = r.map_err(|e| record_error(0, e))?;
                 wire::decode_record(&r.text, &r.nodes).map_err(|message| Error::Record { index: 0, message })
             }
             // A trapped instance is dropped, never reused.
@@ -253,19 +290,26 @@ impl Rule {
         }
     }
 
-    /// Evaluates records in one guest call. Each input gets its own result,
-    /// in order.
+    /// Evaluates records in one guest call with the rule's only model. Each
+    /// input gets its own result, in order.
     pub async fn evaluate_batch(&self, records: &[Record]) -> Result<Vec<Result<Record>>> {
+        self.evaluate_batch_on(Route::Only, records).await
+    }
+
+    /// Evaluates records in one guest call, all with the model `route` names.
+    /// To route records by their own rule paths, group them by path first.
+    pub async fn evaluate_batch_on(&self, route: Route<'_>, records: &[Record]) -> Result<Vec<Result<Record>>> {
         let frame = wire::encode_frame(records);
         let mut inst = self.checkout().await?;
         let out = inst
             .bindings
             .omlet_rule_evaluator()
-            .call_evaluate_batch(&mut inst.store, self.generation(), &frame)
+            .call_evaluate_batch(&mut inst.store, self.generation(), &wit_route(route), &frame)
             .await
             .map_err(Error::wasm)?;
         self.checkin(inst);
-        wire::decode_batch(records.len(), out.records, out.errors.into_iter().map(|e| (e.index as usize, e.message)))
+        let errors = out.errors.into_iter().map(|e| (e.index as usize, record_error(e.index as usize, e.error)));
+        wire::decode_batch(records.len(), out.records, errors)
     }
 
     /// [`Rule::evaluate`] for programs without an async runtime.
@@ -273,9 +317,34 @@ impl Rule {
         block_on(self.evaluate(record))
     }
 
+    /// [`Rule::evaluate_on`] for programs without an async runtime.
+    pub fn evaluate_on_blocking(&self, route: Route<'_>, record: &Record) -> Result<Record> {
+        block_on(self.evaluate_on(route, record))
+    }
+
     /// [`Rule::evaluate_batch`] for programs without an async runtime.
     pub fn evaluate_batch_blocking(&self, records: &[Record]) -> Result<Vec<Result<Record>>> {
         block_on(self.evaluate_batch(records))
+    }
+
+    /// [`Rule::evaluate_batch_on`] for programs without an async runtime.
+    pub fn evaluate_batch_on_blocking(&self, route: Route<'_>, records: &[Record]) -> Result<Vec<Result<Record>>> {
+        block_on(self.evaluate_batch_on(route, records))
+    }
+}
+
+fn wit_route(route: Route<'_>) -> ev::Route {
+    match route {
+        Route::Only => ev::Route::Only,
+        Route::Path(p) => ev::Route::Path(p.to_string()),
+        Route::Model(m) => ev::Route::Model(m.to_string()),
+    }
+}
+
+fn record_error(index: usize, e: ev::EvalError) -> Error {
+    match e.kind {
+        ev::ErrorKind::Unrouted => Error::Unrouted { index, message: e.message },
+        ev::ErrorKind::Failed => Error::Record { index, message: e.message },
     }
 }
 

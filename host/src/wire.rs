@@ -117,20 +117,20 @@ pub(crate) fn decode_record(t: &[u8], nodes: &[Node]) -> Result<Record, String> 
 pub(crate) fn decode_batch(
     n: usize,
     frame: Frame,
-    errors: impl Iterator<Item = (usize, String)>,
+    errors: impl Iterator<Item = (usize, Error)>,
 ) -> Result<Vec<Result<Record>>> {
-    let mut errs: Vec<Option<String>> = vec![None; n];
-    for (i, m) in errors {
+    let mut errs: Vec<Option<Error>> = (0..n).map(|_| None).collect();
+    for (i, e) in errors {
         if let Some(slot) = errs.get_mut(i) {
-            *slot = Some(m);
+            *slot = Some(e);
         }
     }
     let mut out = Vec::with_capacity(n);
     let mut at = 0usize;
     let mut sizes = frame.sizes.iter();
     for (index, err) in errs.into_iter().enumerate() {
-        if let Some(message) = err {
-            out.push(Err(Error::Record { index, message }));
+        if let Some(e) = err {
+            out.push(Err(e));
             continue;
         }
         let size = *sizes.next().ok_or_else(|| Error::Wasm("batch output has too few records".into()))? as usize;

@@ -111,7 +111,8 @@ async fn plain_wasmtime_host_runs_a_built_rule() {
         text: b"id".to_vec(),
         nodes: vec![types::Node { name: types::Span { start: 0, len: 2 }, value: types::Value::Digit(7) }],
     };
-    let out = rule.omlet_rule_evaluator().call_evaluate(&mut store, 1, &input).await.unwrap().unwrap();
+    let route = plain::exports::omlet::rule::evaluator::Route::Only;
+    let out = rule.omlet_rule_evaluator().call_evaluate(&mut store, 1, &route, &input).await.unwrap().unwrap();
     let name = |s: types::Span| std::str::from_utf8(&out.text[s.start as usize..(s.start + s.len) as usize]).unwrap().to_string();
     assert_eq!(out.nodes.len(), 2);
     assert_eq!(name(out.nodes[0].name), "at");

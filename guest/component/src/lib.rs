@@ -22,6 +22,7 @@ use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use omlet_lang::eval::{self, Cell, QueryError};
 use omlet_lang::ir::{Program, IR_VERSION};
+use omlet_lang::{Route, RouteError};
 use omlet_lang::value::{Field, Value};
 
 #[cfg(target_arch = "wasm32")]
@@ -39,7 +40,7 @@ wit_bindgen::generate!({
     world: "rule",
 });
 
-use exports::omlet::rule::evaluator::{BatchOutput, RecordError};
+use exports::omlet::rule::evaluator::{BatchOutput, ErrorKind, EvalError, RecordError, Route as WRoute};
 use exports::omlet::rule::meta;
 use omlet::rule::knowledge;
 use omlet::rule::types::{Frame, Node, Record, Span, Value as WValue};
@@ -61,15 +62,25 @@ static mut IR_SLOT: IrSlot = IrSlot { magic: IR_SLOT_MAGIC, ptr: 0, len: 0 };
 /// Most entries the guest cache holds before it starts over.
 const CACHE_CAPACITY: usize = 4096;
 
+/// Most rule paths the guest remembers the model of.
+const ROUTE_CAPACITY: usize = 1024;
+
 struct State {
     program: Option<Result<Program, String>>,
     generation: u64,
     cache: BTreeMap<Vec<u8>, Option<Vec<Cell>>>,
     columns: BTreeMap<u32, Vec<String>>,
+    /// Rule path → model index, or why there is none.
+    routes: BTreeMap<String, Result<usize, RouteError>>,
 }
 
-static mut STATE: State =
-    State { program: None, generation: 0, cache: BTreeMap::new(), columns: BTreeMap::new() };
+static mut STATE: State = State {
+    program: None,
+    generation: 0,
+    cache: BTreeMap::new(),
+    columns: BTreeMap::new(),
+    routes: BTreeMap::new(),
+};
 
 /// The guest is single-threaded and calls do not nest: one `&mut` at a time.
 fn state() -> &'static mut State {
@@ -110,6 +121,9 @@ impl meta::Guest for Guest {
                     patterns: m.patterns.clone(),
                     enabled: m.enabled,
                     file: m.file.clone(),
+                    statements: (0..p.statements.len() as u32)
+                        .filter(|&i| p.statements[i as usize].file == m.file)
+                        .collect(),
                 })
                 .collect(),
             statements: p
@@ -129,28 +143,28 @@ impl meta::Guest for Guest {
 }
 
 impl exports::omlet::rule::evaluator::Guest for Guest {
-    fn evaluate(generation: u64, input: Record) -> Result<Record, String> {
+    fn evaluate(generation: u64, route: WRoute, input: Record) -> Result<Record, EvalError> {
         let st = state();
         refresh(st, generation);
-        let (prog, mut host) = split(st)?;
-        let fields = decode_record(&input.text, &input.nodes)?;
-        let out = eval::evaluate(prog, 0, fields, &mut host).map_err(|e| e.to_string())?;
+        let (prog, model, mut host) = split(st, &route)?;
+        let fields = decode_record(&input.text, &input.nodes).map_err(failed)?;
+        let out = eval::evaluate(prog, model, fields, &mut host).map_err(|e| failed(e.to_string()))?;
         let mut enc = Encoder::default();
         enc.record(&out);
         Ok(Record { text: enc.text, nodes: enc.nodes })
     }
 
-    fn evaluate_batch(generation: u64, input: Frame) -> BatchOutput {
+    fn evaluate_batch(generation: u64, route: WRoute, input: Frame) -> BatchOutput {
         let st = state();
         refresh(st, generation);
         let mut enc = Encoder::default();
         let mut sizes = Vec::with_capacity(input.sizes.len());
         let mut errors = Vec::new();
-        let (prog, mut host) = match split(st) {
+        let (prog, model, mut host) = match split(st, &route) {
             Ok(x) => x,
-            Err(e) => {
+            Err(error) => {
                 let errors = (0..input.sizes.len() as u32)
-                    .map(|index| RecordError { index, message: e.clone() })
+                    .map(|index| RecordError { index, error: error.clone() })
                     .collect();
                 return BatchOutput { records: Frame { text: Vec::new(), nodes: Vec::new(), sizes }, errors };
             }
@@ -160,7 +174,7 @@ impl exports::omlet::rule::evaluator::Guest for Guest {
             let end = at.saturating_add(size as usize);
             let result = match input.nodes.get(at..end) {
                 Some(nodes) => decode_record(&input.text, nodes)
-                    .and_then(|fields| eval::evaluate(prog, 0, fields, &mut host).map_err(|e| e.to_string())),
+                    .and_then(|fields| eval::evaluate(prog, model, fields, &mut host).map_err(|e| e.to_string())),
                 None => Err("frame sizes exceed its node list".to_string()),
             };
             at = end;
@@ -170,11 +184,15 @@ impl exports::omlet::rule::evaluator::Guest for Guest {
                     enc.record(&out);
                     sizes.push((enc.nodes.len() - before) as u32);
                 }
-                Err(message) => errors.push(RecordError { index: index as u32, message }),
+                Err(message) => errors.push(RecordError { index: index as u32, error: failed(message) }),
             }
         }
         BatchOutput { records: Frame { text: enc.text, nodes: enc.nodes, sizes }, errors }
     }
+}
+
+fn failed(message: String) -> EvalError {
+    EvalError { kind: ErrorKind::Failed, message }
 }
 
 export!(Guest);
@@ -188,10 +206,28 @@ fn refresh(st: &mut State, generation: u64) {
     }
 }
 
-fn split(st: &mut State) -> Result<(&Program, WitHost<'_>), String> {
-    let State { program, cache, columns, .. } = st;
-    let prog = program.get_or_insert_with(load_program).as_ref().map_err(Clone::clone)?;
-    Ok((prog, WitHost { cache, columns }))
+/// The program, the model `route` names, and the host for evaluating on it.
+fn split<'s>(st: &'s mut State, route: &WRoute) -> Result<(&'s Program, usize, WitHost<'s>), EvalError> {
+    let State { program, cache, columns, routes, .. } = st;
+    let prog = program.get_or_insert_with(load_program).as_ref().map_err(|e| failed(e.clone()))?;
+    let model = match route {
+        // Paths repeat: remember where each went (a bounded map, like the cache).
+        WRoute::Path(path) => match routes.get(path.as_str()) {
+            Some(r) => r.clone(),
+            None => {
+                let r = prog.route(Route::Path(path));
+                if routes.len() >= ROUTE_CAPACITY {
+                    routes.clear();
+                }
+                routes.insert(path.clone(), r.clone());
+                r
+            }
+        },
+        WRoute::Model(name) => prog.route(Route::Model(name)),
+        WRoute::Only => prog.route(Route::Only),
+    };
+    let model = model.map_err(|e| EvalError { kind: ErrorKind::Unrouted, message: e.to_string() })?;
+    Ok((prog, model, WitHost { cache, columns }))
 }
 
 /// `eval::Host` over the WIT imports, with the guest-side cache.

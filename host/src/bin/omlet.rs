@@ -1,6 +1,7 @@
 //! The omlet CLI: build, check and run OML rules.
 
-use std::io::{BufRead, BufWriter, Write};
+use std::io::{BufRead, BufWriter, IsTerminal, Write};
+use std::sync::atomic::Ordering;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -9,6 +10,7 @@ use std::time::Instant;
 use clap::{Parser, Subcommand};
 use omlet::build::RuleSource;
 use omlet::knowledge::sqlite::SqliteProvider;
+use omlet::stream::{Counting, Format, Outcome, RouteBy};
 use omlet::{Engine, Error, Knowledge};
 
 #[derive(Parser)]
@@ -20,38 +22,78 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Compile a rule into a self-contained WebAssembly component.
+    /// Compile rules into one self-contained WebAssembly component (a rule set).
     Build {
-        /// The rule file (.oml).
-        rule: PathBuf,
+        /// Rule files (.oml) and directories (searched recursively for .oml files).
+        #[arg(required = true)]
+        rules: Vec<PathBuf>,
         /// Where to write the component.
         #[arg(short, long)]
         output: PathBuf,
     },
-    /// Report a rule's compile errors without building it.
+    /// Report compile errors of rules (checked together, as one rule set) without building.
     Check {
+        /// Rule files (.oml) and directories.
         #[arg(required = true)]
         rules: Vec<PathBuf>,
     },
-    /// Evaluate a rule over JSON records, one per line; write one JSON record per line.
+    /// Show what a built component holds: models, patterns, SQL statements, IR version, source hash.
+    Inspect {
+        /// A component built by `omlet build`.
+        component: PathBuf,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Evaluate records (JSONL or CSV) through a rule or rule set; one output line per record.
     Run {
-        /// The rule: an .oml source or a built .wasm component.
+        /// The rule: an .oml file, a directory of them, or a built .wasm component.
         rule: PathBuf,
-        /// JSONL input; `-` reads standard input.
+        /// Input file; `-` reads standard input.
         #[arg(short, long, default_value = "-")]
         input: String,
-        /// A knowdb.toml describing the knowledge tables (loaded into in-memory SQLite).
+        /// Input format; by default `csv` for *.csv files, else `jsonl`.
+        #[arg(long, value_parser = ["jsonl", "csv"])]
+        format: Option<String>,
+        /// Output file for the JSONL records (default: standard output).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        /// File for error lines, one JSON object per failed record with its record
+        /// number (default: standard error).
+        #[arg(long)]
+        errors: Option<PathBuf>,
+        /// Route every record by this rule path.
+        #[arg(long, conflicts_with_all = ["rule_path_field", "model"])]
+        rule_path: Option<String>,
+        /// Route each record by the rule path in this field.
+        #[arg(long, conflicts_with = "model")]
+        rule_path_field: Option<String>,
+        /// Evaluate every record with this model.
+        #[arg(long)]
+        model: Option<String>,
+        /// What to do with a record no model claims: `error` (an error line) or
+        /// `pass` (written out unchanged).
+        #[arg(long, default_value = "error", value_parser = ["error", "pass"])]
+        unrouted: String,
+        /// A knowdb.toml describing knowledge tables, loaded into in-memory SQLite
+        /// (repeat it to load several).
         #[arg(long, conflicts_with = "knowledge")]
-        knowdb: Option<PathBuf>,
+        knowdb: Vec<PathBuf>,
         /// A knowledge config (TOML: provider URL, pool, timeouts, cache, policy).
         #[arg(long)]
         knowledge: Option<PathBuf>,
-        /// Print lookup statistics at the end: `text` or `json`.
+        /// Print the summary as `text` (default) or `json`, with per-statement lookup statistics.
         #[arg(long, num_args = 0..=1, default_missing_value = "text")]
         stats: Option<String>,
         /// Records per guest call.
         #[arg(long, default_value_t = 256)]
         batch: usize,
+        /// Guest calls in flight at once (each on its own instance).
+        #[arg(long, default_value_t = 2)]
+        concurrency: usize,
+        /// No progress bar, even on a terminal.
+        #[arg(short, long)]
+        quiet: bool,
     },
     /// Run test cases (conformance-corpus format) and report `N passed, M failed`.
     Test {
@@ -75,10 +117,50 @@ async fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     let result = match cli.cmd {
-        Cmd::Build { rule, output } => build(&rule, &output),
+        Cmd::Build { rules, output } => build(&rules, &output),
         Cmd::Check { rules } => check(&rules),
-        Cmd::Run { rule, input, knowdb, knowledge, stats, batch } => {
-            run(&rule, &input, knowdb.as_deref(), knowledge.as_deref(), stats.as_deref(), batch.max(1)).await
+        Cmd::Inspect { component, json } => inspect(&component, json).await,
+        Cmd::Run {
+            rule,
+            input,
+            format,
+            output,
+            errors,
+            rule_path,
+            rule_path_field,
+            model,
+            unrouted,
+            knowdb,
+            knowledge,
+            stats,
+            batch,
+            concurrency,
+            quiet,
+        } => {
+            let route = match (rule_path, rule_path_field, model) {
+                (Some(p), _, _) => RouteBy::Path(p),
+                (_, Some(f), _) => RouteBy::Field(f),
+                (_, _, Some(m)) => RouteBy::Model(m),
+                _ => RouteBy::Only,
+            };
+            let format = match format.as_deref() {
+                Some("csv") => Format::Csv,
+                Some(_) => Format::Jsonl,
+                None => Format::of_path(&input),
+            };
+            let opts = RunOptions {
+                input,
+                format,
+                output,
+                errors,
+                route,
+                pass_unrouted: unrouted == "pass",
+                stats,
+                batch: batch.max(1),
+                concurrency: concurrency.max(1),
+                quiet,
+            };
+            run(&rule, &knowdb, knowledge.as_deref(), opts).await
         }
         Cmd::Test { files, native, knowledge } => test(&files, native, knowledge.as_deref()).await,
     };
@@ -113,9 +195,9 @@ fn report(sources: &[RuleSource], err: &Error) {
     }
 }
 
-fn build(rule: &Path, output: &Path) -> omlet::Result<ExitCode> {
+fn build(rules: &[PathBuf], output: &Path) -> omlet::Result<ExitCode> {
     let t = Instant::now();
-    let sources = [RuleSource::read(rule)?];
+    let sources = RuleSource::collect(rules)?;
     let bytes = match omlet::build::build_component(&sources) {
         Ok(b) => b,
         Err(e) => {
@@ -124,7 +206,58 @@ fn build(rule: &Path, output: &Path) -> omlet::Result<ExitCode> {
         }
     };
     std::fs::write(output, &bytes).map_err(|e| Error::Io { path: output.into(), source: e })?;
-    eprintln!("built {} ({} bytes) in {:.0} ms", output.display(), bytes.len(), t.elapsed().as_secs_f64() * 1e3);
+    eprintln!(
+        "built {} ({} models, {} bytes) in {:.0} ms",
+        output.display(),
+        sources.len(),
+        bytes.len(),
+        t.elapsed().as_secs_f64() * 1e3
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn inspect(component: &Path, json: bool) -> omlet::Result<ExitCode> {
+    let bytes = std::fs::read(component).map_err(|e| Error::Io { path: component.into(), source: e })?;
+    let rule = Engine::new()?.load(&bytes, None).await?;
+    let info = rule.info();
+    let statement = |i: &u32| {
+        let s = &info.statements[*i as usize];
+        serde_json::json!({ "sql": s.sql, "params": s.params, "table": s.table, "line": s.line, "column": s.column })
+    };
+    if json {
+        let models: Vec<_> = info
+            .models
+            .iter()
+            .map(|m| {
+                serde_json::json!({
+                    "name": m.name, "file": m.file, "enabled": m.enabled, "patterns": m.patterns,
+                    "statements": m.statements.iter().map(statement).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        let out = serde_json::json!({
+            "ir_version": info.ir_version, "source_hash": info.source_hash,
+            "uses_clock": info.uses_clock, "models": models,
+        });
+        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("{}: IR version {}, source hash {}", component.display(), info.ir_version, info.source_hash);
+    println!("{} model(s){}", info.models.len(), if info.uses_clock { "; reads the clock" } else { "" });
+    for m in &info.models {
+        let state = if m.enabled { "" } else { " (disabled: reached by name only)" };
+        println!("\nmodel {} from {}{state}", m.name, m.file);
+        if m.patterns.is_empty() {
+            println!("  claims no rule paths");
+        }
+        for p in &m.patterns {
+            println!("  rule {p}");
+        }
+        for i in &m.statements {
+            let s = &info.statements[*i as usize];
+            println!("  sql  {}:{}  {}", s.line, s.column, s.sql);
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -156,116 +289,170 @@ async fn test(files: &[PathBuf], native: bool, knowledge: Option<&str>) -> omlet
 }
 
 fn check(rules: &[PathBuf]) -> omlet::Result<ExitCode> {
-    let mut failed = 0;
-    for r in rules {
-        let sources = [RuleSource::read(r)?];
-        match omlet::build::compile(&sources) {
-            Ok(_) => eprintln!("{}: ok", r.display()),
-            Err(e) => {
-                failed += 1;
-                report(&sources, &e);
+    let sources = RuleSource::collect(rules)?;
+    match omlet::build::compile(&sources) {
+        Ok(p) => {
+            for m in &p.models {
+                eprintln!("{}: ok ({})", m.file, m.name);
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            report(&sources, &e);
+            Ok(ExitCode::FAILURE)
         }
     }
-    Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
-async fn run(
-    rule: &Path,
-    input: &str,
-    knowdb: Option<&Path>,
-    config: Option<&Path>,
-    stats: Option<&str>,
+struct RunOptions {
+    input: String,
+    format: Format,
+    output: Option<PathBuf>,
+    errors: Option<PathBuf>,
+    route: RouteBy,
+    pass_unrouted: bool,
+    stats: Option<String>,
     batch: usize,
-) -> omlet::Result<ExitCode> {
+    concurrency: usize,
+    quiet: bool,
+}
+
+fn create(path: &Path) -> omlet::Result<Box<dyn Write + Send>> {
+    let f = std::fs::File::create(path).map_err(|e| Error::Io { path: path.into(), source: e })?;
+    Ok(Box::new(BufWriter::new(f)))
+}
+
+async fn run(rule: &Path, knowdb: &[PathBuf], config: Option<&Path>, o: RunOptions) -> omlet::Result<ExitCode> {
     let knowledge = match (knowdb, config) {
-        (Some(k), _) => {
+        ([], Some(c)) => Some(omlet::knowledge::KnowledgeConfig::read(c)?.open().await?),
+        ([], None) => None,
+        (dbs, _) => {
             let db = SqliteProvider::memory().await?;
-            omlet::knowledge::knowdb::load(k, &db).await?;
+            for k in dbs {
+                omlet::knowledge::knowdb::load(k, &db).await?;
+            }
             Some(Arc::new(Knowledge::new(Arc::new(db))))
         }
-        (None, Some(c)) => Some(omlet::knowledge::KnowledgeConfig::read(c)?.open().await?),
-        (None, None) => None,
     };
     let engine = Engine::new()?;
-    let rule = engine.load_path(rule, knowledge.clone()).await?;
+    let rule = Arc::new(engine.load_path(rule, knowledge.clone()).await?);
 
-    let reader: Box<dyn BufRead> = if input == "-" {
-        Box::new(std::io::BufReader::new(std::io::stdin()))
+    // Input, with a byte count for the progress bar when it is a file.
+    let (reader, total): (Box<dyn BufRead + Send>, Option<u64>) = if o.input == "-" {
+        (Box::new(std::io::BufReader::new(std::io::stdin())), None)
     } else {
-        let f = std::fs::File::open(input).map_err(|e| Error::Io { path: input.into(), source: e })?;
-        Box::new(std::io::BufReader::new(f))
+        let f = std::fs::File::open(&o.input).map_err(|e| Error::Io { path: o.input.clone().into(), source: e })?;
+        let len = f.metadata().ok().map(|m| m.len());
+        (Box::new(std::io::BufReader::with_capacity(1 << 16, f)), len)
     };
-    let source = if input == "-" { "stdin" } else { input };
-    let mut out = BufWriter::new(std::io::stdout().lock());
-    let started = Instant::now();
-    let (mut records, mut errors) = (0u64, 0u64);
-    let mut pending = Vec::with_capacity(batch);
-    let mut numbers = Vec::with_capacity(batch);
-    let mut lines = reader.lines();
-    let mut line_no = 0u64;
-    loop {
-        let line = lines.next();
-        let done = line.is_none();
-        if let Some(line) = line {
-            line_no += 1;
-            let line = line.map_err(|e| Error::Io { path: source.into(), source: e })?;
-            if line.trim().is_empty() {
-                continue;
-            }
-            records += 1;
-            match omlet::record::from_json_str(&line) {
-                Ok(r) => {
-                    pending.push(r);
-                    numbers.push(line_no);
-                }
-                Err(m) => {
-                    errors += 1;
-                    eprintln!("{source}: record {records} (line {line_no}): {m}");
-                }
-            }
-        }
-        if pending.len() >= batch || (done && !pending.is_empty()) {
-            let results = rule.evaluate_batch(&pending).await?;
-            for (r, n) in results.into_iter().zip(&numbers) {
-                match r {
-                    Ok(rec) => {
-                        let _ = writeln!(out, "{}", omlet::record::to_json_string(&rec));
-                    }
-                    Err(e) => {
-                        errors += 1;
-                        eprintln!("{source}: line {n}: {e}");
-                    }
-                }
-            }
-            pending.clear();
-            numbers.clear();
-        }
-        if done {
-            break;
-        }
-    }
-    let _ = out.flush();
-    let secs = started.elapsed().as_secs_f64();
-    let lookups = knowledge.as_ref().map(|k| k.stats().lookups.load(std::sync::atomic::Ordering::Relaxed)).unwrap_or(0);
-    eprintln!(
-        "records: {records}, records/s: {:.0}, lookups: {lookups}, errors: {errors}",
-        records as f64 / secs.max(1e-9)
-    );
-    match (stats, &knowledge) {
-        (Some("json"), Some(k)) => eprintln!("{}", k.stats().to_json()),
-        (Some(_), Some(k)) => {
-            let j = k.stats().to_json();
-            eprintln!(
-                "lookups reaching the host: {}, shared cache hits: {}, misses: {}, database queries: {}, lookup errors: {}",
-                j["lookups"], j["cache_hits"], j["cache_misses"], j["queries"], j["errors"]
+    let (reader, read_bytes) = Counting::new(reader);
+    let reader: Box<dyn BufRead + Send> = Box::new(std::io::BufReader::new(reader));
+    let progress = match total {
+        Some(len) if !o.quiet && std::io::stderr().is_terminal() => {
+            let bar = indicatif::ProgressBar::new(len);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} {msg} ({eta} left)")
+                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
             );
-            for s in j["statements"].as_array().into_iter().flatten() {
-                eprintln!("  {}: {} queries, p50 ≤ {} µs, p95 ≤ {} µs", s["sql"], s["queries"], s["p50_us"], s["p95_us"]);
+            bar
+        }
+        _ => indicatif::ProgressBar::hidden(),
+    };
+
+    let mut out: Box<dyn Write + Send> = match &o.output {
+        Some(p) => create(p)?,
+        None => Box::new(BufWriter::new(std::io::stdout())),
+    };
+    let mut err_out: Box<dyn Write + Send> = match &o.errors {
+        Some(p) => create(p)?,
+        None => Box::new(std::io::stderr()),
+    };
+    let source = if o.input == "-" { "stdin".to_string() } else { o.input.clone() };
+    let started = Instant::now();
+    let (mut records, mut written, mut failed, mut unrouted) = (0u64, 0u64, 0u64, 0u64);
+    let sink = |d: omlet::stream::Done| -> omlet::Result<()> {
+        records += 1;
+        let io = |e: std::io::Error| Error::Io { path: "output".into(), source: e };
+        let (kind, message) = match d.outcome {
+            Outcome::Ok(rec) => {
+                written += 1;
+                writeln!(out, "{}", omlet::record::to_json_string(&rec)).map_err(io)?;
+                (None, String::new())
+            }
+            Outcome::Unrouted(_) if o.pass_unrouted => {
+                unrouted += 1;
+                match &d.input.record {
+                    Ok(rec) => writeln!(out, "{}", omlet::record::to_json_string(rec)).map_err(io)?,
+                    Err(_) => writeln!(out, "{}", d.input.raw).map_err(io)?,
+                }
+                (None, String::new())
+            }
+            Outcome::Unrouted(m) => {
+                unrouted += 1;
+                (Some("unrouted"), m)
+            }
+            Outcome::Failed(m) => {
+                failed += 1;
+                (Some("failed"), m)
+            }
+        };
+        if let Some(kind) = kind {
+            let line = serde_json::json!({
+                "source": source, "record": d.input.number, "line": d.input.line,
+                "kind": kind, "error": message, "input": d.input.raw,
+            });
+            writeln!(err_out, "{line}").map_err(io)?;
+        }
+        if records % 4096 == 0 {
+            progress.set_position(read_bytes.load(Ordering::Relaxed));
+            progress.set_message(format!("{records} records"));
+        }
+        Ok(())
+    };
+    let inputs = omlet::stream::read(reader, o.format);
+    let result = omlet::stream::run(rule, inputs, o.route.clone(), o.batch, o.concurrency, sink).await;
+    progress.finish_and_clear();
+    let _ = out.flush();
+    let _ = err_out.flush();
+    result?;
+
+    let secs = started.elapsed().as_secs_f64();
+    let k = knowledge.as_ref().map(|k| k.stats().to_json());
+    let hit_rate = k.as_ref().and_then(|j| {
+        let (h, m) = (j["cache_hits"].as_f64()?, j["cache_misses"].as_f64()?);
+        (h + m > 0.0).then(|| h / (h + m))
+    });
+    let summary = serde_json::json!({
+        "records": records,
+        "written": written,
+        "errors": failed,
+        "unrouted": unrouted,
+        "seconds": secs,
+        "records_per_second": records as f64 / secs.max(1e-9),
+        "lookups": k.as_ref().map(|j| j["lookups"].clone()),
+        "shared_cache_hit_rate": hit_rate,
+        "knowledge": k,
+    });
+    if o.stats.as_deref() == Some("json") {
+        eprintln!("{summary}");
+    } else {
+        eprintln!(
+            "{records} records in {secs:.2} s ({:.0} records/s): {written} written, {failed} errors, {unrouted} unrouted",
+            records as f64 / secs.max(1e-9)
+        );
+        if let Some(j) = &k {
+            let rate = hit_rate.map(|r| format!("{:.1}%", r * 100.0)).unwrap_or_else(|| "n/a".into());
+            eprintln!(
+                "lookups reaching the host: {} (guest-cache hits not counted), shared-cache hit rate: {rate}, database queries: {}, lookup errors: {}",
+                j["lookups"], j["queries"], j["errors"]
+            );
+            if o.stats.is_some() {
+                for s in j["statements"].as_array().into_iter().flatten() {
+                    eprintln!("  {}: {} queries, p50 ≤ {} µs, p95 ≤ {} µs", s["sql"], s["queries"], s["p50_us"], s["p95_us"]);
+                }
             }
         }
-        (Some(_), None) => eprintln!("no knowledge configured: no lookup statistics"),
-        (None, _) => {}
     }
-    Ok(if errors == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    let lost = failed + if o.pass_unrouted { 0 } else { unrouted };
+    Ok(if lost == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
