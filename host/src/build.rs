@@ -26,27 +26,23 @@ const PAGE: u64 = 65536;
 
 /// One rule source: its file name (for diagnostics) and text.
 pub struct RuleSource {
+    /// The file name diagnostics and the SQL allow-list use.
     pub file: String,
+    /// The OML text.
     pub text: String,
 }
 
 impl RuleSource {
+    /// Reads one rule file.
     pub fn read(path: &Path) -> Result<RuleSource> {
         let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
         Ok(RuleSource { file: path.display().to_string(), text })
     }
 
-    /// Reads rule files, and every `.oml` file under directories (searched
-    /// recursively, in name order), as the sources of one rule set.
+    /// Reads rule files, and the `.oml` files under directories (see
+    /// [`oml_files`]), as the sources of one rule set.
     pub fn collect(paths: &[PathBuf]) -> Result<Vec<RuleSource>> {
-        let mut files = Vec::new();
-        for p in paths {
-            if p.is_dir() {
-                oml_files(p, &mut files)?;
-            } else {
-                files.push(p.clone());
-            }
-        }
+        let files = oml_files(paths)?;
         if files.is_empty() {
             let names: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
             return Err(Error::Input { what: names.join(", "), message: "no .oml files found".into() });
@@ -55,17 +51,37 @@ impl RuleSource {
     }
 }
 
-fn oml_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(|e| Error::io(dir, e))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .collect();
+/// The `.oml` files named by `paths`: files as given, directories searched
+/// recursively (skipping hidden directories, `target` and `node_modules`),
+/// each directory's entries in name order.
+pub fn oml_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for p in paths {
+        let meta = std::fs::metadata(p).map_err(|e| Error::io(p, e))?;
+        if meta.is_dir() {
+            walk(p, &mut out)?;
+        } else {
+            out.push(p.clone());
+        }
+    }
+    Ok(out)
+}
+
+fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+    let rd = std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
+    let mut entries = Vec::new();
+    for e in rd {
+        entries.push(e.map_err(|e| Error::io(dir, e))?.path());
+    }
     entries.sort();
-    for e in entries {
-        if e.is_dir() {
-            oml_files(&e, out)?;
-        } else if e.extension().is_some_and(|x| x == "oml") {
-            out.push(e);
+    for path in entries {
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if path.is_dir() {
+            if !(name.starts_with('.') || name == "target" || name == "node_modules") {
+                walk(&path, out)?;
+            }
+        } else if path.extension().is_some_and(|e| e == "oml") {
+            out.push(path);
         }
     }
     Ok(())

@@ -28,6 +28,7 @@ pub fn from_json_str(text: &str) -> Result<Record, String> {
     from_json(&json)
 }
 
+/// One JSON value as an OML value (the mapping of [`from_json`]).
 pub fn value_from_json(v: &Json) -> Value<'static> {
     match v {
         Json::Null => Value::Null,

@@ -59,10 +59,12 @@ pub struct Engine {
 }
 
 impl Engine {
+    /// An engine with the default limits ([`EngineConfig::default`]).
     pub fn new() -> Result<Engine> {
         Engine::with_config(&EngineConfig::default())
     }
 
+    /// An engine with explicit pooling-allocator limits.
     pub fn with_config(cfg: &EngineConfig) -> Result<Engine> {
         let mut pool = PoolingAllocationConfig::default();
         pool.total_component_instances(cfg.max_instances)
@@ -83,6 +85,7 @@ impl Engine {
         Ok(Engine { inner, linker: Arc::new(linker) })
     }
 
+    /// The underlying wasmtime engine (for hosts that add their own components).
     pub fn wasmtime(&self) -> &WtEngine {
         &self.inner
     }
@@ -144,16 +147,22 @@ impl Engine {
 /// What a rule says about itself (from the guest's `meta.info`).
 #[derive(Debug, Clone)]
 pub struct RuleInfo {
+    /// The IR format version the guest reads.
     pub ir_version: u32,
+    /// Hex SHA-256 of the rule sources (file names and texts) the set was built from.
     pub source_hash: String,
+    /// The models, in build order (files sorted by path).
     pub models: Vec<ModelInfo>,
+    /// Every SQL statement of the set: the allow-list of what `knowledge.query` may run.
     pub statements: Vec<omlet_lang::ir::SqlStatement>,
+    /// Whether some model reads the clock (`Now::*`).
     pub uses_clock: bool,
 }
 
 /// One model of a rule set.
 #[derive(Debug, Clone)]
 pub struct ModelInfo {
+    /// The `name :` of the model; [`Route::Model`] selects by it.
     pub name: String,
     /// Its `rule :` patterns: the rule paths it claims (when enabled).
     pub patterns: Vec<String>,
@@ -241,6 +250,7 @@ pub struct Rule {
 }
 
 impl Rule {
+    /// What the component holds, read once at load.
     pub fn info(&self) -> &RuleInfo {
         &self.info
     }

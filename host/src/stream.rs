@@ -130,7 +130,9 @@ pub enum Outcome {
 
 /// One input record and its outcome.
 pub struct Done {
+    /// The record as read, with its number and raw text.
     pub input: Input,
+    /// What became of it.
     pub outcome: Outcome,
 }
 
@@ -239,6 +241,7 @@ pub struct Counting<R> {
 }
 
 impl<R> Counting<R> {
+    /// Wraps `inner`; the counter grows with every byte read.
     pub fn new(inner: R) -> (Counting<R>, Arc<std::sync::atomic::AtomicU64>) {
         let count = Arc::new(std::sync::atomic::AtomicU64::new(0));
         (Counting { inner, count: count.clone() }, count)

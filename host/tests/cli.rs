@@ -141,3 +141,21 @@ fn check_reports_a_set_level_error_with_file_line_and_caret() {
     let stderr = text(&out.stderr);
     assert!(stderr.contains("b.oml:1:8: model `dup` is also defined in"), "{stderr}");
 }
+
+#[test]
+fn every_rule_in_the_repository_is_formatted_and_fmt_fixes_layout() {
+    // The repository's own rules are in the canonical layout.
+    let out = omlet(&["fmt", "--check", "."]);
+    assert!(out.status.success(), "{}{}", text(&out.stdout), text(&out.stderr));
+
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("messy.oml");
+    std::fs::write(&f, "name : m\n---\n// kept\nx   :digit=take( a ) ;   # also kept\n").unwrap();
+    let out = omlet(&["fmt", "--check", dir.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stdout).starts_with(&format!("would reformat {}", f.display())), "{}", text(&out.stdout));
+    let out = omlet(&["fmt", f.to_str().unwrap()]);
+    assert!(out.status.success());
+    assert_eq!(std::fs::read_to_string(&f).unwrap(), "name : m\n---\n// kept\nx : digit = take(a) ; # also kept\n");
+    assert!(omlet(&["fmt", "--check", f.to_str().unwrap()]).status.success());
+}

@@ -95,6 +95,15 @@ enum Cmd {
         #[arg(short, long)]
         quiet: bool,
     },
+    /// Rewrite rule files in the canonical layout (comments kept).
+    Fmt {
+        /// Rule files, or directories searched recursively for *.oml.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Change nothing: list the files that would change and fail if there are any.
+        #[arg(long)]
+        check: bool,
+    },
     /// Run test cases (conformance-corpus format) and report `N passed, M failed`.
     Test {
         #[arg(required = true)]
@@ -163,6 +172,7 @@ async fn main() -> ExitCode {
             run(&rule, &knowdb, knowledge.as_deref(), opts).await
         }
         Cmd::Test { files, native, knowledge } => test(&files, native, knowledge.as_deref()).await,
+        Cmd::Fmt { files, check } => fmt(&files, check),
     };
     match result {
         Ok(code) => code,
@@ -286,6 +296,38 @@ async fn test(files: &[PathBuf], native: bool, knowledge: Option<&str>) -> omlet
     }
     println!("{passed} passed, {failed} failed");
     Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// `omlet fmt`: rewrites the files that are not in the canonical layout and
+/// names them; with `--check` only names them (with their first difference).
+/// A file that does not compile is reported and left alone.
+fn fmt(paths: &[PathBuf], check: bool) -> omlet::Result<ExitCode> {
+    let (mut differ, mut failed) = (0, 0);
+    for f in omlet::build::oml_files(paths)? {
+        let text = std::fs::read_to_string(&f).map_err(|e| Error::Io { path: f.clone(), source: e })?;
+        let formatted = match omlet::fmt::format_source(&text) {
+            Ok(t) => t,
+            Err(e) => {
+                failed += 1;
+                // `file:line:column: message` for compile errors.
+                let sep = if e.starts_with(|c: char| c.is_ascii_digit()) { ":" } else { ": " };
+                eprintln!("{}{sep}{e}", f.display());
+                continue;
+            }
+        };
+        if formatted == text {
+            continue;
+        }
+        differ += 1;
+        if check {
+            println!("would reformat {}", f.display());
+            print!("{}", omlet::fmt::first_difference(&text, &formatted, 3));
+        } else {
+            std::fs::write(&f, formatted).map_err(|e| Error::Io { path: f.clone(), source: e })?;
+            println!("{}", f.display());
+        }
+    }
+    Ok(if failed > 0 || (check && differ > 0) { ExitCode::FAILURE } else { ExitCode::SUCCESS })
 }
 
 fn check(rules: &[PathBuf]) -> omlet::Result<ExitCode> {
