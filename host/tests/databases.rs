@@ -368,3 +368,38 @@ async fn helper_functions_apply_to_columns(url: &str) {
         r#"{"zone":"lab","host":"db-1","quoted":"quoted","by_int":"db-1","bad":"quoted","lo":"lab","between":"db-1","text":"db-1","nested":"corp"}"#
     );
 }
+
+/// The README's embedding example (host/examples/embed_postgres.rs), run as
+/// its own program against a throwaway server holding the nginx example's
+/// table, loaded with psql as examples/embed-postgres/README.md says.
+#[test]
+fn the_postgres_embedding_example_enriches_a_record() {
+    let pg = Postgres::start();
+    let csv = root().join("examples/nginx/knowdb/ip_zone.csv");
+    let load = format!(
+        "create table ip_zone (cidr text, lo_int bigint, hi_int bigint, zone text, owner text);\n\\copy ip_zone from '{}' csv header\n",
+        csv.display()
+    );
+    let mut psql = std::process::Command::new("psql")
+        .args([pg.url().as_str(), "-v", "ON_ERROR_STOP=1", "-q"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(psql.stdin.as_mut().unwrap(), load.as_bytes()).unwrap();
+    let out = psql.wait_with_output().unwrap();
+    assert!(out.status.success(), "psql: {}", String::from_utf8_lossy(&out.stderr));
+    // `cargo test` builds the examples next to the test binaries.
+    let exe = std::env::current_exe().unwrap();
+    let example = exe.parent().unwrap().parent().unwrap().join("examples").join("embed_postgres");
+    assert!(example.exists(), "{} is missing: cargo test builds it", example.display());
+    let out = std::process::Command::new(&example).env("OMLET_PG_URL", pg.url()).current_dir(root()).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let mut lines = stdout.lines();
+    let record: serde_json::Value = serde_json::from_str(lines.next().unwrap()).unwrap();
+    assert_eq!((record["zone"].as_str(), record["owner"].as_str()), (Some("dmz"), Some("web-team")), "{stdout}");
+    let stats: serde_json::Value = serde_json::from_str(lines.next().unwrap()).unwrap();
+    assert_eq!(stats["queries"], 1, "{stdout}");
+}
