@@ -25,31 +25,51 @@ struct CaseFile {
 /// One test case.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Case {
+    /// Names the case in outcomes; an inline rule is reported as `NAME.oml`.
     pub name: String,
     /// The rule text; or `oml_file`, a rule file relative to the case file.
     #[serde(default)]
     pub oml: String,
+    /// A rule file, relative to the case file, that [`run_file`] reads into
+    /// `oml` (and then replaces with its full path).
     #[serde(default)]
     pub oml_file: Option<String>,
+    /// The input record as a JSON object, keys in order (default `{}`).
     #[serde(default = "empty_object")]
     pub input: String,
+    /// Types for top-level input fields that JSON cannot say: `ip`, `time`
+    /// (`YYYY-MM-DD HH:MM:SS`), `digit`, `float`, `bool` (only `true` is
+    /// true) or `chars`.
     #[serde(default)]
     pub input_types: std::collections::BTreeMap<String, String>,
+    /// Tables for the lookups, as JSON (see [`tables_from_json`]).
     #[serde(default)]
     pub knowledge: Option<String>,
     /// A `knowdb.toml` (relative to the case file) to load instead of inline `knowledge`.
     #[serde(default)]
     pub knowdb: Option<String>,
+    /// The whole output record as JSON, keys in order; integers and floats
+    /// differ. `"<any:time>"`, `"<any:digit>"` and `"<any:chars>"` match any
+    /// value of that kind.
     #[serde(default)]
     pub expected: Option<String>,
+    /// OML type names (`chars`, `digit`, `ip`, …) that top-level output
+    /// fields must have.
     #[serde(default)]
     pub expected_types: std::collections::BTreeMap<String, String>,
+    /// Fields that must be in the output with the ignore type (they are not
+    /// rendered, so not in `expected`).
     #[serde(default)]
     pub expected_ignored: Vec<String>,
+    /// The rule must not compile. The text says why, for people: any compile
+    /// error passes.
     #[serde(default)]
     pub expected_error: Option<String>,
+    /// The output the spec requires, used when `expected` is absent.
     #[serde(default)]
     pub spec_expected: Option<String>,
+    /// With `spec_expected`: `false` marks an EXTENDED feature, so a compile
+    /// error passes too; otherwise the output is required.
     #[serde(default)]
     pub spec_required: Option<bool>,
 }
@@ -61,17 +81,25 @@ fn empty_object() -> String {
 /// Where cases are evaluated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
+    /// Build a component per case and run it on the [`Engine`] (`omlet test`).
     Wasm,
+    /// Run the compiled IR with the native evaluator, no wasm
+    /// (`omlet test --native`).
     Native,
 }
 
 /// The outcome of one case; `failure` explains a failed one.
 #[derive(Debug)]
 pub struct Outcome {
+    /// The case's name.
     pub name: String,
+    /// Why it failed; `None` when it passed.
     pub failure: Option<String>,
 }
 
+/// Reads the cases of a case file as written (`oml_file` and `knowdb` not
+/// resolved; keys it does not know, such as `class` or `source`, ignored).
+/// Fails with [`Error::Io`], or [`Error::Input`] for bad TOML.
 pub fn read_cases(path: &Path) -> Result<Vec<Case>> {
     let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
     let f: CaseFile = toml::from_str(&text)
@@ -79,12 +107,16 @@ pub fn read_cases(path: &Path) -> Result<Vec<Case>> {
     Ok(f.case)
 }
 
-/// Runs every case of one file; knowledge tables go to `db` if given, else
-/// to a fresh in-memory SQLite per case.
+/// Runs every case of one file, each with its knowledge in a fresh in-memory
+/// SQLite; `oml_file` and `knowdb` are relative to the file. A failing case
+/// is an [`Outcome`]; `Err` means the file could not be read or parsed, or a rule
+/// file could not be read.
 pub async fn run_file(path: &Path, mode: Mode, engine: &Engine) -> Result<Vec<Outcome>> {
     run_file_on(path, mode, engine, None).await
 }
 
+/// [`run_file`], with the knowledge tables in `db` if given, else in a fresh
+/// in-memory SQLite per case.
 pub async fn run_file_on(path: &Path, mode: Mode, engine: &Engine, db: Option<&TestDb>) -> Result<Vec<Outcome>> {
     let mut out = Vec::new();
     let dir = path.parent().unwrap_or(Path::new("."));
@@ -103,11 +135,14 @@ pub async fn run_file_on(path: &Path, mode: Mode, engine: &Engine, db: Option<&T
     Ok(out)
 }
 
-/// Runs one case; `Err` says why it failed.
+/// Runs one case; `Err` says why it failed. The rule must be in `oml`
+/// (`oml_file` only names it) and `knowdb` is taken as a path as it is.
 pub async fn run_case(case: &Case, mode: Mode, engine: &Engine) -> std::result::Result<(), String> {
     run_case_on(case, mode, engine, None).await
 }
 
+/// [`run_case`], with the knowledge tables in `db` if given: each is dropped
+/// before it is loaded and again after the case.
 pub async fn run_case_on(case: &Case, mode: Mode, engine: &Engine, db: Option<&TestDb>) -> std::result::Result<(), String> {
     let mut created = Vec::new();
     let r = run_case_inner(case, mode, engine, db, &mut created).await;
@@ -194,9 +229,14 @@ async fn run_case_inner(
 }
 
 /// Answers lookups for the native evaluator (on a blocking thread).
+/// Lookup errors are never fatal here, whatever `on_lookup_error` says.
 pub struct NativeHost {
+    /// Where lookups go; without it every lookup fails (not fatally).
     pub knowledge: Option<Arc<Knowledge>>,
+    /// The rule's statements bound to `knowledge`, by statement number.
     pub bound: Vec<BoundStatement>,
+    /// The runtime each lookup blocks on; so `query` must not run on one of
+    /// its async worker threads.
     pub handle: tokio::runtime::Handle,
 }
 
@@ -217,13 +257,20 @@ impl Host for NativeHost {
 
 /// One table of a case's inline `knowledge`.
 pub struct TableData {
+    /// The table's name.
     pub name: String,
+    /// Column names, in order.
     pub columns: Vec<String>,
+    /// SQLite column types, one per column; a missing one is `TEXT`.
     pub types: Vec<String>,
+    /// The rows, in insertion order.
     pub rows: Vec<Vec<Cell>>,
 }
 
-/// Reads a case's `knowledge` JSON.
+/// Reads a case's `knowledge` JSON:
+/// `{"tables": {"t": {"columns": [...], "types": [...], "rows": [[...], ...]}}}`,
+/// `types` optional. JSON `true`/`false` become 1/0, arrays and objects
+/// their JSON text. Fails with [`Error::Knowledge`] for JSON of another shape.
 pub fn tables_from_json(json: &str) -> Result<Vec<TableData>> {
     #[derive(Deserialize)]
     struct Tables {
@@ -272,11 +319,17 @@ pub async fn load_knowledge(json: &str) -> Result<Arc<Knowledge>> {
 /// A database for `omlet test --knowledge URL`: a fresh database created
 /// for the run (PostgreSQL, MySQL) and dropped by [`TestDb::finish`].
 pub struct TestDb {
+    /// The database the cases' tables go to.
     pub provider: Arc<dyn Provider>,
     admin: Option<(Arc<dyn Provider>, String)>,
 }
 
 impl TestDb {
+    /// For a PostgreSQL or MySQL `url`, creates the database
+    /// `omlet_test_<pid>_<ms>` (utf8mb4 with binary collation on MySQL) and
+    /// connects to it, waiting up to 10 s for a connection; the URL's user
+    /// needs the right to create databases. A SQLite URL is used as it is,
+    /// and not removed.
     pub async fn create(url: &str) -> Result<TestDb> {
         use crate::knowledge::config::connect;
         let timeout = std::time::Duration::from_secs(10);

@@ -33,6 +33,8 @@ use super::sqlite::SqliteProvider;
 use super::{Knowledge, Provider};
 use crate::{Error, Result};
 
+/// What a failed lookup (a database error or a timeout) does to the
+/// record: `on_lookup_error`, default `absent`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum OnLookupError {
@@ -43,31 +45,56 @@ pub enum OnLookupError {
     Fail,
 }
 
+/// `cache.mode`: whether answers are cached at all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum CacheMode {
+    /// Answers are kept in the shared cache of [`Knowledge`] and, unless
+    /// `cache.guest = false`, in each guest instance. The default.
     #[default]
     Shared,
+    /// Nothing is cached, in the host or in the guests: every lookup is a
+    /// database query (batching of misses still applies). Always fresh, at
+    /// a round trip per lookup.
     Bypass,
 }
 
+/// The `[cache]` table: the shared lookup cache and the guests' own layer.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CacheConfig {
+    /// `shared` (the default) or `bypass`.
     #[serde(default)]
     pub mode: CacheMode,
+    /// Most entries the shared cache holds (default 100 000); past it, the
+    /// least useful are evicted. An entry is one answer, a row or (with
+    /// `negative`) "no row", for one statement and parameter list.
     #[serde(default = "default_capacity")]
     pub capacity: u64,
+    /// Time to live of shared-cache entries, in milliseconds (default: none,
+    /// entries stay until evicted or [`Knowledge::reload`]). With a TTL the
+    /// generation also advances every TTL period, so guest caches forget too
+    /// and changes in the database show up without a reload, at the cost of
+    /// one query per key and period.
     #[serde(default)]
     pub ttl_ms: Option<u64>,
+    /// Cache "no row" answers too (default true): a key that is not in the
+    /// database costs one query, not one per lookup, but a row added later
+    /// is not seen until the entry expires or a reload. Applies to the
+    /// shared cache only; guest instances keep "no row" answers either way.
     #[serde(default = "yes")]
     pub negative: bool,
-    /// Let each guest instance keep answers too (its lock-free local layer).
+    /// Let each guest instance keep answers too (its lock-free local layer;
+    /// default true). A hit there costs no host call; answers stay until the
+    /// generation changes (a reload, or the next TTL period), up to 4096 per
+    /// instance, after which that instance's cache is emptied. Such hits do
+    /// not show in [`Stats`](super::Stats). No effect in `bypass` mode.
     #[serde(default = "yes")]
     pub guest: bool,
 }
 
 impl CacheConfig {
+    /// `ttl_ms` as a duration.
     pub fn ttl(&self) -> Option<Duration> {
         self.ttl_ms.map(Duration::from_millis)
     }
@@ -79,25 +106,45 @@ impl Default for CacheConfig {
     }
 }
 
+/// Everything about the knowledge base: the database, its pool and
+/// timeouts, the cache and the failure policy. Unknown keys are refused.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KnowledgeConfig {
+    /// The database (default `sqlite::memory:`, an empty in-memory SQLite):
+    /// `sqlite://FILE`, `postgres://…` (or `postgresql://`), `mysql://…`
+    /// (or `mariadb://`). [`read`](Self::read) fills in `${VAR}`s.
     #[serde(default = "default_url")]
     pub url: String,
+    /// Most connections in the PostgreSQL or MySQL pool (default 8; 0 counts
+    /// as 1). Not used for SQLite: a file gets 4 connections, memory 1.
     #[serde(default = "default_pool")]
     pub pool_size: u32,
+    /// How long to wait for a pool connection, in milliseconds (default
+    /// 5000), when connecting and later. PostgreSQL and MySQL only.
     #[serde(default = "default_connect_ms")]
     pub connect_timeout_ms: u64,
+    /// Longest a lookup's database round trip (or batched query) may take,
+    /// in milliseconds (default 2000), waiting for a connection included;
+    /// past it the lookup fails as `on_lookup_error` says. Binding and knowdb
+    /// loading are not limited by it.
     #[serde(default = "default_query_ms")]
     pub query_timeout_ms: u64,
+    /// What a failed lookup does to the record (default `absent`).
     #[serde(default)]
     pub on_lookup_error: OnLookupError,
     /// Misses of a single-key lookup that arrive together go to the database
-    /// as one query (`= ANY($1)` on PostgreSQL, `IN (…)` elsewhere).
+    /// as one query (`= ANY($1)` on PostgreSQL, `IN (…)` elsewhere); default
+    /// true. The first miss waits one scheduler turn for others to join. A
+    /// statement whose batch form the database refuses is not batched.
     #[serde(default = "yes")]
     pub batch_misses: bool,
+    /// A `knowdb.toml` loaded into the database by [`open`](Self::open)
+    /// (default: none). [`read`](Self::read) makes it relative to the config
+    /// file.
     #[serde(default)]
     pub knowdb: Option<PathBuf>,
+    /// The `[cache]` table.
     #[serde(default)]
     pub cache: CacheConfig,
 }
@@ -128,12 +175,17 @@ impl Default for KnowledgeConfig {
 }
 
 impl KnowledgeConfig {
+    /// `query_timeout_ms` as a duration.
     pub fn query_timeout(&self) -> Duration {
         Duration::from_millis(self.query_timeout_ms)
     }
 
     /// Reads a config file; `knowdb` becomes relative to it; `${VAR}`s in
     /// `url` are filled from the environment.
+    ///
+    /// Fails with [`Error::Io`] if the file cannot be read, and with
+    /// [`Error::Knowledge`] for bad TOML, an unknown key, or an unset or
+    /// unclosed `${VAR}`.
     pub fn read(path: &Path) -> Result<KnowledgeConfig> {
         let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
         let mut c: KnowledgeConfig = toml::from_str(&text)
@@ -151,6 +203,9 @@ impl KnowledgeConfig {
     }
 
     /// Connects the provider, loads `knowdb` if given, and wraps it all.
+    ///
+    /// Fails if the URL is not supported, the database cannot be reached, or
+    /// the knowdb does not load (see [`connect`] and [`knowdb::load`](super::knowdb::load)).
     pub async fn open(self) -> Result<Arc<Knowledge>> {
         let provider = connect(&self.url, self.pool_size, Duration::from_millis(self.connect_timeout_ms)).await?.into_dyn();
         if let Some(k) = &self.knowdb {
@@ -162,12 +217,16 @@ impl KnowledgeConfig {
 
 /// A connected provider of any kind.
 pub enum AnyProvider {
+    /// `sqlite::memory:` or `sqlite://FILE`.
     Sqlite(SqliteProvider),
+    /// `postgres://…` or `postgresql://…`.
     Postgres(PostgresProvider),
+    /// `mysql://…` or `mariadb://…`.
     MySql(MySqlProvider),
 }
 
 impl AnyProvider {
+    /// The provider as the trait object [`Knowledge`] takes.
     pub fn into_dyn(self) -> Arc<dyn Provider> {
         match self {
             AnyProvider::Sqlite(p) => Arc::new(p),
@@ -177,6 +236,10 @@ impl AnyProvider {
     }
 }
 
+/// Connects to the database `url` names (the schemes of
+/// [`KnowledgeConfig::url`]; `${VAR}`s are not expanded here). `pool_size`
+/// and `connect_timeout` apply to PostgreSQL and MySQL only. Fails with
+/// [`Error::Knowledge`] for another scheme or a failed connection.
 pub async fn connect(url: &str, pool_size: u32, connect_timeout: Duration) -> Result<AnyProvider> {
     if url == "sqlite::memory:" {
         Ok(AnyProvider::Sqlite(SqliteProvider::memory().await?))

@@ -20,26 +20,44 @@ use serde::Deserialize;
 use super::Provider;
 use crate::{Error, Result};
 
+/// A parsed `knowdb.toml`.
 #[derive(Debug, Deserialize)]
 pub struct KnowDb {
+    /// The `[[tables]]`, loaded in this order.
     #[serde(default)]
     pub tables: Vec<TableSpec>,
 }
 
+/// One `[[tables]]` entry; it needs `csv`, `create`, or both. Unknown keys
+/// are refused.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TableSpec {
+    /// The table's name in the database.
     pub name: String,
+    /// CSV data with a header row naming the columns, relative to the
+    /// `knowdb.toml`. Without `create`, the table is created from the header
+    /// and `types`, and it must not exist yet.
     #[serde(default)]
     pub csv: Option<PathBuf>,
+    /// The CSV columns' types in SQLite's terms (`INTEGER`, `REAL`, `TEXT`,
+    /// `BLOB`, optionally `PRIMARY KEY`), one per column. Default: inferred,
+    /// per column, as `INTEGER` if every non-empty value is an integer,
+    /// `REAL` if every one is a number, else `TEXT`. Other providers map
+    /// them to their own types.
     #[serde(default)]
     pub types: Option<Vec<String>>,
+    /// An SQL file, relative to the `knowdb.toml`, run first to create the
+    /// table (in the database's own dialect); the CSV rows then go into it.
     #[serde(default)]
     pub create: Option<PathBuf>,
+    /// An SQL file, relative to the `knowdb.toml`, run after the CSV rows.
     #[serde(default)]
     pub insert: Option<PathBuf>,
+    /// If set, the load fails unless the table then has this many rows.
     #[serde(default)]
     pub expected_rows: Option<u64>,
+    /// What a bad row does (default `fail`).
     #[serde(default)]
     pub on_error: OnError,
 }
@@ -48,18 +66,27 @@ pub struct TableSpec {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum OnError {
+    /// The load fails, naming the row; the CSV rows go in all or nothing.
     #[default]
     Fail,
+    /// A CSV record that does not parse is skipped with a warning, and so is
+    /// a failing `insert` file. With `create`, so is a row the database
+    /// rejects.
     Skip,
 }
 
-/// Reads a `knowdb.toml`.
+/// Reads a `knowdb.toml` without loading anything. Fails with
+/// [`Error::Io`], or [`Error::Knowledge`] for bad TOML or an unknown key in a
+/// table.
 pub fn read(path: &Path) -> Result<KnowDb> {
     let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
     toml::from_str(&text).map_err(|e| Error::Knowledge(format!("{}: {}", path.display(), e.to_string().trim())))
 }
 
-/// Reads `knowdb.toml` and loads every table into `db`.
+/// Reads `knowdb.toml` and loads every table into `db`, in order. Fails
+/// on the first table that does not load (an unreadable file, bad CSV, a
+/// `types` list of the wrong length, a row or statement the database
+/// rejects, a wrong `expected_rows`); tables loaded before it stay.
 pub async fn load(path: &Path, db: &dyn Provider) -> Result<()> {
     let spec = read(path)?;
     let dir = path.parent().unwrap_or(Path::new("."));

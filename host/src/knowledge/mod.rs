@@ -43,6 +43,8 @@ pub use config::{CacheMode, KnowledgeConfig, OnLookupError};
 
 use crate::{Error, Result};
 
+/// The boxed `Send` future that [`Provider`] methods return, so that the
+/// trait can be used as `dyn Provider`.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// How a provider writes positional parameters.
@@ -57,19 +59,28 @@ pub enum Placeholders {
 /// The type a provider expects for a parameter, when it says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ParamType {
+    /// Not known (SQLite and MySQL do not say): the value is bound as it is.
     Any,
+    /// PostgreSQL `INT2`; a value out of range binds NULL.
     Int16,
+    /// PostgreSQL `INT4`; a value out of range binds NULL.
     Int32,
+    /// PostgreSQL `INT8`.
     Int64,
+    /// PostgreSQL `FLOAT4` or `FLOAT8`.
     Float,
+    /// PostgreSQL text, and every type not listed here.
     Text,
+    /// PostgreSQL `BOOL`, bound from an integer (non-zero is true).
     Bool,
+    /// PostgreSQL `BYTEA`.
     Bytes,
 }
 
 /// What preparing a statement tells.
 #[derive(Debug, Clone, Default)]
 pub struct Prepared {
+    /// Names of the result columns, in order.
     pub columns: Vec<String>,
     /// One per placeholder, if the database types parameters; else empty.
     pub params: Vec<ParamType>,
@@ -79,6 +90,7 @@ pub struct Prepared {
 pub trait Provider: Send + Sync + 'static {
     /// For messages: `sqlite`, `postgres`, `mysql`.
     fn kind(&self) -> &'static str;
+    /// How this provider's SQL writes positional parameters.
     fn placeholders(&self) -> Placeholders;
     /// Adapts a statement, still with its `:name` parameters, to this
     /// provider (for example, how the helper functions are reached; a
@@ -111,7 +123,9 @@ pub trait Provider: Send + Sync + 'static {
     /// database rejects is skipped (and counted) instead of failing the load.
     /// Returns (inserted, skipped).
     fn insert_rows<'a>(&'a self, table: &'a str, columns: &'a [String], rows: &'a [Vec<Cell>], skip_bad: bool) -> BoxFuture<'a, Result<(u64, u64)>>;
+    /// Drops `table` if it exists.
     fn drop_table<'a>(&'a self, table: &'a str) -> BoxFuture<'a, Result<()>>;
+    /// The number of rows in `table`.
     fn count<'a>(&'a self, table: &'a str) -> BoxFuture<'a, Result<i64>>;
     /// Runs one administrative statement (DDL) outside the allow-list.
     fn execute<'a>(&'a self, sql: &'a str) -> BoxFuture<'a, Result<()>>;
@@ -184,6 +198,8 @@ pub struct BoundStatement {
     pub order: Vec<usize>,
     /// For each placeholder, the type the database expects (may be empty).
     pub param_types: Vec<ParamType>,
+    /// Names of the result columns, in order (what the guest's `columns`
+    /// call returns).
     pub columns: Vec<String>,
     /// Index into [`Stats::statements`].
     pub stats: usize,
@@ -219,11 +235,14 @@ fn batch_select(s: &SqlStatement) -> Option<String> {
 pub struct Histogram {
     /// `buckets[i]` counts latencies in `[2^(i-1), 2^i)` µs (`buckets[0]`: under 1 µs).
     pub buckets: [u64; 24],
+    /// Latencies recorded.
     pub count: u64,
+    /// Their sum, in µs (for the mean).
     pub total_us: f64,
 }
 
 impl Histogram {
+    /// Counts one latency; 2^22 µs (about 4 s) and more go to the last bucket.
     pub fn record(&mut self, d: Duration) {
         let us = d.as_secs_f64() * 1e6;
         let i = if us < 1.0 { 0 } else { (us.log2() as usize + 1).min(23) };
@@ -232,7 +251,8 @@ impl Histogram {
         self.total_us += us;
     }
 
-    /// Upper bound (µs) of the bucket holding quantile `q` (0..1).
+    /// Upper bound (µs) of the bucket holding quantile `q` (0..1);
+    /// `f64::INFINITY` when nothing was recorded.
     pub fn quantile_us(&self, q: f64) -> f64 {
         let target = (self.count as f64 * q).ceil() as u64;
         let mut seen = 0;
@@ -255,6 +275,7 @@ pub struct AtomicHistogram {
 }
 
 impl AtomicHistogram {
+    /// Counts one latency, as [`Histogram::record`] does.
     pub fn record(&self, d: Duration) {
         let us = d.as_secs_f64() * 1e6;
         let i = if us < 1.0 { 0 } else { (us.log2() as usize + 1).min(23) };
@@ -263,6 +284,8 @@ impl AtomicHistogram {
         self.total_ns.fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
     }
 
+    /// A copy of the counts so far. Not atomic as a whole: a latency
+    /// recorded meanwhile may be in some fields and not yet in others.
     pub fn snapshot(&self) -> Histogram {
         let mut h = Histogram::default();
         for (i, b) in self.buckets.iter().enumerate() {
@@ -277,8 +300,12 @@ impl AtomicHistogram {
 /// Per-statement figures.
 #[derive(Debug, Default, Clone)]
 pub struct StatementStats {
+    /// The statement in the provider's dialect. Rules that bind the same
+    /// text share one entry.
     pub sql: String,
+    /// Database round trips sent (a batched query counts once).
     pub queries: u64,
+    /// Round trips that failed or timed out.
     pub errors: u64,
     /// Database round trips.
     pub latency: Histogram,
@@ -289,8 +316,10 @@ pub struct StatementStats {
 pub struct Stats {
     /// Lookups that reached the host (the guest cache missed).
     pub lookups: AtomicU64,
-    /// Shared-cache hits and misses.
+    /// Shared-cache hits.
     pub hits: AtomicU64,
+    /// Shared-cache misses; concurrent misses on one key count each, though
+    /// they share one query. Not counted in bypass mode.
     pub misses: AtomicU64,
     /// Queries sent to the database.
     pub queries: AtomicU64,
@@ -298,7 +327,9 @@ pub struct Stats {
     pub batched: AtomicU64,
     /// How long shared-cache hits take (the cache layer's latency).
     pub hit_latency: AtomicHistogram,
+    /// Queries that failed or timed out (a failed batch counts once).
     pub errors: AtomicU64,
+    /// Per-statement figures, indexed by [`BoundStatement::stats`].
     pub statements: Mutex<Vec<StatementStats>>,
 }
 
@@ -366,6 +397,10 @@ impl Knowledge {
         Knowledge::with_config(provider, KnowledgeConfig::default())
     }
 
+    /// Knowledge over a connected provider, with the cache, policy and query
+    /// timeout of `config`. Its `url`, `pool_size`, `connect_timeout_ms` and
+    /// `knowdb` are only kept: connecting and loading are
+    /// [`KnowledgeConfig::open`]'s job.
     pub fn with_config(provider: Arc<dyn Provider>, config: KnowledgeConfig) -> Knowledge {
         let cache = match config.cache.mode {
             CacheMode::Bypass => None,
@@ -388,6 +423,7 @@ impl Knowledge {
         }
     }
 
+    /// The settings it was made with.
     pub fn config(&self) -> &KnowledgeConfig {
         &self.config
     }
@@ -433,15 +469,19 @@ impl Knowledge {
         self.cache.is_some() && self.config.cache.guest
     }
 
+    /// The counters (what `omlet run --stats` prints).
     pub fn stats(&self) -> &Stats {
         &self.stats
     }
 
+    /// The database behind it, for loading tables or running DDL outside
+    /// the allow-list.
     pub fn provider(&self) -> &Arc<dyn Provider> {
         &self.provider
     }
 
-    /// Binds a rule's statements; fails naming the first that the database rejects.
+    /// Binds a rule's statements; fails with [`Error::Statement`] naming the
+    /// first that the database rejects.
     pub async fn bind(&self, statements: &[SqlStatement]) -> Result<Vec<BoundStatement>> {
         let mut out = Vec::with_capacity(statements.len());
         for s in statements {
@@ -489,7 +529,9 @@ impl Knowledge {
         Ok(out)
     }
 
-    /// Answers a lookup: shared cache, then the database.
+    /// Answers a lookup: shared cache, then the database. `params` are the
+    /// guest's, in the order of the rule's parameters. `Ok(None)` is "no
+    /// row"; `Err` carries the database's message or the timeout.
     pub async fn query(&self, stmt: &BoundStatement, params: &[Cell]) -> Result<Option<Vec<Cell>>, String> {
         self.stats.lookups.fetch_add(1, Ordering::Relaxed);
         let bound: Vec<Cell> = stmt.order.iter().map(|&i| params.get(i).cloned().unwrap_or(Cell::Null)).collect();

@@ -16,11 +16,16 @@ use sqlx::{AssertSqlSafe, Column, Executor, Row, SqlSafeStr, Statement, TypeInfo
 use super::{BatchPlan, BoxFuture, Placeholders, Prepared, Provider};
 use crate::{Error, Result};
 
+/// A MySQL or MariaDB database, through a pool of connections.
 pub struct MySqlProvider {
     pool: MySqlPool,
 }
 
 impl MySqlProvider {
+    /// Opens a pool of up to `pool_size` connections (at least 1) to `url`
+    /// (`mysql://…`). `connect_timeout` bounds each wait for a connection,
+    /// the first one included. Fails with [`Error::Knowledge`] if the
+    /// database cannot be reached.
     pub async fn connect(url: &str, pool_size: u32, connect_timeout: Duration) -> Result<MySqlProvider> {
         let pool = MySqlPoolOptions::new()
             .max_connections(pool_size.max(1))
@@ -31,6 +36,7 @@ impl MySqlProvider {
         Ok(MySqlProvider { pool })
     }
 
+    /// The sqlx pool, for queries outside the [`Provider`] interface.
     pub fn pool(&self) -> &MySqlPool {
         &self.pool
     }

@@ -15,11 +15,18 @@ use sqlx::{AssertSqlSafe, Column, Either, Executor, Row, SqlSafeStr, Statement, 
 use super::{BatchPlan, BoxFuture, ParamType, Placeholders, Prepared, Provider, coerce};
 use crate::{Error, Result};
 
+/// A PostgreSQL database, through a pool of connections that each get the
+/// helper functions as temporary functions.
 pub struct PostgresProvider {
     pool: PgPool,
 }
 
 impl PostgresProvider {
+    /// Opens a pool of up to `pool_size` connections (at least 1) to `url`
+    /// (`postgres://…`). `connect_timeout` bounds each wait for a connection,
+    /// the first one included. If a connection cannot create the helper
+    /// functions, that is logged, and lookups that use them fail at load.
+    /// Fails with [`Error::Knowledge`] if the database cannot be reached.
     pub async fn connect(url: &str, pool_size: u32, connect_timeout: Duration) -> Result<PostgresProvider> {
         let pool = PgPoolOptions::new()
             .max_connections(pool_size.max(1))
@@ -40,6 +47,7 @@ impl PostgresProvider {
         Ok(PostgresProvider { pool })
     }
 
+    /// The sqlx pool, for queries outside the [`Provider`] interface.
     pub fn pool(&self) -> &PgPool {
         &self.pool
     }
