@@ -407,7 +407,11 @@ impl wk::Host for StoreState {
         };
         let params: Vec<Cell> = params.into_iter().map(to_lang).collect();
         Ok(match k.query(stmt, &params).await {
-            Ok(row) => Ok(wk::Answer { row: row.map(|r| r.into_iter().map(to_wit).collect()), cacheable: k.cacheable() }),
+            Ok(row) => {
+                // "No row" is kept in the guest only when negative caching is on.
+                let cacheable = k.cacheable() && (row.is_some() || k.config().cache.negative);
+                Ok(wk::Answer { row: row.map(|r| r.into_iter().map(to_wit).collect()), cacheable })
+            }
             Err(message) => {
                 let code = if message.contains("timed out") { wk::ErrorCode::Timeout } else { wk::ErrorCode::Failed };
                 let fatal = k.config().on_lookup_error == crate::knowledge::OnLookupError::Fail;

@@ -87,6 +87,17 @@ async fn no_row_answers_are_cached_only_when_negative_caching_is_on() {
     assert_eq!(get(&k, &b, 99).await, None);
     assert_eq!(get(&k, &b, 99).await, None);
     assert_eq!(queries(&k), 2);
+    // The guest cache keeps rows, but no "no row" answers, either.
+    let rule = omlet::Engine::new()
+        .unwrap()
+        .load_source("t.oml", "name : t\n---\nv = select value from perf where id = read(id) ;\n", Some(k.clone()))
+        .await
+        .unwrap();
+    for id in [99, 99, 1, 1] {
+        let r = omlet::record::from_json_str(&format!(r#"{{"id":{id}}}"#)).unwrap();
+        rule.evaluate(&r).await.unwrap();
+    }
+    assert_eq!(queries(&k), 2 + 2 + 1);
 }
 
 #[tokio::test]

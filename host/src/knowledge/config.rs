@@ -75,13 +75,13 @@ pub struct CacheConfig {
     /// entries stay until evicted or [`Knowledge::reload`]). With a TTL the
     /// generation also advances every TTL period, so guest caches forget too
     /// and changes in the database show up without a reload, at the cost of
-    /// one query per key and period.
+    /// one query per key and period. 0 is refused at `open` (use bypass).
     #[serde(default)]
     pub ttl_ms: Option<u64>,
     /// Cache "no row" answers too (default true): a key that is not in the
     /// database costs one query, not one per lookup, but a row added later
     /// is not seen until the entry expires or a reload. Applies to the
-    /// shared cache only; guest instances keep "no row" answers either way.
+    /// shared cache and to the guest caches alike.
     #[serde(default = "yes")]
     pub negative: bool,
     /// Let each guest instance keep answers too (its lock-free local layer;
@@ -207,6 +207,11 @@ impl KnowledgeConfig {
     /// Fails if the URL is not supported, the database cannot be reached, or
     /// the knowdb does not load (see [`connect`] and [`knowdb::load`](super::knowdb::load)).
     pub async fn open(self) -> Result<Arc<Knowledge>> {
+        if self.cache.ttl_ms == Some(0) && self.cache.mode == CacheMode::Shared {
+            return Err(Error::Knowledge(
+                "cache.ttl_ms = 0 would cache nothing: set cache.mode = \"bypass\" instead".into(),
+            ));
+        }
         let provider = connect(&self.url, self.pool_size, Duration::from_millis(self.connect_timeout_ms)).await?.into_dyn();
         if let Some(k) = &self.knowdb {
             super::knowdb::load(k, provider.as_ref()).await?;

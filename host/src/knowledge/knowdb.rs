@@ -22,6 +22,7 @@ use crate::{Error, Result};
 
 /// A parsed `knowdb.toml`.
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct KnowDb {
     /// The `[[tables]]`, loaded in this order.
     #[serde(default)]

@@ -135,6 +135,11 @@ pub trait Provider: Send + Sync + 'static {
 
 /// `CREATE TABLE` and `INSERT` texts for a dialect: `quote` wraps
 /// identifiers, `ty` maps a SQLite column type, `ph(i)` writes placeholder i.
+/// `name` as a quoted SQL identifier (`"a""b"`, or with backquotes for MySQL).
+pub(crate) fn quote_ident(name: &str, quote: char) -> String {
+    format!("{quote}{}{quote}", name.replace(quote, &format!("{quote}{quote}")))
+}
+
 pub(crate) fn table_sql(
     table: &str,
     columns: &[String],
@@ -143,7 +148,7 @@ pub(crate) fn table_sql(
     ty: impl Fn(&str) -> String,
     ph: impl Fn(usize) -> String,
 ) -> (String, String) {
-    let q = |s: &str| format!("{quote}{}{quote}", s.replace(quote, &format!("{quote}{quote}")));
+    let q = |s: &str| quote_ident(s, quote);
     let cols: Vec<String> = columns
         .iter()
         .enumerate()

@@ -241,7 +241,7 @@ impl Provider for MySqlProvider {
 
     fn drop_table<'a>(&'a self, table: &'a str) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
-            let sql = format!("drop table if exists `{table}`");
+            let sql = format!("drop table if exists {}", super::quote_ident(table, '`'));
             sqlx::query(AssertSqlSafe(sql)).execute(&self.pool).await.map_err(|e| Error::Knowledge(e.to_string()))?;
             Ok(())
         })
@@ -260,7 +260,7 @@ impl Provider for MySqlProvider {
 
     fn count<'a>(&'a self, table: &'a str) -> BoxFuture<'a, Result<i64>> {
         Box::pin(async move {
-            let sql = format!("select count(*) from `{table}`");
+            let sql = format!("select count(*) from {}", super::quote_ident(table, '`'));
             let row = sqlx::query(AssertSqlSafe(sql)).fetch_one(&self.pool).await.map_err(|e| Error::Knowledge(e.to_string()))?;
             row.try_get::<i64, _>(0).map_err(|e| Error::Knowledge(e.to_string()))
         })

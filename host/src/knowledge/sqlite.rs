@@ -168,7 +168,7 @@ impl Provider for SqliteProvider {
 
     fn drop_table<'a>(&'a self, table: &'a str) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
-            let sql = format!("drop table if exists \"{}\"", table.replace('"', "\"\""));
+            let sql = format!("drop table if exists {}", super::quote_ident(table, '"'));
             sqlx::query(AssertSqlSafe(sql)).execute(&self.pool).await.map_err(knowledge_err)?;
             Ok(())
         })
@@ -187,7 +187,7 @@ impl Provider for SqliteProvider {
 
     fn count<'a>(&'a self, table: &'a str) -> BoxFuture<'a, Result<i64>> {
         Box::pin(async move {
-            let sql = format!("select count(*) from \"{}\"", table.replace('"', "\"\""));
+            let sql = format!("select count(*) from {}", super::quote_ident(table, '"'));
             let row = sqlx::query(AssertSqlSafe(sql)).fetch_one(&self.pool).await.map_err(knowledge_err)?;
             row.try_get::<i64, _>(0).map_err(knowledge_err)
         })
