@@ -79,6 +79,10 @@ impl Engine {
         let mut config = Config::new();
         config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
         config.memory_reservation(cfg.max_memory as u64);
+        // `OMLET_PERFMAP=1`: write /tmp/perf-PID.map so that `perf` names guest functions.
+        if std::env::var_os("OMLET_PERFMAP").is_some_and(|v| v == "1") {
+            config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+        }
         let inner = WtEngine::new(&config).map_err(Error::wasm)?;
         let mut linker: Linker<StoreState> = Linker::new(&inner);
         bindings::Rule::add_to_linker::<StoreState, HasSelf<StoreState>>(&mut linker, |s| s).map_err(Error::wasm)?;
