@@ -586,6 +586,15 @@ impl<'s> Walker<'s> {
     fn static_block(&mut self) -> R<()> {
         self.pos += 6;
         self.out.tok("static");
+        self.block("static block", |w| {
+            w.statement()?;
+            w.out.nl();
+            Ok(())
+        })
+    }
+
+    /// ` {`, then one item per line, 4 spaces deeper, until `}`.
+    fn block(&mut self, what: &str, mut item: impl FnMut(&mut Self) -> R<()>) -> R<()> {
         self.expect(b'{')?;
         self.out.sp();
         self.out.tok("{");
@@ -598,32 +607,37 @@ impl<'s> Walker<'s> {
                 return Ok(());
             }
             if self.at_end() {
-                return self.bug("unclosed static block");
+                return self.bug(&format!("unclosed {what}"));
             }
-            self.statement()?;
-            self.out.nl();
+            item(self)?;
+        }
+    }
+
+    /// `each` once, then again after every `,`, written `a, b`.
+    fn comma_list(&mut self, mut each: impl FnMut(&mut Self) -> R<()>) -> R<()> {
+        loop {
+            each(self)?;
+            if !self.eat(b',') {
+                return Ok(());
+            }
+            self.out.tok(",");
+            self.out.sp();
         }
     }
 
     fn statement(&mut self) -> R<()> {
-        loop {
-            self.ws();
-            let name = self.take_while(is_target);
+        self.comma_list(|w| {
+            w.ws();
+            let name = w.take_while(is_target);
             if name.is_empty() {
-                return self.bug("expected a target");
+                return w.bug("expected a target");
             }
-            self.out.tok(name);
-            self.opt_type()?;
-            if self.eat(b',') {
-                self.out.tok(",");
-                self.out.sp();
-                continue;
-            }
-            self.expect(b'=')?;
-            self.out.sp();
-            self.out.tok("=");
-            break;
-        }
+            w.out.tok(name);
+            w.opt_type()
+        })?;
+        self.expect(b'=')?;
+        self.out.sp();
+        self.out.tok("=");
         self.out.sp();
         self.expr(true)?;
         // The `;` is written before the comments in front of it are read,
@@ -956,10 +970,10 @@ impl<'s> Walker<'s> {
         }
         self.pos += 1;
         self.out.tok(&self.src[start..self.pos]);
-        while self.eat(b',') {
+        if self.eat(b',') {
             self.out.tok(",");
             self.out.sp();
-            self.var_access()?;
+            self.comma_list(Self::var_access)?;
         }
         self.expect(b')')?;
         self.out.tok(")");
@@ -974,67 +988,41 @@ impl<'s> Walker<'s> {
         if self.peek() == b'(' {
             self.pos += 1;
             self.out.tok("(");
-            loop {
-                self.var_access()?;
-                if !self.eat(b',') {
-                    break;
-                }
-                self.out.tok(",");
-                self.out.sp();
-            }
+            self.comma_list(Self::var_access)?;
             self.expect(b')')?;
             self.out.tok(")");
         } else {
             self.var_access()?;
         }
-        self.expect(b'{')?;
-        self.out.sp();
-        self.out.tok("{");
-        self.out.open();
-        loop {
-            self.ws();
-            if self.peek() == b'}' {
-                self.pos += 1;
-                self.out.close();
-                return Ok(());
-            }
-            if self.at_end() {
-                return self.bug("unclosed match");
-            }
-            if self.peek() == b'_' && !is_target(self.byte(self.pos + 1)) {
-                self.pos += 1;
-                self.out.tok("_");
-            } else if self.peek() == b'(' {
-                self.pos += 1;
-                self.out.tok("(");
-                loop {
-                    self.cond()?;
-                    if !self.eat(b',') {
-                        break;
-                    }
-                    self.out.tok(",");
-                    self.out.sp();
-                }
-                self.expect(b')')?;
-                self.out.tok(")");
+        self.block("match", |w| {
+            if w.peek() == b'_' && !is_target(w.byte(w.pos + 1)) {
+                w.pos += 1;
+                w.out.tok("_");
+            } else if w.peek() == b'(' {
+                w.pos += 1;
+                w.out.tok("(");
+                w.comma_list(Self::cond)?;
+                w.expect(b')')?;
+                w.out.tok(")");
             } else {
-                self.cond()?;
+                w.cond()?;
             }
-            self.ws();
-            if !self.rest().starts_with("=>") {
-                return self.bug("expected `=>`");
+            w.ws();
+            if !w.rest().starts_with("=>") {
+                return w.bug("expected `=>`");
             }
-            self.pos += 2;
-            self.out.sp();
-            self.out.tok("=>");
-            self.out.sp();
-            self.expr(false)?;
-            self.out.sp();
-            self.out.tok(";");
-            self.out.nl();
-            self.eat(b',');
-            self.eat(b';');
-        }
+            w.pos += 2;
+            w.out.sp();
+            w.out.tok("=>");
+            w.out.sp();
+            w.expr(false)?;
+            w.out.sp();
+            w.out.tok(";");
+            w.out.nl();
+            w.eat(b',');
+            w.eat(b';');
+            Ok(())
+        })
     }
 
     fn cond(&mut self) -> R<()> {
@@ -1102,44 +1090,28 @@ impl<'s> Walker<'s> {
     fn object(&mut self) -> R<()> {
         self.pos += 6;
         self.out.tok("object");
-        self.expect(b'{')?;
-        self.out.sp();
-        self.out.tok("{");
-        self.out.open();
-        loop {
-            self.ws();
-            if self.peek() == b'}' {
-                self.pos += 1;
-                self.out.close();
-                return Ok(());
-            }
-            if self.at_end() {
-                return self.bug("unclosed object");
-            }
-            loop {
-                self.ws();
-                let n = self.take_while(is_simple);
+        self.block("object", |w| {
+            w.comma_list(|w| {
+                w.ws();
+                let n = w.take_while(is_simple);
                 if n.is_empty() {
-                    return self.bug("expected a member name");
+                    return w.bug("expected a member name");
                 }
-                self.out.tok(n);
-                if !self.eat(b',') {
-                    break;
-                }
-                self.out.tok(",");
-                self.out.sp();
-            }
-            self.opt_type()?;
-            self.expect(b'=')?;
-            self.out.sp();
-            self.out.tok("=");
-            self.out.sp();
-            self.expr(false)?;
-            self.out.sp();
-            self.out.tok(";");
-            self.out.nl();
-            self.eat(b';');
-        }
+                w.out.tok(n);
+                Ok(())
+            })?;
+            w.opt_type()?;
+            w.expect(b'=')?;
+            w.out.sp();
+            w.out.tok("=");
+            w.out.sp();
+            w.expr(false)?;
+            w.out.sp();
+            w.out.tok(";");
+            w.out.nl();
+            w.eat(b';');
+            Ok(())
+        })
     }
 
     // ----- SQL -----------------------------------------------------------------
