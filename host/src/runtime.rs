@@ -78,7 +78,9 @@ impl Engine {
             .max_tables_per_component(4);
         let mut config = Config::new();
         config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
-        config.memory_reservation(cfg.max_memory as u64);
+        // A 4 GiB reservation (plus guard) lets Cranelift drop bounds checks on
+        // every guest memory access; it is address space, not memory.
+        config.memory_reservation(1 << 32);
         // `OMLET_PERFMAP=1`: write /tmp/perf-PID.map so that `perf` names guest functions.
         if std::env::var_os("OMLET_PERFMAP").is_some_and(|v| v == "1") {
             config.profiler(wasmtime::ProfilingStrategy::PerfMap);
