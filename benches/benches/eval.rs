@@ -1,7 +1,9 @@
 //! The evaluation matrix: native vs wasm, single vs batched, pure vs lookup,
-//! async vs blocking, and concurrency; with baselines (an empty guest call,
-//! the bare SQLite round trip). `benches/report.py` turns the results into
-//! BENCHMARKS.md.
+//! async vs blocking, and concurrency (one record or 256 per call); with
+//! baselines (an empty guest call, the bare sqlx round trip at each
+//! concurrency). Besides criterion's cells: per-call latency percentiles,
+//! in the side file (`omlet_benches::side`). `benches/report.py`
+//! turns it all into BENCHMARKS.md.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -58,16 +60,27 @@ fn wasm_single(rt: &Runtime, rule: &Rule, records: &[Record], iters: u64) -> Dur
     })
 }
 
-/// `iters` batches of `n` records.
-fn wasm_batch(rt: &Runtime, rule: &Rule, records: &[Record], n: usize, iters: u64) -> Duration {
+/// `iters` batches of `n` records; each call's latency goes to bench `id`.
+fn wasm_batch(rt: &Runtime, rule: &Rule, records: &[Record], n: usize, iters: u64, id: &str) -> Duration {
     let chunks: Vec<&[Record]> = records.chunks(n).filter(|c| c.len() == n).collect();
-    rt.block_on(async {
+    let mut lat: Vec<u32> = Vec::with_capacity(iters as usize);
+    let d = rt.block_on(async {
         let t = Instant::now();
+        let mut prev = t;
         for i in 0..iters as usize {
             std::hint::black_box(rule.evaluate_batch(chunks[i % chunks.len()]).await.unwrap());
+            let now = Instant::now();
+            lat.push(nanos(now - prev));
+            prev = now;
         }
         t.elapsed()
-    })
+    });
+    side::record(id, &lat);
+    d
+}
+
+fn nanos(d: Duration) -> u32 {
+    d.as_nanos().min(u32::MAX as u128) as u32
 }
 
 fn native(program: &Program, host: &mut dyn Host, records: &[Record], iters: u64) -> Duration {
@@ -92,27 +105,61 @@ fn native_lookups(rt: &Runtime, prog: &Program, k: &Arc<Knowledge>, bound: &[Bou
     .unwrap()
 }
 
-/// `c` tasks share the rule and evaluate `iters` records in all.
-fn concurrent(rt: &Runtime, rule: &Arc<Rule>, records: &Arc<Vec<Record>>, c: usize, iters: u64) -> Duration {
-    rt.block_on(async {
-        let t = Instant::now();
-        let per = (iters as usize).div_ceil(c);
-        let tasks: Vec<_> = (0..c)
-            .map(|w| {
-                let (rule, records) = (rule.clone(), records.clone());
-                tokio::spawn(async move {
-                    for i in 0..per {
-                        let r = &records[(w * per + i) % records.len()];
-                        std::hint::black_box(rule.evaluate(r).await.unwrap());
-                    }
+/// `$c` tasks on the runtime make `$iters` calls in all (`$body`, with `$k`
+/// the call's number), timed from the first spawn to the last completion.
+/// Each call's latency is kept: one clock read per call (the end of one call
+/// is the start of the next in its task) into a vector allocated before the
+/// clock starts, folded into bench `$id`'s histogram after it stops (an
+/// empty `$id` keeps nothing). `$cap`s are cloned into each task.
+macro_rules! fan_out {
+    ($rt:expr, $c:expr, $iters:expr, $id:expr, ($($cap:ident),*), |$k:ident| $body:expr) => {{
+        let c: usize = $c;
+        let per = ($iters as usize).div_ceil(c);
+        let lats: Vec<Vec<u32>> = (0..c).map(|_| Vec::with_capacity(per)).collect();
+        let (d, lats) = $rt.block_on(async {
+            let t = Instant::now();
+            let tasks: Vec<_> = lats
+                .into_iter()
+                .enumerate()
+                .map(|(w, mut lat)| {
+                    $(let $cap = $cap.clone();)*
+                    tokio::spawn(async move {
+                        let mut prev = Instant::now();
+                        for i in 0..per {
+                            let $k = w * per + i;
+                            std::hint::black_box($body);
+                            let now = Instant::now();
+                            lat.push(nanos(now - prev));
+                            prev = now;
+                        }
+                        lat
+                    })
                 })
-            })
-            .collect();
-        for t in tasks {
-            t.await.unwrap();
+                .collect();
+            let mut all = Vec::with_capacity(c);
+            for t in tasks {
+                all.push(t.await.unwrap());
+            }
+            (t.elapsed(), all)
+        });
+        let id: &str = $id;
+        if !id.is_empty() {
+            for l in &lats {
+                side::record(id, l);
+            }
         }
-        t.elapsed()
-    })
+        d
+    }};
+}
+
+/// `c` tasks share the rule and evaluate `iters` records in all, one per call.
+fn concurrent(rt: &Runtime, rule: &Arc<Rule>, records: &Arc<Vec<Record>>, c: usize, iters: u64, id: &str) -> Duration {
+    fan_out!(rt, c, iters, id, (rule, records), |k| rule.evaluate(&records[k % records.len()]).await.unwrap())
+}
+
+/// `c` tasks share the rule and make `iters` calls in all, each a batch.
+fn concurrent_batched(rt: &Runtime, rule: &Arc<Rule>, batches: &Arc<Vec<Vec<Record>>>, c: usize, iters: u64, id: &str) -> Duration {
+    fan_out!(rt, c, iters, id, (rule, batches), |k| rule.evaluate_batch(&batches[k % batches.len()]).await.unwrap())
 }
 
 fn benches(c: &mut Criterion) {
@@ -132,7 +179,7 @@ fn benches(c: &mut Criterion) {
     for n in [1usize, 16, 256] {
         g.throughput(Throughput::Elements(n as u64));
         g.bench_with_input(BenchmarkId::new("wasm_batch", n), &n, |b, &n| {
-            b.iter_custom(|i| wasm_batch(&rt, &pure, &records, n, i))
+            b.iter_custom(|i| wasm_batch(&rt, &pure, &records, n, i, &format!("pure/wasm_batch/{n}")))
         });
     }
     g.throughput(Throughput::Elements(1));
@@ -164,7 +211,9 @@ fn benches(c: &mut Criterion) {
     });
     g.bench_function("wasm_single_guest_cache", |b| b.iter_custom(|n| wasm_single(&rt, &lookup, &records, n)));
     g.throughput(Throughput::Elements(256));
-    g.bench_function("wasm_batch_256_guest_cache", |b| b.iter_custom(|i| wasm_batch(&rt, &lookup, &records, 256, i)));
+    g.bench_function("wasm_batch_256_guest_cache", |b| {
+        b.iter_custom(|i| wasm_batch(&rt, &lookup, &records, 256, i, "lookup/wasm_batch_256_guest_cache"))
+    });
     g.finish();
 
     // --- baselines -------------------------------------------------------------
@@ -207,20 +256,60 @@ fn benches(c: &mut Criterion) {
     });
     g.bench_function("wasm_single", |b| b.iter_custom(|n| wasm_single(&rt, &nginx_rule, &nginx_records, n)));
     g.throughput(Throughput::Elements(256));
-    g.bench_function("wasm_batch_256", |b| b.iter_custom(|i| wasm_batch(&rt, &nginx_rule, &nginx_records, 256, i)));
+    g.bench_function("wasm_batch_256", |b| {
+        b.iter_custom(|i| wasm_batch(&rt, &nginx_rule, &nginx_records, 256, i, "real/wasm_batch_256"))
+    });
     g.finish();
 
     // --- concurrency: in-flight single-record evaluations ---------------------------
+    // VmRSS is read around each c=64 cell (the process's resident set at c=64).
+    let rss_around = |id: &str, before: (u64, u64)| {
+        let after = rss_kib();
+        side::put(
+            &format!("memory/{id}"),
+            side::object(&[
+                ("rss_before_kib", before.0.to_string()),
+                ("rss_after_kib", after.0.to_string()),
+                ("hwm_kib", after.1.to_string()),
+            ]),
+        );
+    };
     for (name, rule) in [("concurrency_pure", &pure), ("concurrency_lookup", &lookup)] {
         let mut g = c.benchmark_group(name);
         g.throughput(Throughput::Elements(1));
         for conc in [1usize, 4, 16, 64] {
+            let id = format!("{name}/{conc}");
+            let before = rss_kib();
             g.bench_with_input(BenchmarkId::from_parameter(conc), &conc, |b, &conc| {
-                b.iter_custom(|n| concurrent(&rt, rule, &records, conc, n))
+                b.iter_custom(|n| concurrent(&rt, rule, &records, conc, n, &id))
             });
+            if conc == 64 {
+                rss_around(&id, before);
+            }
         }
         g.finish();
     }
+
+    // --- concurrency, batched: c tasks each evaluating 256 records per call ----------
+    let batches: Arc<Vec<Vec<Record>>> =
+        Arc::new(records.chunks(256).filter(|c| c.len() == 256).map(|c| c.to_vec()).collect());
+    for (name, rule) in [("concurrency_pure_batched", &pure), ("concurrency_lookup_batched", &lookup)] {
+        let mut g = c.benchmark_group(name);
+        g.throughput(Throughput::Elements(256));
+        for conc in [1usize, 4, 16, 64] {
+            let id = format!("{name}/{conc}");
+            let before = rss_kib();
+            g.bench_with_input(BenchmarkId::from_parameter(conc), &conc, |b, &conc| {
+                b.iter_custom(|n| concurrent_batched(&rt, rule, &batches, conc, n, &id))
+            });
+            if conc == 64 {
+                rss_around(&id, before);
+            }
+        }
+        g.finish();
+    }
+
+    side::flush();
 }
 
 /// A database for the provider paths: from the environment, or a throwaway
@@ -311,8 +400,23 @@ fn providers(c: &mut Criterion) {
             })
         });
         for conc in [1usize, 4, 16, 64] {
+            let id = format!("provider_{name}/bare/{conc}");
+            g.bench_with_input(BenchmarkId::new("bare", conc), &conc, |b, &conc| {
+                b.iter_custom(|n| {
+                    // The provider's sqlx query alone, `conc` in flight on the runtime.
+                    let (k, bound) = (bypass.clone(), Arc::new(bound.clone()));
+                    let hot = sizes.hot;
+                    fan_out!(rt, conc, n, &id, (k, bound), |i| {
+                        let id = (i % hot + 1) as i64;
+                        k.provider().query_first(&bound[0], vec![Cell::Integer(id)]).await.unwrap()
+                    })
+                })
+            });
+        }
+        for conc in [1usize, 4, 16, 64] {
+            let id = format!("provider_{name}/bypass/{conc}");
             g.bench_with_input(BenchmarkId::new("bypass", conc), &conc, |b, &conc| {
-                b.iter_custom(|n| concurrent(&rt, &bypass_rule, &records, conc, n))
+                b.iter_custom(|n| concurrent(&rt, &bypass_rule, &records, conc, n, &id))
             });
         }
         // Every key asked once (ids past the table's rows find no row): all misses.
@@ -322,10 +426,11 @@ fn providers(c: &mut Criterion) {
         g.bench_function("cold_c64_batched", |b| {
             b.iter_custom(|n| {
                 shared.reload();
-                concurrent(&rt, &shared_rule, &cold, 64, n)
+                concurrent(&rt, &shared_rule, &cold, 64, n, &format!("provider_{name}/cold_c64_batched"))
             })
         });
         g.finish();
+        side::flush();
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
