@@ -1,17 +1,19 @@
 //! The evaluation matrix: native vs wasm, single vs batched, pure vs lookup,
 //! async vs blocking, and concurrency (one record or 256 per call); with
 //! baselines (an empty guest call, the bare sqlx round trip at each
-//! concurrency). Besides criterion's cells: per-call latency percentiles,
-//! in the side file (`omlet_benches::side`). `benches/report.py`
+//! concurrency, the databases' own load tools). Besides criterion's cells:
+//! per-call latency percentiles, `omlet run`'s throughput and memory per
+//! instance, in the side file (`omlet_benches::side`). `benches/report.py`
 //! turns it all into BENCHMARKS.md.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use omlet::build::RuleSource;
 use omlet::conformance::NativeHost;
-use omlet::knowledge::BoundStatement;
+use omlet::knowledge::{BatchPlan, BoundStatement, BoxFuture, Placeholders, Prepared, Provider};
 use omlet::{Engine, Knowledge, Record, Rule};
 use omlet_benches::*;
 use omlet_lang::eval::{Cell, Host, QueryError};
@@ -162,6 +164,103 @@ fn concurrent_batched(rt: &Runtime, rule: &Arc<Rule>, batches: &Arc<Vec<Vec<Reco
     fan_out!(rt, c, iters, id, (rule, batches), |k| rule.evaluate_batch(&batches[k % batches.len()]).await.unwrap())
 }
 
+/// A provider that counts the lookups in flight (each one is an instance
+/// suspended in a guest call), to know how many instances a run held.
+struct InFlight {
+    inner: Arc<dyn Provider>,
+    now: AtomicUsize,
+    peak: AtomicUsize,
+}
+
+impl Provider for InFlight {
+    fn kind(&self) -> &'static str {
+        self.inner.kind()
+    }
+    fn placeholders(&self) -> Placeholders {
+        self.inner.placeholders()
+    }
+    fn rewrite_sql(&self, sql: String) -> String {
+        self.inner.rewrite_sql(sql)
+    }
+    fn prepare<'a>(&'a self, sql: &'a str) -> BoxFuture<'a, Result<Prepared, String>> {
+        self.inner.prepare(sql)
+    }
+    fn query_first<'a>(&'a self, stmt: &'a BoundStatement, params: Vec<Cell>) -> BoxFuture<'a, Result<Option<Vec<Cell>>, String>> {
+        Box::pin(async move {
+            let n = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+            self.peak.fetch_max(n, Ordering::SeqCst);
+            let r = self.inner.query_first(stmt, params).await;
+            self.now.fetch_sub(1, Ordering::SeqCst);
+            r
+        })
+    }
+    fn query_many<'a>(&'a self, plan: &'a BatchPlan, keys: Vec<Cell>) -> BoxFuture<'a, Result<Vec<Vec<Cell>>, String>> {
+        self.inner.query_many(plan, keys)
+    }
+    fn prepare_many<'a>(&'a self, plan: &'a BatchPlan) -> BoxFuture<'a, Result<(), String>> {
+        self.inner.prepare_many(plan)
+    }
+    fn create_table_sql(&self, table: &str, columns: &[String], types: &[String]) -> String {
+        self.inner.create_table_sql(table, columns, types)
+    }
+    fn insert_rows<'a>(&'a self, table: &'a str, columns: &'a [String], rows: &'a [Vec<Cell>], skip_bad: bool) -> BoxFuture<'a, omlet::Result<(u64, u64)>> {
+        self.inner.insert_rows(table, columns, rows, skip_bad)
+    }
+    fn drop_table<'a>(&'a self, table: &'a str) -> BoxFuture<'a, omlet::Result<()>> {
+        self.inner.drop_table(table)
+    }
+    fn count<'a>(&'a self, table: &'a str) -> BoxFuture<'a, omlet::Result<i64>> {
+        self.inner.count(table)
+    }
+    fn execute<'a>(&'a self, sql: &'a str) -> BoxFuture<'a, omlet::Result<()>> {
+        self.inner.execute(sql)
+    }
+    fn close<'a>(&'a self) -> BoxFuture<'a, ()> {
+        self.inner.close()
+    }
+}
+
+/// Memory per instance: a fresh lookup rule whose every lookup goes to the
+/// database (bypass, no miss batching), so that each of 64 concurrent
+/// evaluations holds its own instance while it waits; VmRSS before (the
+/// rule loaded, its first instance warm) and after 64 were pooled.
+fn instance_memory(rt: &Runtime, engine: &Engine, sizes: &Sizes, records: &Arc<Vec<Record>>) {
+    use omlet::knowledge::{CacheMode, KnowledgeConfig};
+    use omlet::knowledge::sqlite::SqliteProvider;
+    let db = rt.block_on(SqliteProvider::memory()).unwrap();
+    let data: Vec<Vec<Cell>> =
+        (1..=sizes.rows as i64).map(|i| vec![Cell::Integer(i), Cell::Text(format!("value-{i}"))]).collect();
+    rt.block_on(db.load_table("perf", &["id".into(), "value".into()], &["INTEGER PRIMARY KEY".into(), "TEXT".into()], &data))
+        .unwrap();
+    let counting = Arc::new(InFlight { inner: Arc::new(db), now: AtomicUsize::new(0), peak: AtomicUsize::new(0) });
+    let mut config = KnowledgeConfig::for_url("sqlite::memory:");
+    config.cache.mode = CacheMode::Bypass;
+    config.batch_misses = false;
+    let k = Arc::new(Knowledge::with_config(counting.clone(), config));
+    let rule = load(rt, engine, LOOKUP_RULE, Some(k));
+    rt.block_on(rule.evaluate(&records[0])).unwrap();
+    counting.peak.store(0, Ordering::SeqCst);
+    let (before, _) = rss_kib();
+    concurrent(rt, &rule, records, 64, 64 * 32, "");
+    let (after, hwm) = rss_kib();
+    let peak = counting.peak.load(Ordering::SeqCst);
+    let added = peak.saturating_sub(1).max(1);
+    let per = (after as f64 - before as f64) / added as f64;
+    eprintln!("memory: {peak} instances at c=64; VmRSS {before} → {after} KiB; {per:.0} KiB per added instance");
+    side::put(
+        "memory/instances_c64",
+        side::object(&[
+            ("rule", side::string("lookup, bypass (every lookup waits on the database)")),
+            ("instances_in_flight", peak.to_string()),
+            ("instances_added", added.to_string()),
+            ("rss_before_kib", before.to_string()),
+            ("rss_after_kib", after.to_string()),
+            ("hwm_kib", hwm.to_string()),
+            ("per_instance_kib", side::number(per.round())),
+        ]),
+    );
+}
+
 fn benches(c: &mut Criterion) {
     let sizes = Sizes::from_env();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
@@ -309,6 +408,19 @@ fn benches(c: &mut Criterion) {
         g.finish();
     }
 
+    side::put(
+        "meta/benches",
+        side::object(&[
+            ("quick", quick().to_string()),
+            ("rows", sizes.rows.to_string()),
+            ("hot", sizes.hot.to_string()),
+            ("ops", sizes.ops.to_string()),
+            ("guest", side::string(&std::env::var("OMLET_GUEST").unwrap_or_else(|_| "embedded".into()))),
+        ]),
+    );
+    if side_wanted("memory/instances_c64") {
+        instance_memory(&rt, &engine, &sizes, &records);
+    }
     side::flush();
 }
 
@@ -430,10 +542,129 @@ fn providers(c: &mut Criterion) {
             })
         });
         g.finish();
+        // The database's own load tool on the same query, in the same run.
+        db_tool(name, url, &sizes, &dir);
         side::flush();
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-criterion_group! { name = eval; config = config(); targets = benches, providers }
+/// pgbench (PostgreSQL) or mariadb-slap (MariaDB) at c = 1, 4, 16, 64 on the
+/// lookup's query, `select value from perf where id = K`, K over the hot set;
+/// `OMLET_BENCH_TOOL_SECS` (5; 1 in quick mode) seconds each.
+fn db_tool(name: &str, url: &str, sizes: &Sizes, dir: &std::path::Path) {
+    let tool = match name {
+        "postgres" => "pgbench",
+        "mariadb" => "mariadb-slap",
+        _ => return,
+    };
+    let Some(u) = parse_db_url(url) else {
+        eprintln!("{tool}: cannot read the URL {url}");
+        return;
+    };
+    let secs = env_usize("OMLET_BENCH_TOOL_SECS", if quick() { 1 } else { 5 }).max(1);
+    for conc in [1usize, 4, 16, 64] {
+        let id = format!("provider_{name}/{tool}/{conc}");
+        if !side_wanted(&id) {
+            continue;
+        }
+        // mariadb-slap runs a number of queries, not a time: about 40 K/s here.
+        let r = if tool == "pgbench" {
+            pgbench(&u, conc, secs as u64, sizes.hot, dir)
+        } else {
+            mariadb_slap(&u, conc, secs * 40_000, sizes.hot, dir)
+        };
+        match r {
+            Ok(r) => {
+                eprintln!("{id}: {:.0} queries/s", r.qps);
+                side::put(
+                    &format!("tool/{id}"),
+                    side::object(&[
+                        ("qps", side::number(r.qps.round())),
+                        ("clients", conc.to_string()),
+                        ("command", side::string(&r.command)),
+                    ]),
+                );
+            }
+            Err(e) => eprintln!("{id}: {e}"),
+        }
+    }
+}
+
+/// `omlet run`'s throughput: `OMLET_BENCH_RUN_RECORDS` nginx records (1 M;
+/// 100 K in quick mode) streamed from a JSONL file through the nginx rule and
+/// its knowdb with the code `omlet run` uses (`stream::read` + `stream::run`,
+/// batch 256, concurrency 2, each output rendered to JSON into a sink).
+/// Timed once, from opening the input to the last output, as `omlet run`
+/// times itself (rule load and knowdb not included).
+fn omlet_run(_: &mut Criterion) {
+    use std::io::{BufRead, BufReader, Write};
+    use omlet::knowledge::sqlite::SqliteProvider;
+    use omlet::stream::{Counting, Format, Outcome, RouteBy};
+    if !side_wanted("run/nginx") {
+        return;
+    }
+    let n = env_usize("OMLET_BENCH_RUN_RECORDS", if quick() { 100_000 } else { 1_000_000 });
+    let dir = std::env::temp_dir().join(format!("omlet-bench-run-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let input = dir.join("access.jsonl");
+    nginx_jsonl(&input, n).unwrap();
+    let input_bytes = std::fs::metadata(&input).map(|m| m.len()).unwrap_or(0);
+
+    // As `omlet run --knowdb examples/nginx/knowdb/knowdb.toml`: tokio's
+    // multi-threaded runtime (one worker per core), the knowdb in memory.
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let root = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/nginx"));
+    let (batch, concurrency) = (256, 2);
+    let (records, written, failed, secs) = rt.block_on(async {
+        let db = SqliteProvider::memory().await.unwrap();
+        omlet::knowledge::knowdb::load(&root.join("knowdb/knowdb.toml"), &db).await.unwrap();
+        let knowledge = Arc::new(Knowledge::new(Arc::new(db)));
+        let engine = Engine::new().unwrap();
+        let rule = Arc::new(engine.load_path(&root.join("nginx.oml"), Some(knowledge)).await.unwrap());
+
+        let f = std::fs::File::open(&input).unwrap();
+        let reader: Box<dyn BufRead + Send> = Box::new(BufReader::with_capacity(1 << 16, f));
+        let (reader, _bytes) = Counting::new(reader);
+        let reader: Box<dyn BufRead + Send> = Box::new(BufReader::new(reader));
+        let mut out = std::io::BufWriter::new(std::io::sink());
+        let started = Instant::now();
+        let (mut records, mut written, mut failed) = (0u64, 0u64, 0u64);
+        let sink = |d: omlet::stream::Done| -> omlet::Result<()> {
+            records += 1;
+            match d.outcome {
+                Outcome::Ok(rec) => {
+                    written += 1;
+                    writeln!(out, "{}", omlet::record::to_json_string(&rec))
+                        .map_err(|e| omlet::Error::Io { path: "output".into(), source: e })?;
+                }
+                Outcome::Unrouted(_) | Outcome::Failed(_) => failed += 1,
+            }
+            Ok(())
+        };
+        let inputs = omlet::stream::read(reader, Format::Jsonl);
+        omlet::stream::run(rule, inputs, RouteBy::Only, batch, concurrency, sink).await.unwrap();
+        out.flush().unwrap();
+        (records, written, failed, started.elapsed().as_secs_f64())
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    let rps = records as f64 / secs.max(1e-9);
+    eprintln!("omlet run: {records} records in {secs:.2} s ({rps:.0} records/s), {failed} failed");
+    side::put(
+        "run/nginx",
+        side::object(&[
+            ("records", records.to_string()),
+            ("written", written.to_string()),
+            ("failed", failed.to_string()),
+            ("input_bytes", input_bytes.to_string()),
+            ("seconds", side::number((secs * 1000.0).round() / 1000.0)),
+            ("records_per_second", side::number(rps.round())),
+            ("batch", batch.to_string()),
+            ("concurrency", concurrency.to_string()),
+        ]),
+    );
+    side::flush();
+}
+
+criterion_group! { name = eval; config = config(); targets = benches, providers, omlet_run }
 criterion_main!(eval);
