@@ -315,6 +315,16 @@ impl Rule {
     /// Evaluates records in one guest call, all with the model `route` names.
     /// To route records by their own rule paths, group them by path first.
     pub async fn evaluate_batch_on(&self, route: Route<'_>, records: &[Record]) -> Result<Vec<Result<Record>>> {
+        self.evaluate_batch_iter(route, records.iter()).await
+    }
+
+    /// [`Rule::evaluate_batch_on`] over borrowed records, wherever they live.
+    pub(crate) async fn evaluate_batch_iter<'r>(
+        &self,
+        route: Route<'_>,
+        records: impl ExactSizeIterator<Item = &'r Record>,
+    ) -> Result<Vec<Result<Record>>> {
+        let n = records.len();
         let frame = wire::encode_frame(records);
         let mut inst = self.checkout().await?;
         let out = inst
@@ -325,7 +335,7 @@ impl Rule {
             .map_err(Error::wasm)?;
         self.checkin(inst);
         let errors = out.errors.into_iter().map(|e| (e.index as usize, record_error(e.index as usize, e.error)));
-        wire::decode_batch(records.len(), out.records, errors)
+        wire::decode_batch(n, out.records, errors)
     }
 
     /// [`Rule::evaluate`] for programs without an async runtime.

@@ -178,8 +178,8 @@ pub async fn run(
 /// Evaluates one chunk: records grouped by route, one guest call per group.
 async fn evaluate_chunk(rule: &Rule, route: &RouteBy, chunk: Vec<Input>) -> Result<Vec<Done>> {
     let mut outcomes: Vec<Option<Outcome>> = (0..chunk.len()).map(|_| None).collect();
-    // Route key → (positions in the chunk, records).
-    let mut groups: Vec<(Option<String>, Vec<usize>, Vec<Record>)> = Vec::new();
+    // Route key → positions in the chunk of the records that take it.
+    let mut groups: Vec<(Option<String>, Vec<usize>)> = Vec::new();
     for (pos, input) in chunk.iter().enumerate() {
         let rec = match &input.record {
             Ok(r) => r,
@@ -203,21 +203,20 @@ async fn evaluate_chunk(rule: &Rule, route: &RouteBy, chunk: Vec<Input>) -> Resu
             _ => None,
         };
         match groups.iter_mut().find(|g| g.0 == key) {
-            Some(g) => {
-                g.1.push(pos);
-                g.2.push(rec.clone());
-            }
-            None => groups.push((key, vec![pos], vec![rec.clone()])),
+            Some(g) => g.1.push(pos),
+            None => groups.push((key, vec![pos])),
         }
     }
-    for (key, positions, records) in groups {
+    for (key, positions) in groups {
         let r = match (route, &key) {
             (RouteBy::Only, _) => Route::Only,
             (RouteBy::Path(p), _) => Route::Path(p),
             (RouteBy::Model(m), _) => Route::Model(m),
             (RouteBy::Field(_), k) => Route::Path(k.as_deref().unwrap_or("")),
         };
-        let results = rule.evaluate_batch_on(r, &records).await?;
+        // Only records that were read make it into a group.
+        let records: Vec<&Record> = positions.iter().filter_map(|&p| chunk[p].record.as_ref().ok()).collect();
+        let results = rule.evaluate_batch_iter(r, records.iter().copied()).await?;
         for (pos, result) in positions.into_iter().zip(results) {
             outcomes[pos] = Some(match result {
                 Ok(rec) => Outcome::Ok(rec),

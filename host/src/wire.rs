@@ -59,7 +59,7 @@ pub(crate) fn encode_record(r: &Record) -> WRecord {
     WRecord { text: e.text, nodes: e.nodes }
 }
 
-pub(crate) fn encode_frame(records: &[Record]) -> Frame {
+pub(crate) fn encode_frame<'r>(records: impl ExactSizeIterator<Item = &'r Record>) -> Frame {
     let mut e = Encoder::default();
     let mut sizes = Vec::with_capacity(records.len());
     for r in records {
