@@ -318,7 +318,10 @@ def main():
                      f"{'yes' if ok else 'no'} |")
 
     m = lambda k: (rps(k) / 1e6 if rps(k) else None)
-    target("pure, wasm batched ≥ 3.5 M rec/s", m("pure/wasm_batch/256"), 3.5, " M/s")
+    # Judged on one task, as before; what both cores give is shown beside it.
+    both = max((m(f"concurrency_pure_batched/{c}") or 0) for c in CONC)
+    target("pure, wasm batched ≥ 3.5 M rec/s (one task)", m("pure/wasm_batch/256"), 3.5, " M/s",
+           f"both cores (`concurrency_pure_batched`, best c) {both:.2f} M/s; one task: " if both else "")
     target("pure, one record per call ≥ 1.5 M rec/s", m("pure/wasm_single"), 1.5, " M/s")
     target("lookup hot cache, single-threaded ≥ 0.5× pure", ratio("lookup/wasm_single_guest_cache", "pure/wasm_single"), 0.5, "×")
     # Judged on the best honest path: one record per call, or batches of 256.
@@ -363,6 +366,8 @@ def main():
     # --- where the time goes ----------------------------------------------------------
     empty = r.get("baseline/empty_guest_call", {}).get("us_per_record")
     batch_us = r.get("pure/wasm_batch/256", {}).get("us_per_record")
+    single_us = r.get("pure/wasm_single", {}).get("us_per_record")
+    real_batch = rps("real/wasm_batch_256")
     lines += ["## Where the time goes", ""]
     if missed:
         lines += [
@@ -373,7 +378,8 @@ def main():
             "canonical-ABI lifting of the lists; no single hot spot, so reaching 3.5 M/s needs a "
             "zero-allocation path through decode → evaluate → encode on both sides.", ""]
     lines += ["Readings of the figures above:", "",
-              f"- An empty guest call costs about {fmt_us(empty)} µs (`baseline/empty_guest_call`): one async "
+              f"- An empty batch call costs about {fmt_us(empty)} µs (`baseline/empty_guest_call`), a "
+              f"one-record call {fmt_us(single_us)} µs (`pure/wasm_single`): one async "
               "component call per record cannot reach 1.5 M rec/s. Pure rules could take a synchronous "
               "call path (no fiber switch), since they never call an import.",
               f"- Batched, each record still costs about {fmt_us(batch_us)} µs: the host builds owned `String`s for every "
@@ -384,6 +390,11 @@ def main():
               "- Cold lookups: batching gives no gain over 64 in-flight bypass lookups, because "
               "the bypass path already keeps 16 pooled connections busy; the batch leader waits only "
               "one scheduler turn, so batches stay small.",
+              (f"- `omlet run` ({fmt_rps(run['records_per_second'])} records/s with {run['concurrency']} calls in "
+               f"flight) stays below `real/wasm_batch_256` on one task ({fmt_rps(real_batch)}): besides "
+               "evaluating, it reads and parses every line and renders every output, on the one thread "
+               "that drives the stream; that thread is the likely limit (not profiled)."
+               if run and real_batch else "- `omlet run`: not measured in this run."),
               "- Against the databases' own tools: pgbench and mariadb-slap are C clients with one connection "
               "per client; at low c the round trip through sqlx, the pool and tokio costs more than the "
               "query itself on loopback.", ""]
