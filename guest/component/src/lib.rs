@@ -72,6 +72,7 @@ struct State {
     columns: BTreeMap<u32, Vec<String>>,
     /// Rule path → model index, or why there is none.
     routes: BTreeMap<String, Result<usize, RouteError>>,
+    key: Vec<u8>,
 }
 
 static mut STATE: State = State {
@@ -80,6 +81,7 @@ static mut STATE: State = State {
     cache: BTreeMap::new(),
     columns: BTreeMap::new(),
     routes: BTreeMap::new(),
+    key: Vec::new(),
 };
 
 /// The guest is single-threaded and calls do not nest: one `&mut` at a time.
@@ -208,7 +210,7 @@ fn refresh(st: &mut State, generation: u64) {
 
 /// The program, the model `route` names, and the host for evaluating on it.
 fn split<'s>(st: &'s mut State, route: &WRoute) -> Result<(&'s Program, usize, WitHost<'s>), EvalError> {
-    let State { program, cache, columns, routes, .. } = st;
+    let State { program, cache, columns, routes, key, .. } = st;
     let prog = program.get_or_insert_with(load_program).as_ref().map_err(|e| failed(e.clone()))?;
     let model = match route {
         // Paths repeat: remember where each went (a bounded map, like the cache).
@@ -227,20 +229,22 @@ fn split<'s>(st: &'s mut State, route: &WRoute) -> Result<(&'s Program, usize, W
         WRoute::Only => prog.route(Route::Only),
     };
     let model = model.map_err(|e| EvalError { kind: ErrorKind::Unrouted, message: e.to_string() })?;
-    Ok((prog, model, WitHost { cache, columns }))
+    Ok((prog, model, WitHost { cache, key, columns }))
 }
 
 /// `eval::Host` over the WIT imports, with the guest-side cache.
 struct WitHost<'s> {
     cache: &'s mut BTreeMap<Vec<u8>, Option<Vec<Cell>>>,
+    /// The key of the current lookup: one buffer, so a hit allocates none.
+    key: &'s mut Vec<u8>,
     columns: &'s mut BTreeMap<u32, Vec<String>>,
 }
 
-fn cache_key(statement: u32, params: &[Cell]) -> Vec<u8> {
-    let mut k = Vec::with_capacity(8 + params.len() * 9);
+/// Writes the cache key of a lookup into `k` (reused between lookups).
+fn cache_key(statement: u32, params: &[Cell], k: &mut Vec<u8>) {
+    k.clear();
     k.extend_from_slice(&statement.to_le_bytes());
-    eval::push_cells_key(params, &mut k);
-    k
+    eval::push_cells_key(params, k);
 }
 
 fn to_wit(c: &Cell) -> knowledge::Cell {
@@ -265,8 +269,8 @@ fn from_wit(c: knowledge::Cell) -> Cell {
 
 impl eval::Host for WitHost<'_> {
     fn query(&mut self, statement: u32, params: &[Cell]) -> Result<Option<Vec<Cell>>, QueryError> {
-        let key = cache_key(statement, params);
-        if let Some(hit) = self.cache.get(&key) {
+        cache_key(statement, params, self.key);
+        if let Some(hit) = self.cache.get(self.key.as_slice()) {
             return Ok(hit.clone());
         }
         let wit: Vec<knowledge::Cell> = params.iter().map(to_wit).collect();
@@ -277,7 +281,7 @@ impl eval::Host for WitHost<'_> {
                     if self.cache.len() >= CACHE_CAPACITY {
                         self.cache.clear();
                     }
-                    self.cache.insert(key, row.clone());
+                    self.cache.insert(self.key.clone(), row.clone());
                 }
                 Ok(row)
             }
