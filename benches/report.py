@@ -371,12 +371,16 @@ def main():
     lines += ["## Where the time goes", ""]
     if missed:
         lines += [
-            "Profile (perf, on the pure batched path, with `OMLET_PERFMAP=1` and an unstripped guest): about "
-            "46% of the time is in the guest's code, spread over decoding the frame into fields (allocations "
-            "per record and field), the evaluator, and re-encoding the output; about 14% is malloc/free on the "
-            "host for the decoded output records (an owned String per field name and value), and the "
-            "canonical-ABI lifting of the lists; no single hot spot, so reaching 3.5 M/s needs a "
-            "zero-allocation path through decode → evaluate → encode on both sides.", ""]
+            "Profile (perf, on the pure batched path, with `OMLET_PERFMAP=1` and an unstripped guest). "
+            "Before the guest got a 4 GiB memory reservation (Cranelift then drops a bounds check on every "
+            "guest load and store) and opt-level 3, about 46% of the time was in the guest's code; after "
+            "them, about 26%, spread over decoding the frame into fields (allocations per record and "
+            "field), the evaluator, and re-encoding the output. The host now takes the larger share: about "
+            "20% in malloc/free (an owned `String` per field name and value of each decoded output record, "
+            "the `Vec`s of the frame), about 10% in the canonical-ABI lifting and lowering of the node "
+            "lists (element by element, through wasmtime's typed lift), and the frame encoder and decoder. "
+            "No single hot spot: reaching 3.5 M/s on one task needs a zero-allocation path through "
+            "decode → evaluate → encode on both sides, and node lists the ABI can copy as bytes.", ""]
     lines += ["Readings of the figures above:", "",
               f"- An empty batch call costs about {fmt_us(empty)} µs (`baseline/empty_guest_call`), a "
               f"one-record call {fmt_us(single_us)} µs (`pure/wasm_single`): one async "
