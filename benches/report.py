@@ -384,8 +384,10 @@ def main():
     lines += ["Readings of the figures above:", "",
               f"- An empty batch call costs about {fmt_us(empty)} µs (`baseline/empty_guest_call`), a "
               f"one-record call {fmt_us(single_us)} µs (`pure/wasm_single`): one async "
-              "component call per record cannot reach 1.5 M rec/s. Pure rules could take a synchronous "
-              "call path (no fiber switch), since they never call an import.",
+              "component call per record cannot reach 1.5 M rec/s. A synchronous call path for rule sets "
+              "without SQL (no fiber) was tried: about 10–15% on one-record calls, inside this VM's "
+              "run-to-run noise, so it was not kept; the rest of a call is lowering the record "
+              "(two `cabi_realloc` calls into the guest), lifting the result and the post-return.",
               f"- Batched, each record still costs about {fmt_us(batch_us)} µs: the host builds owned `String`s for every "
               "name and value on the way in and out, and the guest decodes each record into a `Vec`. "
               "Interning names and borrowing text are the next steps.",
