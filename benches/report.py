@@ -132,6 +132,9 @@ def main():
              f"- Date: {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}",
              f"- Commit: {commit(meta.get('guest'))}",
              "- Figures: criterion's median time per iteration; records/s = records per iteration / median.",
+             "- Variation: on this 2-vCPU VM two full runs of the same code 14 minutes apart differed by up "
+             "to 25% in a cell (pure batched 2.65 vs 2.13 M/s; lookup c=64 batched 2.08 vs 1.62 M/s), so "
+             "compare figures within one run, and read a target met or missed by less than that as a tie.",
              "- P50/P95: latency of one evaluation call (one record, or one batch of 256 for the batched cells; "
              "one query for `bare`), over every call criterion made in the cell (warm-up included): one clock "
              "read per call (the end of one call is the start of the next in its task), kept in a vector "
