@@ -488,8 +488,15 @@ fn providers(c: &mut Criterion) {
         rt.block_on(admin.provider().load_table("perf", &["id".into(), "value".into()], &["INTEGER PRIMARY KEY".into(), "TEXT".into()], &data))
             .unwrap();
         let bypass = rt.block_on(config(CacheMode::Bypass).open()).unwrap();
+        // The per-row baseline: bypass with miss batching off, one query per lookup.
+        let per_row = {
+            let mut k = config(CacheMode::Bypass);
+            k.batch_misses = false;
+            rt.block_on(k.open()).unwrap()
+        };
         let shared = rt.block_on(config(CacheMode::Shared).open()).unwrap();
         let bypass_rule = load(&rt, &engine, LOOKUP_RULE, Some(bypass.clone()));
+        let per_row_rule = load(&rt, &engine, LOOKUP_RULE, Some(per_row.clone()));
         let shared_rule = load(&rt, &engine, LOOKUP_RULE, Some(shared.clone()));
         let bound = rt.block_on(bypass.bind(&compile(LOOKUP_RULE).statements)).unwrap();
 
@@ -529,6 +536,12 @@ fn providers(c: &mut Criterion) {
             let id = format!("provider_{name}/bypass/{conc}");
             g.bench_with_input(BenchmarkId::new("bypass", conc), &conc, |b, &conc| {
                 b.iter_custom(|n| concurrent(&rt, &bypass_rule, &records, conc, n, &id))
+            });
+        }
+        for conc in [1usize, 4, 16, 64] {
+            let id = format!("provider_{name}/bypass_per_row/{conc}");
+            g.bench_with_input(BenchmarkId::new("bypass_per_row", conc), &conc, |b, &conc| {
+                b.iter_custom(|n| concurrent(&rt, &per_row_rule, &records, conc, n, &id))
             });
         }
         // Every key asked once (ids past the table's rows find no row): all misses.
