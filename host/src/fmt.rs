@@ -35,6 +35,7 @@
 
 use std::fmt::Write as _;
 
+use omlet_lang::parse::closing_paren;
 use omlet_lang::{Program, Source};
 
 /// Formats one rule source.
@@ -738,20 +739,7 @@ impl<'s> Walker<'s> {
         }
         self.pos += 1;
         let body_start = self.pos;
-        let mut depth = 1;
-        while !self.at_end() {
-            match self.peek() {
-                b'(' => depth += 1,
-                b')' => {
-                    depth -= 1;
-                    if depth == 0 {
-                        break;
-                    }
-                }
-                _ => {}
-            }
-            self.pos += 1;
-        }
+        self.pos = closing_paren(self.src, self.pos, false).unwrap_or(self.src.len());
         if self.at_end() {
             return self.bug("unclosed literal");
         }
@@ -920,28 +908,7 @@ impl<'s> Walker<'s> {
         self.ws();
         self.pos += 1;
         let start = self.pos;
-        let mut depth = 1;
-        let mut quote = 0u8;
-        while !self.at_end() {
-            let c = self.peek();
-            if quote != 0 {
-                if c == b'\\' {
-                    self.pos += 1;
-                } else if c == quote {
-                    quote = 0;
-                }
-            } else if c == b'\'' || c == b'"' {
-                quote = c;
-            } else if c == b'(' {
-                depth += 1;
-            } else if c == b')' {
-                depth -= 1;
-                if depth == 0 {
-                    break;
-                }
-            }
-            self.pos += 1;
-        }
+        self.pos = closing_paren(self.src, self.pos, true).unwrap_or(self.src.len());
         if self.at_end() {
             return self.bug("unclosed argument list");
         }

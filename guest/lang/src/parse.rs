@@ -594,20 +594,7 @@ impl<'s> Parser<'s> {
         }
         self.pos += 1;
         let body_start = self.pos;
-        let mut depth = 1;
-        while !self.at_end() {
-            match self.peek() {
-                b'(' => depth += 1,
-                b')' => {
-                    depth -= 1;
-                    if depth == 0 {
-                        break;
-                    }
-                }
-                _ => {}
-            }
-            self.pos += 1;
-        }
+        self.pos = closing_paren(self.src, self.pos, false).unwrap_or(self.src.len());
         if self.at_end() {
             let span = Span::new(start, body_start);
             return self.err("unclosed literal: missing `)`", span);
@@ -810,28 +797,7 @@ impl<'s> Parser<'s> {
             self.ws();
             self.pos += 1;
             let a_start = self.pos;
-            let mut depth = 1;
-            let mut quote = 0u8;
-            while !self.at_end() {
-                let c = self.peek();
-                if quote != 0 {
-                    if c == b'\\' {
-                        self.pos += 1;
-                    } else if c == quote {
-                        quote = 0;
-                    }
-                } else if c == b'\'' || c == b'"' {
-                    quote = c;
-                } else if c == b'(' {
-                    depth += 1;
-                } else if c == b')' {
-                    depth -= 1;
-                    if depth == 0 {
-                        break;
-                    }
-                }
-                self.pos += 1;
-            }
+            self.pos = closing_paren(self.src, self.pos, true).unwrap_or(self.src.len());
             let text = self.src[a_start..self.pos.min(self.src.len())].to_string();
             let span = Span::new(a_start, self.pos);
             if !self.at_end() {
@@ -1582,4 +1548,34 @@ fn match_fn(name: &str, args: &str) -> Result<Cond, String> {
         }
         _ => return Err(format!("unknown match function `{name}`")),
     })
+}
+
+/// Where the `)` closing a parenthesis opened just before `from` stands:
+/// nested parentheses are counted and, with `quotes`, `'…'` and `"…"` (with
+/// backslash escapes) are skipped. `None` when it never closes. The parser
+/// and `omlet fmt` read literal bodies and argument lists with it.
+pub fn closing_paren(src: &str, from: usize, quotes: bool) -> Option<usize> {
+    let b = src.as_bytes();
+    let (mut depth, mut quote, mut i) = (1u32, 0u8, from);
+    while i < b.len() {
+        let c = b[i];
+        if quote != 0 {
+            if c == b'\\' {
+                i += 1;
+            } else if c == quote {
+                quote = 0;
+            }
+        } else if quotes && (c == b'\'' || c == b'"') {
+            quote = c;
+        } else if c == b'(' {
+            depth += 1;
+        } else if c == b')' {
+            depth -= 1;
+            if depth == 0 {
+                return Some(i);
+            }
+        }
+        i += 1;
+    }
+    None
 }
