@@ -35,7 +35,7 @@
 
 use std::fmt::Write as _;
 
-use omlet_lang::parse::closing_paren;
+use omlet_lang::parse::{MATCH_FNS, closing_paren, is_field_key, is_model_name, is_pattern, is_simple, is_target};
 use omlet_lang::{Program, Source};
 
 /// Formats one rule source.
@@ -256,26 +256,6 @@ impl Out {
 }
 
 // ----- the walker -------------------------------------------------------------
-
-// The character classes of the parser (spec §2.3).
-fn is_simple(c: u8) -> bool {
-    c.is_ascii_alphanumeric() || c == b'_' || c == b'.'
-}
-fn is_model_name(c: u8) -> bool {
-    c.is_ascii_alphanumeric() || c == b'_' || c == b'/'
-}
-fn is_pattern(c: u8) -> bool {
-    is_model_name(c) || c == b'*' || c == b'?'
-}
-fn is_target(c: u8) -> bool {
-    is_simple(c) || matches!(c, b'/' | b'[' | b']' | b'*')
-}
-fn is_field_key(c: u8) -> bool {
-    is_simple(c) || matches!(c, b'/' | b'[' | b']')
-}
-
-const MATCH_FNS: &[&str] =
-    &["starts_with", "ends_with", "contains", "iequals", "is_empty", "regex_match", "gt", "lt", "eq", "in_range"];
 
 type R<T> = Result<T, String>;
 

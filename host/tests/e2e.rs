@@ -112,39 +112,3 @@ async fn a_rule_without_knowledge_gets_absent_lookups() {
     let out = rule.evaluate(&records(r#"{"id":1}"#)[0]).await.unwrap();
     assert_eq!(omlet::record::to_json_string(&out), r#"{"k":"k"}"#);
 }
-
-#[tokio::test]
-async fn helper_functions_apply_to_columns_on_sqlite() {
-    let db = SqliteProvider::memory().await.unwrap();
-    db.execute_script(
-        "create table nets (cidr text, zone text);
-         insert into nets values ('10.1.0.0/16', 'lab'), ('10.0.0.0/8', 'corp');
-         create table hosts (addr text, name text);
-         insert into hosts values ('\"192.168.0.9\"', 'quoted'), ('10.1.2.3', 'db-1');",
-    )
-    .await
-    .unwrap();
-    let k = Arc::new(Knowledge::new(Arc::new(db)));
-    let rule = Engine::new()
-        .unwrap()
-        .load_source(
-            "h.oml",
-            "name : t\n---\n\
-             zone = select zone from nets where cidr4_contains(read(ip), cidr) = 1 ;\n\
-             host = select name from hosts where ip4_int(addr) = ip4_int(read(ip)) ;\n\
-             quoted = select name from hosts where trim_quotes(addr) = '192.168.0.9' ;\n",
-            Some(k),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let out = rule.evaluate(&records(r#"{"ip":"10.1.2.3"}"#)[0]).await.unwrap();
-    assert_eq!(omlet::record::to_json_string(&out), r#"{"zone":"lab","host":"db-1","quoted":"quoted"}"#);
-    assert_eq!(
-        rule.info().statements.iter().map(|s| s.sql.as_str()).collect::<Vec<_>>(),
-        [
-            "select zone from nets where cidr4_contains(:ip, cidr) = :ip_2",
-            "select name from hosts where ip4_int(addr) = :ip",
-            "select name from hosts where trim_quotes(addr) = :p",
-        ]
-    );
-}

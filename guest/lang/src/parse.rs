@@ -30,23 +30,32 @@ pub struct Parser<'s> {
     pub diags: Vec<Diagnostic>,
 }
 
-fn is_simple(c: u8) -> bool {
+// The character classes of the name kinds (spec §2.3); `omlet fmt` reads
+// rules with the same ones.
+
+/// Letters, digits, `_` and `.`: object members, pipe arguments.
+pub fn is_simple(c: u8) -> bool {
     c.is_ascii_alphanumeric() || c == b'_' || c == b'.'
 }
-fn is_model_name(c: u8) -> bool {
+/// A model name: letters, digits, `_` and `/`.
+pub fn is_model_name(c: u8) -> bool {
     c.is_ascii_alphanumeric() || c == b'_' || c == b'/'
 }
-fn is_pattern(c: u8) -> bool {
+/// A `rule :` pattern: a model name's characters and the wildcards.
+pub fn is_pattern(c: u8) -> bool {
     is_model_name(c) || c == b'*' || c == b'?'
 }
-fn is_target(c: u8) -> bool {
+/// A statement target (with wildcards for batch targets).
+pub fn is_target(c: u8) -> bool {
     is_simple(c) || matches!(c, b'/' | b'[' | b']' | b'*')
 }
-fn is_field_key(c: u8) -> bool {
+/// A field key in `read(…)`/`take(…)`.
+pub fn is_field_key(c: u8) -> bool {
     is_simple(c) || matches!(c, b'/' | b'[' | b']')
 }
 
-const MATCH_FNS: &[&str] = &[
+/// The match functions (§8.7.4), which look like calls inside match arms.
+pub const MATCH_FNS: &[&str] = &[
     "starts_with", "ends_with", "contains", "iequals", "is_empty", "regex_match", "gt", "lt", "eq",
     "in_range",
 ];
