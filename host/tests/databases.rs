@@ -152,6 +152,43 @@ async fn mariadb_outage_follows_the_policy_and_lookups_recover() {
     outage(&mut MariaDb::start(), "?").await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_restart_between_lookups_costs_no_lookup() {
+    restart_between_lookups(&mut Postgres::start()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_restart_between_lookups_costs_no_lookup() {
+    restart_between_lookups(&mut MariaDb::start()).await;
+}
+
+/// The server restarts while the provider's connections sit idle: the first
+/// lookups after it find their connections dead, drop them and run again on
+/// new ones, so not one lookup fails (with the `fail` policy, which would
+/// show it).
+async fn restart_between_lookups(db: &mut dyn Stoppable) {
+    let k = outage_config(&db.url(), OnLookupError::Fail).open().await.unwrap();
+    perf_table(&k, 10).await;
+    let engine = Engine::new().unwrap();
+    let rule = engine.load_source("t.oml", PERF_RULE, Some(k.clone())).await.unwrap();
+    let batch: Vec<omlet::Record> = (1..=6).map(rec).collect();
+    // Two lookups at once, so that both connections of the pool are open and idle.
+    let (a, b) = tokio::join!(rule.evaluate_batch(&batch[..3]), rule.evaluate_batch(&batch[3..]));
+    assert!(a.unwrap().iter().chain(b.unwrap().iter()).all(|r| r.as_ref().unwrap().len() == 2));
+    let queries = k.stats().queries.load(std::sync::atomic::Ordering::Relaxed);
+
+    db.stop();
+    db.resume();
+    for round in 0..2 {
+        let (a, b) = tokio::join!(rule.evaluate_batch(&batch[..3]), rule.evaluate_batch(&batch[3..]));
+        for r in a.unwrap().iter().chain(b.unwrap().iter()) {
+            assert_eq!(r.as_ref().map(|r| r.len()).map_err(|e| e.to_string()), Ok(2), "round {round}");
+        }
+    }
+    assert!(k.stats().queries.load(std::sync::atomic::Ordering::Relaxed) > queries);
+    assert_eq!(k.stats().errors.load(std::sync::atomic::Ordering::Relaxed), 0);
+}
+
 /// Stops the database mid-run: no record is lost or duplicated, the policy
 /// holds (absent or fail), and lookups recover once it is back.
 async fn outage(pg: &mut dyn Stoppable, placeholder: &str) {

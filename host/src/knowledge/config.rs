@@ -116,8 +116,9 @@ pub struct KnowledgeConfig {
     /// (or `mariadb://`). [`read`](Self::read) fills in `${VAR}`s.
     #[serde(default = "default_url")]
     pub url: String,
-    /// Most connections in the PostgreSQL or MySQL pool (default 8; 0 counts
-    /// as 1). Not used for SQLite: a file gets 4 connections, memory 1.
+    /// Most connections for PostgreSQL or MySQL lookups (default 8; 0 counts
+    /// as 1); loading and preparing use up to 2 more. Not used for SQLite,
+    /// which gets 4 lookup connections and 1 for loading.
     #[serde(default = "default_pool")]
     pub pool_size: u32,
     /// How long to wait for a pool connection, in milliseconds (default

@@ -26,6 +26,7 @@
 
 pub mod config;
 pub mod knowdb;
+mod lanes;
 pub mod mysql;
 pub mod postgres;
 pub mod sqlite;

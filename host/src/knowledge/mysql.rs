@@ -10,30 +10,37 @@
 use std::time::Duration;
 
 use omlet_lang::Cell;
-use sqlx::mysql::{MySqlArguments, MySqlPool, MySqlPoolOptions, MySqlRow};
+use sqlx::mysql::{MySqlArguments, MySqlConnectOptions, MySqlConnection, MySqlPool, MySqlPoolOptions, MySqlRow};
 use sqlx::{AssertSqlSafe, Column, Executor, Row, SqlSafeStr, Statement, TypeInfo, ValueRef};
 
+use super::lanes::{self, Lanes};
 use super::{BatchPlan, BoxFuture, Placeholders, Prepared, Provider};
 use crate::{Error, Result};
 
-/// A MySQL or MariaDB database, through a pool of connections.
+/// A MySQL or MariaDB database. Lookups run on up to `pool_size`
+/// connections of their own, one round trip each (see `lanes`); loading
+/// tables and preparing statements go through a small sqlx pool.
 pub struct MySqlProvider {
     pool: MySqlPool,
+    lanes: Lanes<MySqlConnection>,
 }
 
 impl MySqlProvider {
-    /// Opens a pool of up to `pool_size` connections (at least 1) to `url`
-    /// (`mysql://…`). `connect_timeout` bounds each wait for a connection,
-    /// the first one included. Fails with [`Error::Knowledge`] if the
-    /// database cannot be reached.
+    /// Connects to `url` (`mysql://…`); lookups use up to `pool_size`
+    /// connections (at least 1), and loading and preparing up to 2 more.
+    /// `connect_timeout` bounds each wait for a connection, the first one
+    /// included. Fails with [`Error::Knowledge`] if the database cannot be
+    /// reached.
     pub async fn connect(url: &str, pool_size: u32, connect_timeout: Duration) -> Result<MySqlProvider> {
+        let err = |e: sqlx::Error| Error::Knowledge(format!("mysql: {e}"));
+        let options: MySqlConnectOptions = url.parse().map_err(err)?;
         let pool = MySqlPoolOptions::new()
-            .max_connections(pool_size.max(1))
+            .max_connections(2)
             .acquire_timeout(connect_timeout)
-            .connect(url)
+            .connect_with(options.clone())
             .await
-            .map_err(|e| Error::Knowledge(format!("mysql: {e}")))?;
-        Ok(MySqlProvider { pool })
+            .map_err(err)?;
+        Ok(MySqlProvider { pool, lanes: Lanes::new(options, pool_size, connect_timeout, None) })
     }
 
     /// The sqlx pool, for queries outside the [`Provider`] interface.
@@ -165,11 +172,17 @@ impl Provider for MySqlProvider {
 
     fn query_first<'a>(&'a self, stmt: &'a super::BoundStatement, params: Vec<Cell>) -> BoxFuture<'a, Result<Option<Vec<Cell>>, String>> {
         Box::pin(async move {
-            let mut q = sqlx::query(AssertSqlSafe(stmt.sql.to_string()));
-            for p in params {
-                q = bind(q, p);
-            }
-            match q.fetch_optional(&self.pool).await.map_err(|e| e.to_string())? {
+            let row = self
+                .lanes
+                .run(lanes::query(|conn: &mut MySqlConnection| {
+                    let mut q = sqlx::query(AssertSqlSafe(stmt.sql.to_string()));
+                    for p in &params {
+                        q = bind(q, p.clone());
+                    }
+                    Box::pin(q.fetch_optional(conn))
+                }))
+                .await?;
+            match row {
                 Some(row) => cells(&row).map(Some),
                 None => Ok(None),
             }
@@ -179,14 +192,19 @@ impl Provider for MySqlProvider {
     fn query_many<'a>(&'a self, plan: &'a BatchPlan, keys: Vec<Cell>) -> BoxFuture<'a, Result<Vec<Vec<Cell>>, String>> {
         Box::pin(async move {
             let sql = format!("{} in ({})", plan.select, vec!["?"; keys.len().max(1)].join(", "));
-            let mut q = sqlx::query(AssertSqlSafe(sql));
-            if keys.is_empty() {
-                q = bind(q, Cell::Null);
-            }
-            for k in keys {
-                q = bind(q, k);
-            }
-            let rows = q.fetch_all(&self.pool).await.map_err(|e| e.to_string())?;
+            let rows = self
+                .lanes
+                .run(lanes::query(|conn: &mut MySqlConnection| {
+                    let mut q = sqlx::query(AssertSqlSafe(sql.clone()));
+                    if keys.is_empty() {
+                        q = bind(q, Cell::Null);
+                    }
+                    for k in &keys {
+                        q = bind(q, k.clone());
+                    }
+                    Box::pin(q.fetch_all(conn))
+                }))
+                .await?;
             rows.iter().map(cells).collect()
         })
     }
@@ -255,7 +273,10 @@ impl Provider for MySqlProvider {
     }
 
     fn close<'a>(&'a self) -> BoxFuture<'a, ()> {
-        Box::pin(self.pool.close())
+        Box::pin(async move {
+            self.lanes.close().await;
+            self.pool.close().await;
+        })
     }
 
     fn count<'a>(&'a self, table: &'a str) -> BoxFuture<'a, Result<i64>> {

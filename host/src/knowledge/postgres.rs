@@ -9,42 +9,55 @@
 use std::time::Duration;
 
 use omlet_lang::Cell;
-use sqlx::postgres::{PgArguments, PgPool, PgPoolOptions, PgRow};
+use sqlx::postgres::{PgArguments, PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
 use sqlx::{AssertSqlSafe, Column, Either, Executor, Row, SqlSafeStr, Statement, TypeInfo, ValueRef};
 
+use super::lanes::{self, Lanes};
 use super::{BatchPlan, BoxFuture, ParamType, Placeholders, Prepared, Provider, coerce};
 use crate::{Error, Result};
 
-/// A PostgreSQL database, through a pool of connections that each get the
-/// helper functions as temporary functions.
+/// A PostgreSQL database. Lookups run on up to `pool_size` connections of
+/// their own, one round trip each (see `lanes`); loading tables and
+/// preparing statements go through a small sqlx pool. Every connection gets
+/// the helper functions as temporary functions.
 pub struct PostgresProvider {
     pool: PgPool,
+    lanes: Lanes<PgConnection>,
+}
+
+/// The helper functions on a new connection. If they cannot be created,
+/// that is logged, and lookups that use them fail at load.
+fn create_helpers(conn: &mut PgConnection) -> BoxFuture<'_, ()> {
+    Box::pin(async move {
+        // Temporary functions need no rights on the user's schemas.
+        if let Err(e) = sqlx::raw_sql(HELPERS_SQL).execute(&mut *conn).await {
+            tracing::warn!(error = %e, "cannot create the OML helper functions on this connection");
+        }
+    })
 }
 
 impl PostgresProvider {
-    /// Opens a pool of up to `pool_size` connections (at least 1) to `url`
-    /// (`postgres://…`). `connect_timeout` bounds each wait for a connection,
-    /// the first one included. If a connection cannot create the helper
-    /// functions, that is logged, and lookups that use them fail at load.
-    /// Fails with [`Error::Knowledge`] if the database cannot be reached.
+    /// Connects to `url` (`postgres://…`); lookups use up to `pool_size`
+    /// connections (at least 1), and loading and preparing up to 2 more.
+    /// `connect_timeout` bounds each wait for a connection, the first one
+    /// included. Fails with [`Error::Knowledge`] if the database cannot be
+    /// reached.
     pub async fn connect(url: &str, pool_size: u32, connect_timeout: Duration) -> Result<PostgresProvider> {
+        let err = |e: sqlx::Error| Error::Knowledge(format!("postgres: {e}"));
+        let options: PgConnectOptions = url.parse().map_err(err)?;
         let pool = PgPoolOptions::new()
-            .max_connections(pool_size.max(1))
+            .max_connections(2)
             .acquire_timeout(connect_timeout)
             .after_connect(|conn, _| {
                 Box::pin(async move {
-                    // Temporary functions need no rights on the user's schemas; if even
-                    // that is refused, lookups that use helpers on columns fail at load.
-                    if let Err(e) = sqlx::raw_sql(HELPERS_SQL).execute(&mut *conn).await {
-                        tracing::warn!(error = %e, "cannot create the OML helper functions on this connection");
-                    }
+                    create_helpers(conn).await;
                     Ok(())
                 })
             })
-            .connect(url)
+            .connect_with(options.clone())
             .await
-            .map_err(|e| Error::Knowledge(format!("postgres: {e}")))?;
-        Ok(PostgresProvider { pool })
+            .map_err(err)?;
+        Ok(PostgresProvider { pool, lanes: Lanes::new(options, pool_size, connect_timeout, Some(create_helpers)) })
     }
 
     /// The sqlx pool, for queries outside the [`Provider`] interface.
@@ -112,6 +125,24 @@ fn cells(row: &PgRow) -> Result<Vec<Cell>, String> {
     Ok(out)
 }
 
+/// The batched query for one statement's misses: its keys as one array,
+/// typed as the key column.
+fn any_query(sql: String, plan: &BatchPlan, keys: &[Cell]) -> PgQuery<'static> {
+    let q = sqlx::query(AssertSqlSafe(sql));
+    let ints = || keys.iter().filter_map(|k| if let Cell::Integer(i) = k { Some(*i) } else { None });
+    match plan.key_type {
+        ParamType::Int16 => q.bind(ints().map(|i| i as i16).collect::<Vec<_>>()),
+        ParamType::Int32 => q.bind(ints().map(|i| i as i32).collect::<Vec<_>>()),
+        ParamType::Int64 => q.bind(ints().collect::<Vec<_>>()),
+        ParamType::Bool => q.bind(ints().map(|i| i != 0).collect::<Vec<_>>()),
+        ParamType::Float => q.bind(keys.iter().filter_map(|k| if let Cell::Real(f) = k { Some(*f) } else { None }).collect::<Vec<_>>()),
+        ParamType::Bytes => q.bind(keys.iter().filter_map(|k| if let Cell::Blob(b) = k { Some(b.clone()) } else { None }).collect::<Vec<_>>()),
+        ParamType::Text | ParamType::Any => q.bind(
+            keys.iter().filter_map(|k| match coerce(k.clone(), ParamType::Text) { Cell::Text(s) => Some(s), _ => None }).collect::<Vec<_>>(),
+        ),
+    }
+}
+
 /// The helper functions as temporary functions of each connection.
 const HELPERS_SQL: &str = include_str!("pg_helpers.sql");
 
@@ -144,11 +175,17 @@ impl Provider for PostgresProvider {
 
     fn query_first<'a>(&'a self, stmt: &'a super::BoundStatement, params: Vec<Cell>) -> BoxFuture<'a, Result<Option<Vec<Cell>>, String>> {
         Box::pin(async move {
-            let mut q = sqlx::query(AssertSqlSafe(stmt.sql.to_string()));
-            for (i, p) in params.into_iter().enumerate() {
-                q = bind(q, p, stmt.param_types.get(i).copied().unwrap_or(ParamType::Any));
-            }
-            match q.fetch_optional(&self.pool).await.map_err(|e| e.to_string())? {
+            let row = self
+                .lanes
+                .run(lanes::query(|conn: &mut PgConnection| {
+                    let mut q = sqlx::query(AssertSqlSafe(stmt.sql.to_string()));
+                    for (i, p) in params.iter().enumerate() {
+                        q = bind(q, p.clone(), stmt.param_types.get(i).copied().unwrap_or(ParamType::Any));
+                    }
+                    Box::pin(q.fetch_optional(conn))
+                }))
+                .await?;
+            match row {
                 Some(row) => cells(&row).map(Some),
                 None => Ok(None),
             }
@@ -158,20 +195,7 @@ impl Provider for PostgresProvider {
     fn query_many<'a>(&'a self, plan: &'a BatchPlan, keys: Vec<Cell>) -> BoxFuture<'a, Result<Vec<Vec<Cell>>, String>> {
         Box::pin(async move {
             let sql = format!("{} = ANY($1)", plan.select);
-            let q = sqlx::query(AssertSqlSafe(sql));
-            let ints = || keys.iter().filter_map(|k| if let Cell::Integer(i) = k { Some(*i) } else { None });
-            let q = match plan.key_type {
-                ParamType::Int16 => q.bind(ints().map(|i| i as i16).collect::<Vec<_>>()),
-                ParamType::Int32 => q.bind(ints().map(|i| i as i32).collect::<Vec<_>>()),
-                ParamType::Int64 => q.bind(ints().collect::<Vec<_>>()),
-                ParamType::Bool => q.bind(ints().map(|i| i != 0).collect::<Vec<_>>()),
-                ParamType::Float => q.bind(keys.iter().filter_map(|k| if let Cell::Real(f) = k { Some(*f) } else { None }).collect::<Vec<_>>()),
-                ParamType::Bytes => q.bind(keys.iter().filter_map(|k| if let Cell::Blob(b) = k { Some(b.clone()) } else { None }).collect::<Vec<_>>()),
-                ParamType::Text | ParamType::Any => q.bind(
-                    keys.iter().filter_map(|k| match coerce(k.clone(), ParamType::Text) { Cell::Text(s) => Some(s), _ => None }).collect::<Vec<_>>(),
-                ),
-            };
-            let rows = q.fetch_all(&self.pool).await.map_err(|e| e.to_string())?;
+            let rows = self.lanes.run(lanes::query(|conn: &mut PgConnection| Box::pin(any_query(sql.clone(), plan, &keys).fetch_all(conn)))).await?;
             rows.iter().map(cells).collect()
         })
     }
@@ -238,7 +262,10 @@ impl Provider for PostgresProvider {
     }
 
     fn close<'a>(&'a self) -> BoxFuture<'a, ()> {
-        Box::pin(self.pool.close())
+        Box::pin(async move {
+            self.lanes.close().await;
+            self.pool.close().await;
+        })
     }
 
     fn count<'a>(&'a self, table: &'a str) -> BoxFuture<'a, Result<i64>> {

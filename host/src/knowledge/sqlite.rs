@@ -3,20 +3,40 @@
 use std::str::FromStr;
 
 use omlet_lang::Cell;
-use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions, SqliteRow};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqlitePool, SqlitePoolOptions, SqliteRow};
 use sqlx::{AssertSqlSafe, Column, Executor, Row, SqlSafeStr, Statement, TypeInfo, ValueRef};
 
+use super::lanes::{self, Lanes};
 use super::{BatchPlan, BoundStatement, BoxFuture, Placeholders, Prepared, Provider};
 use crate::{Error, Result};
 
-/// An SQLite database: in memory, or a file.
+/// An SQLite database: in memory, or a file. Lookups run on up to 4
+/// connections of their own (see `lanes`: sqlx's pool would add two trips to
+/// each connection's worker thread per lookup); loading tables and preparing
+/// go through a sqlx pool of one connection.
 pub struct SqliteProvider {
     pool: SqlitePool,
+    lanes: Lanes<SqliteConnection>,
+}
+
+/// Connections that look things up.
+const LANES: u32 = 4;
+
+/// The helper functions on a new lookup connection; a failure is logged, and
+/// lookups that use them fail.
+fn register_helpers(conn: &mut SqliteConnection) -> BoxFuture<'_, ()> {
+    Box::pin(async move {
+        if let Err(e) = helpers::register(conn).await {
+            tracing::warn!(error = %e, "cannot register the OML helper functions on this connection");
+        }
+    })
 }
 
 impl SqliteProvider {
-    /// A fresh in-memory database. It lives as long as its one connection,
-    /// so the pool keeps exactly one, forever.
+    /// A fresh in-memory database, shared by the provider's connections (a
+    /// named in-memory database in SQLite's shared-cache mode). It lives as
+    /// long as one connection to it, so the loading pool keeps its one
+    /// connection forever.
     pub async fn memory() -> Result<SqliteProvider> {
         let opts = SqliteConnectOptions::from_str("sqlite::memory:").map_err(knowledge_err)?;
         let pool = SqlitePoolOptions::new()
@@ -25,22 +45,22 @@ impl SqliteProvider {
             .idle_timeout(None)
             .max_lifetime(None)
             .after_connect(|conn, _| Box::pin(helpers::register(conn)))
-            .connect_with(opts)
+            .connect_with(opts.clone())
             .await
             .map_err(knowledge_err)?;
-        Ok(SqliteProvider { pool })
+        Ok(SqliteProvider { pool, lanes: Lanes::new(opts, LANES, std::time::Duration::from_secs(30), Some(register_helpers)) })
     }
 
     /// A database file (created if missing).
     pub async fn open(path: &std::path::Path) -> Result<SqliteProvider> {
         let opts = SqliteConnectOptions::new().filename(path).create_if_missing(true);
         let pool = SqlitePoolOptions::new()
-            .max_connections(4)
+            .max_connections(1)
             .after_connect(|conn, _| Box::pin(helpers::register(conn)))
-            .connect_with(opts)
+            .connect_with(opts.clone())
             .await
             .map_err(knowledge_err)?;
-        Ok(SqliteProvider { pool })
+        Ok(SqliteProvider { pool, lanes: Lanes::new(opts, LANES, std::time::Duration::from_secs(30), Some(register_helpers)) })
     }
 
     /// Runs SQL statements (DDL, inserts), separated by `;`.
@@ -108,14 +128,19 @@ impl Provider for SqliteProvider {
     fn query_many<'a>(&'a self, plan: &'a BatchPlan, keys: Vec<Cell>) -> BoxFuture<'a, Result<Vec<Vec<Cell>>, String>> {
         Box::pin(async move {
             let sql = format!("{} in ({})", plan.select, vec!["?"; keys.len().max(1)].join(", "));
-            let mut q = sqlx::query(AssertSqlSafe(sql));
-            if keys.is_empty() {
-                q = bind(q, Cell::Null);
-            }
-            for k in keys {
-                q = bind(q, k);
-            }
-            let rows = q.fetch_all(&self.pool).await.map_err(|e| e.to_string())?;
+            let rows = self
+                .lanes
+                .run(lanes::query(|conn: &mut SqliteConnection| {
+                    let mut q = sqlx::query(AssertSqlSafe(sql.clone()));
+                    if keys.is_empty() {
+                        q = bind(q, Cell::Null);
+                    }
+                    for k in &keys {
+                        q = bind(q, k.clone());
+                    }
+                    Box::pin(q.fetch_all(conn))
+                }))
+                .await?;
             rows.iter().map(cells).collect()
         })
     }
@@ -182,7 +207,10 @@ impl Provider for SqliteProvider {
     }
 
     fn close<'a>(&'a self) -> BoxFuture<'a, ()> {
-        Box::pin(self.pool.close())
+        Box::pin(async move {
+            self.lanes.close().await;
+            self.pool.close().await;
+        })
     }
 
     fn count<'a>(&'a self, table: &'a str) -> BoxFuture<'a, Result<i64>> {
@@ -195,11 +223,17 @@ impl Provider for SqliteProvider {
 
     fn query_first<'a>(&'a self, stmt: &'a BoundStatement, params: Vec<Cell>) -> BoxFuture<'a, Result<Option<Vec<Cell>>, String>> {
         Box::pin(async move {
-            let mut q = sqlx::query(AssertSqlSafe(stmt.sql.to_string()));
-            for p in params {
-                q = bind(q, p);
-            }
-            match q.fetch_optional(&self.pool).await.map_err(|e| e.to_string())? {
+            let row = self
+                .lanes
+                .run(lanes::query(|conn: &mut SqliteConnection| {
+                    let mut q = sqlx::query(AssertSqlSafe(stmt.sql.to_string()));
+                    for p in &params {
+                        q = bind(q, p.clone());
+                    }
+                    Box::pin(q.fetch_optional(conn))
+                }))
+                .await?;
+            match row {
                 Some(row) => cells(&row).map(Some),
                 None => Ok(None),
             }
