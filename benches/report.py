@@ -149,7 +149,7 @@ def main():
              "the `_batched` groups 256 records per call (`Rule::evaluate_batch`).",
              "- provider_* groups: the lookup rule against SQLite (file), PostgreSQL 15 and MariaDB 10.11 "
              "(throwaway servers on loopback): `bare_roundtrip` is the provider's sqlx query alone; "
-             "`bare/c` the same with c in flight (pool of 16 connections, as the bypass path); "
+             "`bare/c` the same with c in flight (up to 16 lookup connections for PostgreSQL and MariaDB, 4 for SQLite, as the bypass path); "
              "`bypass/c` evaluates through wasm with every lookup going to the database, c in flight "
              "(misses that arrive together still share one query); `bypass_per_row/c` the same with miss "
              "batching off, one query per lookup; "
@@ -198,7 +198,7 @@ def main():
               "transaction, without the connection time). MariaDB: `mariadb-slap --concurrency=C "
               "--number-of-queries=N` with a file of the select for each hot key (text protocol, the tool has "
               "no prepared statements; its time includes connecting). sysbench is not installed. The tools "
-              "use one connection per client; omlet's pool has 16. Figures are queries (records) per second.", "",
+              "use one connection per client; omlet's lookups use up to 16 connections (SQLite: 4), one round trip per query (no ping when a connection is taken or given back). Figures are queries (records) per second.", "",
               "Reading them: `bypass` still batches the misses of one statement that arrive together into one "
               "query (`batch_misses`, on by default, applies in bypass mode too), so with many lookups in "
               "flight it makes fewer round trips than `bare` and the tools, which send one query per lookup; "
@@ -380,16 +380,18 @@ def main():
     lines += ["## Where the time goes", ""]
     if missed:
         lines += [
-            "Profile (perf, on the pure batched path, with `OMLET_PERFMAP=1` and an unstripped guest). "
-            "Before the guest got a 4 GiB memory reservation (Cranelift then drops a bounds check on every "
-            "guest load and store) and opt-level 3, about 46% of the time was in the guest's code; after "
-            "them, about 26%, spread over decoding the frame into fields (allocations per record and "
-            "field), the evaluator, and re-encoding the output. The host now takes the larger share: about "
-            "20% in malloc/free (an owned `String` per field name and value of each decoded output record, "
-            "the `Vec`s of the frame), about 10% in the canonical-ABI lifting and lowering of the node "
-            "lists (element by element, through wasmtime's typed lift), and the frame encoder and decoder. "
-            "No single hot spot: reaching 3.5 M/s on one task needs a zero-allocation path through "
-            "decode → evaluate → encode on both sides, and node lists the ABI can copy as bytes.", ""]
+            "Profile (perf, pure rule, batches of 256, one task, with `OMLET_PERFMAP=1` and an unstripped "
+            "guest; shares of the steady-state samples, taken at the commit of this session's last speed "
+            "change, not in this run). The guest's own code is about 43%: the evaluator, decoding each "
+            "record's nodes into fields, its allocator (dlmalloc, ~6%), re-encoding the output. The "
+            "canonical ABI is about 20%: wasmtime lifts and lowers the `list<node>` of each frame element "
+            "by element (a variant and two spans per node) where a byte list would be one copy. The host's "
+            "frame encoder and decoder are about 14%, and malloc/free about 15% (one `Vec` per output "
+            "record and a `String` per chars value; field names are shared since this session, which "
+            "took about a fifth off the batched path). Earlier steps: a 4 GiB memory reservation (no "
+            "bounds checks in the guest) and opt-level 3. No single hot spot is left: the next step is "
+            "frames whose nodes are bytes (a WIT change: every host, the jco example included, encodes "
+            "them itself), then evaluating into a reused output buffer in the guest.", ""]
     lines += ["Readings of the figures above:", "",
               f"- An empty batch call costs about {fmt_us(empty)} µs (`baseline/empty_guest_call`), a "
               f"one-record call {fmt_us(single_us)} µs (`pure/wasm_single`): one async "
@@ -397,9 +399,7 @@ def main():
               "without SQL (no fiber) was tried: about 10–15% on one-record calls, inside this VM's "
               "run-to-run noise, so it was not kept; the rest of a call is lowering the record "
               "(two `cabi_realloc` calls into the guest), lifting the result and the post-return.",
-              f"- Batched, each record still costs about {fmt_us(batch_us)} µs: the host builds owned `String`s for every "
-              "name and value on the way in and out, and the guest decodes each record into a `Vec`. "
-              "Interning names and borrowing text are the next steps.",
+              f"- Batched, each record still costs about {fmt_us(batch_us)} µs: see the profile above.",
               f"- The guest is built with opt-level {guest_opt_level()} (`[profile.wasm]` in Cargo.toml).",
               scaling(r),
               "- Cold lookups at c=64 against the per-row bypass rate: "
@@ -415,8 +415,11 @@ def main():
                "that drives the stream; that thread is the likely limit (not profiled)."
                if run and real_batch else "- `omlet run`: not measured in this run."),
               "- Against the databases' own tools: pgbench and mariadb-slap are C clients with one connection "
-              "per client; at low c the round trip through sqlx, the pool and tokio costs more than the "
-              "query itself on loopback.", ""]
+              "per client; omlet's lookups go through sqlx and tokio (and the guest, for `bypass`), which "
+              "on loopback costs as much as the query itself. Until this session sqlx's pool also pinged "
+              "each connection when it was taken and again when it was given back (three round trips per "
+              "lookup); lookups now have connections of their own (`knowledge/lanes.rs`), one round trip "
+              "each.", ""]
     lines += ["## Not measured", "",
               "- sysbench (not installed; not in the allowed package sources here): mariadb-slap stands in "
               "for MariaDB, with the text protocol.",

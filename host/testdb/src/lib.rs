@@ -70,7 +70,7 @@ impl Postgres {
     /// Starts (again) on the same port and data.
     pub fn resume(&mut self) {
         let opts = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c shared_preload_libraries=pg_stat_statements",
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200 -c shared_preload_libraries=pg_stat_statements",
             self.port,
             self.dir.display()
         );
