@@ -182,6 +182,9 @@ impl Provider for InFlight {
     fn rewrite_sql(&self, sql: String) -> String {
         self.inner.rewrite_sql(sql)
     }
+    fn lookup_connections(&self) -> usize {
+        self.inner.lookup_connections()
+    }
     fn prepare<'a>(&'a self, sql: &'a str) -> BoxFuture<'a, Result<Prepared, String>> {
         self.inner.prepare(sql)
     }

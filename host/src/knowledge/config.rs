@@ -7,7 +7,7 @@
 //! connect_timeout_ms = 5000
 //! query_timeout_ms = 2000
 //! on_lookup_error = "absent"     # or "fail": the record fails instead
-//! batch_misses = true            # misses of one single-key lookup arriving together: one query
+//! batch_misses = true            # under load, waiting misses of one single-key lookup: one query
 //! knowdb = "knowdb.toml"         # optional: tables to load first (relative to this file)
 //!
 //! [cache]
@@ -134,10 +134,12 @@ pub struct KnowledgeConfig {
     /// What a failed lookup does to the record (default `absent`).
     #[serde(default)]
     pub on_lookup_error: OnLookupError,
-    /// Misses of a single-key lookup that arrive together go to the database
-    /// as one query (`= ANY($1)` on PostgreSQL, `IN (…)` elsewhere); default
-    /// true. The first miss waits one scheduler turn for others to join. A
-    /// statement whose batch form the database refuses is not batched.
+    /// Misses of a single-key lookup are batched (default true): while a
+    /// quarter of the lookup connections (at least 2) run the statement,
+    /// further misses wait, and all that waited go as one query (`= ANY($1)`
+    /// on PostgreSQL, `IN (…)` elsewhere) when one of those returns; below
+    /// that, a miss goes at once. A statement whose batch form the database
+    /// refuses is not batched.
     #[serde(default = "yes")]
     pub batch_misses: bool,
     /// A `knowdb.toml` loaded into the database by [`open`](Self::open)

@@ -31,6 +31,7 @@ pub(crate) struct Lanes<C: Connection> {
     options: <C as Connection>::Options,
     idle: Mutex<Vec<C>>,
     permits: Semaphore,
+    size: usize,
     connect_timeout: Duration,
     setup: Option<Setup<C>>,
 }
@@ -42,9 +43,15 @@ impl<C: Connection> Lanes<C> {
             options,
             idle: Mutex::new(Vec::new()),
             permits: Semaphore::new(size.max(1) as usize),
+            size: size.max(1) as usize,
             connect_timeout,
             setup,
         }
+    }
+
+    /// How many connections the lanes open at most.
+    pub(crate) fn size(&self) -> usize {
+        self.size
     }
 
     /// Runs `query` on a connection of its own, and once more on a fresh

@@ -99,6 +99,12 @@ pub trait Provider: Send + Sync + 'static {
     fn rewrite_sql(&self, sql: String) -> String {
         sql
     }
+    /// How many lookups this provider runs at once (its lookup
+    /// connections); batching of misses is sized from it (`batch_slots`).
+    /// The default is 1.
+    fn lookup_connections(&self) -> usize {
+        1
+    }
     /// Prepares a statement (in this provider's dialect).
     fn prepare<'a>(&'a self, sql: &'a str) -> BoxFuture<'a, Result<Prepared, String>>;
     /// Runs a bound statement and returns its first row.
@@ -385,6 +391,71 @@ enum Miss {
 
 type Row = Option<Arc<Vec<Cell>>>;
 
+/// How many queries of one batchable statement may be in flight before
+/// further misses wait to be batched: a quarter of the provider's lookup
+/// connections, at least 2 (but no more than there are connections). A
+/// larger share keeps more single-key queries in flight at high load, where
+/// fewer, larger batches answer more lookups per round trip; on this
+/// project's 2-core machine a quarter did better than all of them at c=16
+/// and c=64 and no worse at c=4 (BENCHMARKS.md).
+fn batch_slots(connections: usize) -> usize {
+    (connections / 4).max(2).min(connections.max(1))
+}
+
+/// One batchable statement's misses: how many of its queries are in flight,
+/// and the misses that arrived while all of them were.
+#[derive(Default)]
+struct Pending {
+    in_flight: usize,
+    queue: Vec<(Cell, Waiter)>,
+}
+
+/// Holds one of a statement's query slots; giving it back hands queued
+/// misses to the next query first. If the lookup that holds it is dropped
+/// mid-way (its caller gave up), the slot is freed and the misses queued
+/// behind it are told, rather than left waiting for a query that may never
+/// come.
+struct Slot<'k> {
+    pending: &'k Mutex<std::collections::HashMap<usize, Pending>>,
+    stmt: usize,
+    done: bool,
+}
+
+impl Slot<'_> {
+    /// The misses that queued while this slot's query ran (keeping the
+    /// slot), or `None` after freeing it when there are none.
+    fn next(&mut self) -> Option<Vec<(Cell, Waiter)>> {
+        let mut pending = self.pending.lock().ok()?;
+        let p = pending.entry(self.stmt).or_default();
+        if p.queue.is_empty() {
+            p.in_flight = p.in_flight.saturating_sub(1);
+            self.done = true;
+            None
+        } else {
+            Some(std::mem::take(&mut p.queue))
+        }
+    }
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let queued = match self.pending.lock() {
+            Ok(mut pending) => {
+                let p = pending.entry(self.stmt).or_default();
+                p.in_flight = p.in_flight.saturating_sub(1);
+                std::mem::take(&mut p.queue)
+            }
+            Err(_) => Vec::new(),
+        };
+        for (_, tx) in queued {
+            let _ = tx.send(Err("the lookup that was to run this one was cancelled".to_string()));
+        }
+    }
+}
+
 /// A provider plus generation, shared cache, policy and counters.
 pub struct Knowledge {
     provider: Arc<dyn Provider>,
@@ -392,8 +463,8 @@ pub struct Knowledge {
     generation: AtomicU64,
     born: Instant,
     cache: Option<moka::future::Cache<CacheKey, Row>>,
-    /// Misses waiting to be batched, per statement.
-    pending: Mutex<std::collections::HashMap<usize, Vec<(Cell, Waiter)>>>,
+    /// Per statement: its queries in flight, and the misses waiting for one.
+    pending: Mutex<std::collections::HashMap<usize, Pending>>,
     stats: Stats,
 }
 
@@ -573,25 +644,39 @@ impl Knowledge {
         }
     }
 
-    /// A lookup the caches could not answer: batched with the other misses
-    /// of the same statement that arrive together, when the statement allows.
+    /// A lookup the caches could not answer. When the statement allows
+    /// batching, it runs at once if fewer of the statement's queries are in
+    /// flight than [`batch_slots`]; otherwise it waits, and every miss that
+    /// waited goes in one query as soon as one of those finishes. So a light
+    /// load pays no wait for batching, and a heavy one sends fewer, larger
+    /// queries.
     async fn miss(&self, stmt: &BoundStatement, bound: Vec<Cell>) -> Result<Option<Vec<Cell>>, String> {
         let Some(plan) = &stmt.batch else {
             return self.fetch(stmt, bound).await;
         };
         let key = bound.into_iter().next().unwrap_or(Cell::Null);
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let leader = {
+        let runs_now = {
             let mut pending = self.pending.lock().map_err(|_| "lookup queue poisoned".to_string())?;
-            let queue = pending.entry(stmt.stats).or_default();
-            queue.push((key, tx));
-            queue.len() == 1
+            let p = pending.entry(stmt.stats).or_default();
+            if p.in_flight < batch_slots(self.provider.lookup_connections()) {
+                p.in_flight += 1;
+                Some((key, tx))
+            } else {
+                p.queue.push((key, tx));
+                None
+            }
         };
-        if leader {
-            // Let the misses that arrive together join this batch.
-            tokio::task::yield_now().await;
-            let batch = self.pending.lock().ok().and_then(|mut p| p.remove(&stmt.stats)).unwrap_or_default();
-            self.flush(stmt, plan, batch).await;
+        if let Some(first) = runs_now {
+            let mut slot = Slot { pending: &self.pending, stmt: stmt.stats, done: false };
+            let mut batch = vec![first];
+            loop {
+                self.flush(stmt, plan, batch).await;
+                match slot.next() {
+                    Some(queued) => batch = queued,
+                    None => break,
+                }
+            }
         }
         rx.await.unwrap_or_else(|_| Err("the batched lookup was dropped".to_string()))
     }
@@ -791,6 +876,146 @@ pub fn rewrite_placeholders(sql: &str, params: &[String], style: Placeholders) -
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A provider whose queries wait at a gate, counting what reaches it.
+    /// (A stand-in for a database, to hold queries in flight on purpose.)
+    struct Gated {
+        slots: usize,
+        gate: tokio::sync::Semaphore,
+        first: AtomicU64,
+        many: Mutex<Vec<usize>>,
+    }
+
+    impl Gated {
+        fn new(slots: usize) -> Arc<Gated> {
+            Arc::new(Gated { slots, gate: tokio::sync::Semaphore::new(0), first: AtomicU64::new(0), many: Mutex::new(Vec::new()) })
+        }
+        async fn pass(&self) {
+            self.gate.acquire().await.unwrap().forget();
+        }
+    }
+
+    impl Provider for Gated {
+        fn kind(&self) -> &'static str {
+            "gated"
+        }
+        fn placeholders(&self) -> Placeholders {
+            Placeholders::Question
+        }
+        fn lookup_connections(&self) -> usize {
+            self.slots
+        }
+        fn prepare<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<Prepared, String>> {
+            Box::pin(async { Ok(Prepared { columns: vec!["value".into()], params: Vec::new() }) })
+        }
+        fn query_first<'a>(&'a self, _: &'a BoundStatement, params: Vec<Cell>) -> BoxFuture<'a, Result<Option<Vec<Cell>>, String>> {
+            Box::pin(async move {
+                self.first.fetch_add(1, Ordering::SeqCst);
+                self.pass().await;
+                Ok(Some(vec![Cell::Text(format!("v{:?}", params[0]))]))
+            })
+        }
+        fn query_many<'a>(&'a self, _: &'a BatchPlan, keys: Vec<Cell>) -> BoxFuture<'a, Result<Vec<Vec<Cell>>, String>> {
+            Box::pin(async move {
+                self.many.lock().unwrap().push(keys.len());
+                self.pass().await;
+                Ok(keys.into_iter().map(|k| vec![k.clone(), Cell::Text(format!("v{k:?}"))]).collect())
+            })
+        }
+        fn prepare_many<'a>(&'a self, _: &'a BatchPlan) -> BoxFuture<'a, Result<(), String>> {
+            Box::pin(async { Ok(()) })
+        }
+        fn create_table_sql(&self, _: &str, _: &[String], _: &[String]) -> String {
+            String::new()
+        }
+        fn insert_rows<'a>(&'a self, _: &'a str, _: &'a [String], _: &'a [Vec<Cell>], _: bool) -> BoxFuture<'a, Result<(u64, u64)>> {
+            Box::pin(async { Ok((0, 0)) })
+        }
+        fn drop_table<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<()>> {
+            Box::pin(async { Ok(()) })
+        }
+        fn count<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<i64>> {
+            Box::pin(async { Ok(0) })
+        }
+        fn execute<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<()>> {
+            Box::pin(async { Ok(()) })
+        }
+        fn close<'a>(&'a self) -> BoxFuture<'a, ()> {
+            Box::pin(async {})
+        }
+    }
+
+    async fn gated(slots: usize) -> (Arc<Gated>, Arc<Knowledge>, Arc<BoundStatement>) {
+        let p = Gated::new(slots);
+        let mut config = KnowledgeConfig::default();
+        config.cache.mode = CacheMode::Bypass;
+        let k = Arc::new(Knowledge::with_config(p.clone(), config));
+        let stmt = SqlStatement {
+            sql: "select value from perf where id = :id".into(),
+            params: vec!["id".into()],
+            table: "perf".into(),
+            columns: vec!["value".into()],
+            file: "t.oml".into(),
+            line: 1,
+            column: 1,
+        };
+        let bound = k.bind(&[stmt]).await.unwrap().remove(0);
+        assert!(bound.batch.is_some());
+        (p, k, Arc::new(bound))
+    }
+
+    async fn until(what: impl Fn() -> bool) {
+        for _ in 0..2000 {
+            if what() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        panic!("timed out waiting");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn misses_run_at_once_up_to_the_connections_then_queue_into_one_batch() {
+        let (p, k, stmt) = gated(2).await;
+        let lookups: Vec<_> = (1..=10i64)
+            .map(|i| {
+                let (k, stmt) = (k.clone(), stmt.clone());
+                tokio::spawn(async move { (i, k.query(&stmt, &[Cell::Integer(i)]).await) })
+            })
+            .collect();
+        // Two go to the database at once, alone; the other eight wait for a slot.
+        until(|| p.first.load(Ordering::SeqCst) == 2 && k.pending.lock().unwrap().values().map(|q| q.queue.len()).sum::<usize>() == 8).await;
+        assert!(p.many.lock().unwrap().is_empty());
+        p.gate.add_permits(100);
+        for l in lookups {
+            let (i, row) = l.await.unwrap();
+            assert_eq!(row, Ok(Some(vec![Cell::Text(format!("v{:?}", Cell::Integer(i)))])), "key {i}");
+        }
+        // The first slot to free takes all eight waiting misses in one query.
+        assert_eq!(*p.many.lock().unwrap(), vec![8]);
+        assert_eq!(p.first.load(Ordering::SeqCst), 2);
+        assert_eq!(k.stats().batched.load(Ordering::SeqCst), 8);
+        assert_eq!(k.pending.lock().unwrap().values().map(|q| q.in_flight).sum::<usize>(), 0, "every slot is given back");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_cancelled_lookup_frees_its_slot_and_tells_those_queued_behind_it() {
+        let (p, k, stmt) = gated(1).await;
+        let spawn = |i: i64| {
+            let (k, stmt) = (k.clone(), stmt.clone());
+            tokio::spawn(async move { k.query(&stmt, &[Cell::Integer(i)]).await })
+        };
+        let running = spawn(1);
+        until(|| p.first.load(Ordering::SeqCst) == 1).await;
+        let queued = spawn(2);
+        until(|| k.pending.lock().unwrap().values().any(|q| q.queue.len() == 1)).await;
+        running.abort();
+        let told = queued.await.unwrap();
+        assert!(told.as_ref().is_err_and(|e| e.contains("cancelled")), "{told:?}");
+        // The slot is free again: the next miss runs at once.
+        p.gate.add_permits(10);
+        assert_eq!(spawn(3).await.unwrap(), Ok(Some(vec![Cell::Text(format!("v{:?}", Cell::Integer(3)))])));
+    }
 
     #[test]
     fn placeholders_follow_occurrences() {

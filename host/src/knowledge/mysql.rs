@@ -160,6 +160,10 @@ impl Provider for MySqlProvider {
         super::rewrite_helper_calls(&sql, &helper_expression)
     }
 
+    fn lookup_connections(&self) -> usize {
+        self.lanes.size()
+    }
+
     fn prepare<'a>(&'a self, sql: &'a str) -> BoxFuture<'a, Result<Prepared, String>> {
         Box::pin(async move {
             let stmt = (&self.pool)

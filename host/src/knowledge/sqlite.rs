@@ -115,6 +115,10 @@ impl Provider for SqliteProvider {
         Placeholders::Question
     }
 
+    fn lookup_connections(&self) -> usize {
+        self.lanes.size()
+    }
+
     fn prepare<'a>(&'a self, sql: &'a str) -> BoxFuture<'a, Result<Prepared, String>> {
         Box::pin(async move {
             let stmt = (&self.pool)
