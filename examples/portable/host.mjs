@@ -117,11 +117,11 @@ async function main() {
   // it comes with spell them with the package version. Both are given.
   const rule = await instantiate(readFileSync(args.component), {
     'omlet:rule/knowledge': knowledge,
-    'omlet:rule/knowledge@0.1.0': knowledge,
+    'omlet:rule/knowledge@0.2.0': knowledge,
     'omlet:rule/clock': clock,
-    'omlet:rule/clock@0.1.0': clock,
+    'omlet:rule/clock@0.2.0': clock,
     'omlet:rule/types': {},
-    'omlet:rule/types@0.1.0': {},
+    'omlet:rule/types@0.2.0': {},
   });
 
   let info;
@@ -178,7 +178,7 @@ async function main() {
     }
     let line;
     try {
-      line = recordToJson(decodeRecord(output.text, output.nodes));
+      line = recordToJson(decodeRecord(output));
     } catch (e) {
       report(input, 'failed', e.message);
       continue;

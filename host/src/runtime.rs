@@ -34,7 +34,6 @@ mod bindings {
 use bindings::exports::omlet::rule::evaluator as ev;
 use bindings::omlet::rule::{clock, knowledge as wk, types};
 pub use omlet_lang::Route;
-pub(crate) use bindings::omlet::rule::types::{Frame, Node, Record as WRecord, Span, Value as WValue};
 
 /// Limits of the pooling allocator (per engine).
 #[derive(Debug, Clone)]
@@ -299,7 +298,7 @@ impl Rule {
             Ok(r) => {
                 self.checkin(inst);
                 let r = r.map_err(|e| record_error(0, e))?;
-                wire::decode_record(&r.text, &r.nodes).map_err(|message| Error::Record { index: 0, message })
+                wire::decode_record(&r).map_err(|message| Error::Record { index: 0, message })
             }
             // A trapped instance is dropped, never reused.
             Err(e) => Err(Error::wasm(e)),
@@ -335,7 +334,7 @@ impl Rule {
             .map_err(Error::wasm)?;
         self.checkin(inst);
         let errors = out.errors.into_iter().map(|e| (e.index as usize, record_error(e.index as usize, e.error)));
-        wire::decode_batch(n, out.records, errors)
+        wire::decode_batch(n, &out.records, errors)
     }
 
     /// [`Rule::evaluate`] for programs without an async runtime.

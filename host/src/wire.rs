@@ -1,84 +1,28 @@
-//! Host records to and from the flat WIT encoding (`wit/omlet.wit`, `types`).
+//! Host records to and from frames, the bytes that cross the boundary
+//! (layout and codec: `omlet_lang::frame`; WIT: `types.frame`).
 
 use std::borrow::Cow;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use omlet_lang::frame::{Raw, Reader, Writer};
 use omlet_lang::value::{Field, Value};
 
 use crate::record::Record;
-use crate::runtime::{Frame, Node, Span, WRecord, WValue};
 use crate::{Error, Result};
 
-#[derive(Default)]
-struct Encoder {
-    text: Vec<u8>,
-    nodes: Vec<Node>,
+/// One record as a frame, for `evaluate`.
+pub(crate) fn encode_record(r: &Record) -> Vec<u8> {
+    let mut w = Writer::with_capacity(1, r.len());
+    w.record(r);
+    w.finish()
 }
 
-impl Encoder {
-    fn span(&mut self, s: &str) -> Span {
-        let start = self.text.len() as u32;
-        self.text.extend_from_slice(s.as_bytes());
-        Span { start, len: s.len() as u32 }
-    }
-
-    fn field(&mut self, f: &Field<'_>) {
-        let name = self.span(&f.name);
-        let value = match &f.value {
-            Value::Chars(s) => WValue::Chars(self.span(s)),
-            Value::Digit(d) => WValue::Digit(*d),
-            Value::Float(x) => WValue::Float(*x),
-            Value::Bool(b) => WValue::Boolean(*b),
-            Value::Ip(IpAddr::V4(a)) => WValue::Ipv4(u32::from(*a)),
-            Value::Ip(IpAddr::V6(a)) => {
-                let n = u128::from(*a);
-                WValue::Ipv6(((n >> 64) as u64, n as u64))
-            }
-            Value::Time(t) => WValue::Time(*t),
-            Value::Null => WValue::Null,
-            Value::Ignore => WValue::Ignore,
-            Value::Obj(m) | Value::Array(m) => {
-                let n = m.len() as u32;
-                let v = if matches!(f.value, Value::Obj(_)) { WValue::Obj(n) } else { WValue::Array(n) };
-                self.nodes.push(Node { name, value: v });
-                for c in m.iter() {
-                    self.field(c);
-                }
-                return;
-            }
-        };
-        self.nodes.push(Node { name, value });
-    }
-}
-
-pub(crate) fn encode_record(r: &Record) -> WRecord {
-    let mut e = Encoder::default();
-    for f in r {
-        e.field(f);
-    }
-    WRecord { text: e.text, nodes: e.nodes }
-}
-
-pub(crate) fn encode_frame<'r>(records: impl ExactSizeIterator<Item = &'r Record>) -> Frame {
-    let mut e = Encoder::default();
-    let mut sizes = Vec::with_capacity(records.len());
+/// Records as one frame, for `evaluate-batch`.
+pub(crate) fn encode_frame<'r>(records: impl ExactSizeIterator<Item = &'r Record>) -> Vec<u8> {
+    let mut w = Writer::with_capacity(records.len(), 8);
     for r in records {
-        let before = e.nodes.len();
-        for f in r {
-            e.field(f);
-        }
-        sizes.push((e.nodes.len() - before) as u32);
+        w.record(r);
     }
-    Frame { text: e.text, nodes: e.nodes, sizes }
-}
-
-fn bytes(text: &[u8], s: Span) -> Result<&[u8], String> {
-    let start = s.start as usize;
-    text.get(start..start + s.len as usize).ok_or_else(|| "span outside the text buffer".into())
-}
-
-fn text(t: &[u8], s: Span) -> Result<String, String> {
-    Ok(String::from_utf8_lossy(bytes(t, s)?).into_owned())
+    w.finish()
 }
 
 /// Field names of output records, shared rather than allocated per field.
@@ -151,68 +95,78 @@ mod names {
     }
 }
 
-fn node(t: &[u8], nodes: &[Node], i: &mut usize) -> Result<Field<'static>, String> {
-    let n = nodes.get(*i).ok_or("truncated node list")?;
-    *i += 1;
-    let name = match names::get(bytes(t, n.name)?) {
+/// The next subtree of `r` as an owned field (names shared, see [`names`]).
+/// Object members stay in the order the guest wrote them (name order).
+fn tree(r: &mut Reader<'_>, read: &mut u32, depth: u32) -> Result<Field<'static>, String> {
+    if depth > omlet_lang::frame::MAX_DEPTH {
+        return Err("record nested deeper than 128 levels".into());
+    }
+    let (name, raw) = r.node()?;
+    *read += 1;
+    let name = match names::get(name.as_bytes()) {
         Some(kept) => Cow::Borrowed(kept),
-        None => Cow::Owned(text(t, n.name)?),
+        None => Cow::Owned(name.to_string()),
     };
-    let value = match n.value {
-        WValue::Chars(s) => Value::Chars(Cow::Owned(text(t, s)?)),
-        WValue::Digit(d) => Value::Digit(d),
-        WValue::Float(f) => Value::Float(f),
-        WValue::Boolean(b) => Value::Bool(b),
-        WValue::Ipv4(a) => Value::Ip(IpAddr::V4(Ipv4Addr::from(a))),
-        WValue::Ipv6((hi, lo)) => Value::Ip(IpAddr::V6(Ipv6Addr::from((hi as u128) << 64 | lo as u128))),
-        WValue::Time(x) => Value::Time(x),
-        WValue::Null => Value::Null,
-        WValue::Ignore => Value::Ignore,
-        WValue::Obj(c) | WValue::Array(c) => {
-            let mut m = Vec::with_capacity(c as usize);
-            for _ in 0..c {
-                m.push(node(t, nodes, i)?);
+    let value = match raw {
+        Raw::Leaf(v) => v.into_owned(),
+        Raw::Obj(n) | Raw::Array(n) => {
+            let mut members = Vec::with_capacity((n as usize).min(4096));
+            for _ in 0..n {
+                members.push(tree(r, read, depth + 1)?);
             }
-            if matches!(n.value, WValue::Obj(_)) { Value::Obj(Box::new(m)) } else { Value::Array(Box::new(m)) }
+            if matches!(raw, Raw::Obj(_)) { Value::Obj(Box::new(members)) } else { Value::Array(Box::new(members)) }
         }
     };
     Ok(Field::new(name, value))
 }
 
-pub(crate) fn decode_record(t: &[u8], nodes: &[Node]) -> Result<Record, String> {
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < nodes.len() {
-        out.push(node(t, nodes, &mut i)?);
+/// The next record of `r`, of `size` nodes.
+fn record(r: &mut Reader<'_>, size: u32) -> Result<Record, String> {
+    let mut out = Vec::with_capacity(size as usize);
+    let mut read = 0;
+    while read < size {
+        out.push(tree(r, &mut read, 0)?);
+    }
+    if read != size {
+        return Err("a record's subtrees overrun its node count".into());
     }
     Ok(out)
 }
 
+/// The one record of an `evaluate` output.
+pub(crate) fn decode_record(frame: &[u8]) -> Result<Record, String> {
+    let mut r = Reader::new(frame)?;
+    if r.records() != 1 {
+        return Err(format!("expected one output record, the frame has {}", r.records()));
+    }
+    let size = r.size(0)?;
+    record(&mut r, size)
+}
+
 /// Re-assembles per-input results from a batch output frame (successes in
 /// order) and its error list.
-pub(crate) fn decode_batch(
-    n: usize,
-    frame: Frame,
-    errors: impl Iterator<Item = (usize, Error)>,
-) -> Result<Vec<Result<Record>>> {
+pub(crate) fn decode_batch(n: usize, frame: &[u8], errors: impl Iterator<Item = (usize, Error)>) -> Result<Vec<Result<Record>>> {
     let mut errs: Vec<Option<Error>> = (0..n).map(|_| None).collect();
     for (i, e) in errors {
         if let Some(slot) = errs.get_mut(i) {
             *slot = Some(e);
         }
     }
+    let bad = |m: &str| Error::Wasm(format!("batch output: {m}"));
+    let mut r = Reader::new(frame).map_err(bad)?;
     let mut out = Vec::with_capacity(n);
-    let mut at = 0usize;
-    let mut sizes = frame.sizes.iter();
+    let mut next = 0usize;
     for (index, err) in errs.into_iter().enumerate() {
         if let Some(e) = err {
             out.push(Err(e));
             continue;
         }
-        let size = *sizes.next().ok_or_else(|| Error::Wasm("batch output has too few records".into()))? as usize;
-        let nodes = frame.nodes.get(at..at + size).ok_or_else(|| Error::Wasm("batch output is truncated".into()))?;
-        at += size;
-        out.push(decode_record(&frame.text, nodes).map_err(|message| Error::Record { index, message }));
+        if next >= r.records() {
+            return Err(bad("too few records"));
+        }
+        let size = r.size(next).map_err(bad)?;
+        next += 1;
+        out.push(record(&mut r, size).map_err(|message| Error::Record { index, message }));
     }
     Ok(out)
 }
@@ -239,7 +193,7 @@ mod tests {
         assert!(names::get(b"one-name-too-many").is_none());
         assert_eq!(names::get(b"client_ip"), Some("client_ip"));
         let r = encode_record(&vec![Field::new(Cow::Borrowed("one-name-too-many"), Value::Digit(1))]);
-        let back = decode_record(&r.text, &r.nodes).unwrap();
+        let back = decode_record(&r).unwrap();
         assert_eq!(back[0].name, "one-name-too-many");
         assert!(matches!(back[0].name, Cow::Owned(_)));
     }

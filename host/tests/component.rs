@@ -46,14 +46,14 @@ fn component_imports_only_omlets_interfaces() {
             .map(|(n, _)| n.to_string())
             .collect();
         match name {
-            "omlet:rule/knowledge@0.1.0" => assert_eq!(funcs, ["query", "columns"]),
-            "omlet:rule/clock@0.1.0" => assert_eq!(funcs, ["now"]),
-            "omlet:rule/types@0.1.0" => assert!(funcs.is_empty(), "types exports only types"),
+            "omlet:rule/knowledge@0.2.0" => assert_eq!(funcs, ["query", "columns"]),
+            "omlet:rule/clock@0.2.0" => assert_eq!(funcs, ["now"]),
+            "omlet:rule/types@0.2.0" => assert!(funcs.is_empty(), "types exports only types"),
             other => panic!("foreign import {other}"),
         }
     }
     names.sort();
-    assert_eq!(names, ["omlet:rule/clock@0.1.0", "omlet:rule/knowledge@0.1.0", "omlet:rule/types@0.1.0"]);
+    assert_eq!(names, ["omlet:rule/clock@0.2.0", "omlet:rule/knowledge@0.2.0", "omlet:rule/types@0.2.0"]);
     assert!(!names.iter().any(|n| n.starts_with("wasi")));
 }
 
@@ -106,22 +106,43 @@ async fn plain_wasmtime_host_runs_a_built_rule() {
     assert_eq!(info.statements[0].params, ["id"]);
     assert!(info.uses_clock);
 
-    // One record: {"id": 7}, encoded by hand.
-    let input = types::Record {
-        text: b"id".to_vec(),
-        nodes: vec![types::Node { name: types::Span { start: 0, len: 2 }, value: types::Value::Digit(7) }],
-    };
+    // One record, {"id": 7}, encoded by hand as the WIT comment lays it out:
+    // header (1 record, 17 node bytes, 2 text bytes), its node count (1), the
+    // node (tag 1 = digit, name span 0..2, the i64), the text "id".
+    let mut input = Vec::new();
+    for x in [1u32, 17, 2, 1] {
+        input.extend_from_slice(&x.to_le_bytes());
+    }
+    input.push(1);
+    input.extend_from_slice(&0u32.to_le_bytes());
+    input.extend_from_slice(&2u32.to_le_bytes());
+    input.extend_from_slice(&7i64.to_le_bytes());
+    input.extend_from_slice(b"id");
     let route = plain::exports::omlet::rule::evaluator::Route::Only;
     let out = rule.omlet_rule_evaluator().call_evaluate(&mut store, 1, &route, &input).await.unwrap().unwrap();
-    let name = |s: types::Span| std::str::from_utf8(&out.text[s.start as usize..(s.start + s.len) as usize]).unwrap().to_string();
-    assert_eq!(out.nodes.len(), 2);
-    assert_eq!(name(out.nodes[0].name), "at");
+    let mut reader = omlet_lang::frame::Reader::new(&out).unwrap();
+    assert_eq!((reader.records(), reader.size(0).unwrap()), (1, 2));
+    let fields = reader.fields(2).unwrap();
+    assert_eq!(fields[0].name, "at");
     // Local time: 14:30 UTC + 2 h.
-    let types::Value::Time(t) = out.nodes[0].value else { panic!("at should be a time") };
-    assert_eq!(t, 1_705_329_000_000_000_000 + 7200 * 1_000_000_000);
-    assert_eq!(name(out.nodes[1].name), "v");
-    let types::Value::Chars(v) = out.nodes[1].value else { panic!("v should be chars") };
-    assert_eq!(name(v), "seven");
+    assert_eq!(fields[0].value, omlet_lang::value::Value::Time(1_705_329_000_000_000_000 + 7200 * 1_000_000_000));
+    assert_eq!(fields[1].name, "v");
+    assert_eq!(fields[1].value, omlet_lang::value::Value::Chars("seven".into()));
+    assert!(reader.done());
+
+    // Damaged frames are errors, not traps: a bad header fails the call's
+    // record(s); a record whose nodes overrun the frame fails it and the rest.
+    let err = rule.omlet_rule_evaluator().call_evaluate(&mut store, 1, &route, &input[..9].to_vec()).await.unwrap().unwrap_err();
+    assert_eq!(err.message, "truncated frame");
+    let mut two = omlet_lang::frame::Writer::default();
+    let rec = omlet::record::from_json_str(r#"{"id": 7}"#).unwrap();
+    two.record(&rec);
+    two.record(&rec);
+    let mut two = two.finish();
+    two[12..16].copy_from_slice(&5u32.to_le_bytes()); // the first record claims 5 nodes
+    let out = rule.omlet_rule_evaluator().call_evaluate_batch(&mut store, 1, &route, &two).await.unwrap();
+    assert_eq!(out.errors.iter().map(|e| e.index).collect::<Vec<_>>(), [0, 1]);
+    assert!(out.errors[0].error.message.starts_with("damaged frame:"), "{}", out.errors[0].error.message);
     let queries = &store.data().queries;
     assert_eq!(queries.len(), 1);
     assert_eq!(queries[0].0, 0);

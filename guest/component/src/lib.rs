@@ -14,16 +14,14 @@ extern crate alloc;
 #[cfg(not(target_arch = "wasm32"))]
 extern crate std;
 
-use alloc::borrow::Cow;
 use alloc::collections::BTreeMap;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
-use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use omlet_lang::eval::{self, Cell, QueryError};
+use omlet_lang::frame::{Reader, Writer};
 use omlet_lang::ir::{Program, IR_VERSION};
 use omlet_lang::{Route, RouteError};
-use omlet_lang::value::{Field, Value};
 
 #[cfg(target_arch = "wasm32")]
 #[global_allocator]
@@ -43,7 +41,6 @@ wit_bindgen::generate!({
 use exports::omlet::rule::evaluator::{BatchOutput, ErrorKind, EvalError, RecordError, Route as WRoute};
 use exports::omlet::rule::meta;
 use omlet::rule::knowledge;
-use omlet::rule::types::{Frame, Node, Record, Span, Value as WValue};
 
 /// Where the IR is: a magic tag that `omlet build` searches for in the data
 /// segments, then the address and length it writes after it.
@@ -145,51 +142,61 @@ impl meta::Guest for Guest {
 }
 
 impl exports::omlet::rule::evaluator::Guest for Guest {
-    fn evaluate(generation: u64, route: WRoute, input: Record) -> Result<Record, EvalError> {
+    fn evaluate(generation: u64, route: WRoute, input: Vec<u8>) -> Result<Vec<u8>, EvalError> {
         let st = state();
         refresh(st, generation);
         let (prog, model, mut host) = split(st, &route)?;
-        let fields = decode_record(&input.text, &input.nodes).map_err(failed)?;
+        let mut reader = Reader::new(&input).map_err(|e| failed(e.to_string()))?;
+        if reader.records() != 1 {
+            return Err(failed("`evaluate` takes a frame of exactly one record".to_string()));
+        }
+        let fields = reader.size(0).and_then(|n| reader.fields(n)).map_err(|e| failed(e.to_string()))?;
         let out = eval::evaluate(prog, model, fields, &mut host).map_err(|e| failed(e.to_string()))?;
-        let mut enc = Encoder::default();
-        enc.record(&out);
-        Ok(Record { text: enc.text, nodes: enc.nodes })
+        let mut w = Writer::with_capacity(1, out.len());
+        w.record(&out);
+        Ok(w.finish())
     }
 
-    fn evaluate_batch(generation: u64, route: WRoute, input: Frame) -> BatchOutput {
+    fn evaluate_batch(generation: u64, route: WRoute, input: Vec<u8>) -> BatchOutput {
         let st = state();
         refresh(st, generation);
-        let mut enc = Encoder::default();
-        let mut sizes = Vec::with_capacity(input.sizes.len());
-        let mut errors = Vec::new();
+        let mut reader = match Reader::new(&input) {
+            Ok(r) => r,
+            // Without a readable header the records cannot even be counted.
+            Err(e) => {
+                return BatchOutput {
+                    records: Writer::default().finish(),
+                    errors: alloc::vec![RecordError { index: 0, error: failed(e.to_string()) }],
+                };
+            }
+        };
+        let n = reader.records();
         let (prog, model, mut host) = match split(st, &route) {
             Ok(x) => x,
             Err(error) => {
-                let errors = (0..input.sizes.len() as u32)
-                    .map(|index| RecordError { index, error: error.clone() })
-                    .collect();
-                return BatchOutput { records: Frame { text: Vec::new(), nodes: Vec::new(), sizes }, errors };
+                let errors = (0..n as u32).map(|index| RecordError { index, error: error.clone() }).collect();
+                return BatchOutput { records: Writer::default().finish(), errors };
             }
         };
-        let mut at = 0usize;
-        for (index, &size) in input.sizes.iter().enumerate() {
-            let end = at.saturating_add(size as usize);
-            let result = match input.nodes.get(at..end) {
-                Some(nodes) => decode_record(&input.text, nodes)
-                    .and_then(|fields| eval::evaluate(prog, model, fields, &mut host).map_err(|e| e.to_string())),
-                None => Err("frame sizes exceed its node list".to_string()),
-            };
-            at = end;
-            match result {
-                Ok(out) => {
-                    let before = enc.nodes.len();
-                    enc.record(&out);
-                    sizes.push((enc.nodes.len() - before) as u32);
+        let mut w = Writer::with_capacity(n, 8);
+        let mut errors = Vec::new();
+        for index in 0..n {
+            let fields = match reader.size(index).and_then(|size| reader.fields(size)) {
+                Ok(f) => f,
+                // Nodes have no fixed size: past a damaged record, none can be found.
+                Err(e) => {
+                    for i in index..n {
+                        errors.push(RecordError { index: i as u32, error: failed(alloc::format!("damaged frame: {e}")) });
+                    }
+                    break;
                 }
-                Err(message) => errors.push(RecordError { index: index as u32, error: failed(message) }),
+            };
+            match eval::evaluate(prog, model, fields, &mut host) {
+                Ok(out) => w.record(&out),
+                Err(e) => errors.push(RecordError { index: index as u32, error: failed(e.to_string()) }),
             }
         }
-        BatchOutput { records: Frame { text: enc.text, nodes: enc.nodes, sizes }, errors }
+        BatchOutput { records: w.finish(), errors }
     }
 }
 
@@ -305,112 +312,5 @@ impl eval::Host for WitHost<'_> {
     fn now(&mut self) -> (i64, i32) {
         let n = omlet::rule::clock::now();
         (n.unix_nanos, n.utc_offset_seconds)
-    }
-}
-
-// ----- frames <-> values ---------------------------------------------------------
-
-fn text_of<'a>(text: &'a [u8], s: Span) -> Result<Cow<'a, str>, String> {
-    let start = s.start as usize;
-    let bytes = text
-        .get(start..start.saturating_add(s.len as usize))
-        .ok_or_else(|| "a span points outside the frame's text".to_string())?;
-    Ok(match core::str::from_utf8(bytes) {
-        Ok(s) => Cow::Borrowed(s),
-        Err(_) => Cow::Owned(String::from_utf8_lossy(bytes).into_owned()),
-    })
-}
-
-/// Decodes the top-level fields of one record's nodes.
-fn decode_record<'a>(text: &'a [u8], nodes: &[Node]) -> Result<Vec<Field<'a>>, String> {
-    let mut out = Vec::with_capacity(nodes.len());
-    let mut i = 0;
-    while i < nodes.len() {
-        out.push(decode_node(text, nodes, &mut i, 0)?);
-    }
-    Ok(out)
-}
-
-fn decode_node<'a>(text: &'a [u8], nodes: &[Node], i: &mut usize, depth: u32) -> Result<Field<'a>, String> {
-    if depth > 128 {
-        return Err("record nested deeper than 128 levels".to_string());
-    }
-    let n = nodes.get(*i).ok_or_else(|| "a container counts more children than the frame has".to_string())?;
-    *i += 1;
-    let name = text_of(text, n.name)?;
-    let value = match n.value {
-        WValue::Chars(s) => Value::Chars(text_of(text, s)?),
-        WValue::Digit(d) => Value::Digit(d),
-        WValue::Float(f) => Value::Float(f),
-        WValue::Boolean(b) => Value::Bool(b),
-        WValue::Ipv4(a) => Value::Ip(IpAddr::V4(Ipv4Addr::from(a))),
-        WValue::Ipv6((hi, lo)) => Value::Ip(IpAddr::V6(Ipv6Addr::from((hi as u128) << 64 | lo as u128))),
-        WValue::Time(t) => Value::Time(t),
-        WValue::Null => Value::Null,
-        WValue::Ignore => Value::Ignore,
-        WValue::Obj(count) | WValue::Array(count) => {
-            let mut children = Vec::with_capacity((count as usize).min(nodes.len()));
-            for _ in 0..count {
-                children.push(decode_node(text, nodes, i, depth + 1)?);
-            }
-            if matches!(n.value, WValue::Obj(_)) {
-                let mut sorted = Vec::with_capacity(children.len());
-                for c in children {
-                    omlet_lang::value::obj_insert(&mut sorted, c);
-                }
-                Value::Obj(alloc::boxed::Box::new(sorted))
-            } else {
-                Value::Array(alloc::boxed::Box::new(children))
-            }
-        }
-    };
-    Ok(Field::new(name, value))
-}
-
-#[derive(Default)]
-struct Encoder {
-    text: Vec<u8>,
-    nodes: Vec<Node>,
-}
-
-impl Encoder {
-    fn span(&mut self, s: &str) -> Span {
-        let start = self.text.len() as u32;
-        self.text.extend_from_slice(s.as_bytes());
-        Span { start, len: s.len() as u32 }
-    }
-
-    fn record(&mut self, fields: &[Field<'_>]) {
-        for f in fields {
-            self.field(f);
-        }
-    }
-
-    fn field(&mut self, f: &Field<'_>) {
-        let name = self.span(&f.name);
-        let value = match &f.value {
-            Value::Chars(s) => WValue::Chars(self.span(s)),
-            Value::Digit(d) => WValue::Digit(*d),
-            Value::Float(x) => WValue::Float(*x),
-            Value::Bool(b) => WValue::Boolean(*b),
-            Value::Ip(IpAddr::V4(a)) => WValue::Ipv4(u32::from(*a)),
-            Value::Ip(IpAddr::V6(a)) => {
-                let n = u128::from(*a);
-                WValue::Ipv6(((n >> 64) as u64, n as u64))
-            }
-            Value::Time(t) => WValue::Time(*t),
-            Value::Null => WValue::Null,
-            Value::Ignore => WValue::Ignore,
-            Value::Obj(m) | Value::Array(m) => {
-                let count = m.len() as u32;
-                let v = if matches!(f.value, Value::Obj(_)) { WValue::Obj(count) } else { WValue::Array(count) };
-                self.nodes.push(Node { name, value: v });
-                for c in m.iter() {
-                    self.field(c);
-                }
-                return;
-            }
-        };
-        self.nodes.push(Node { name, value });
     }
 }

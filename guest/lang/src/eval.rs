@@ -73,6 +73,8 @@ pub fn evaluate<'a>(
         f.sym = program.resolve(&f.name);
     }
     let mut ctx = Ctx::new(program, input, host);
+    // Most statements write one field: one allocation for the output.
+    ctx.dst.reserve(m.stmts.len());
     for stmt in &m.stmts {
         ctx.stmt(stmt);
         if let Some(e) = ctx.fatal.take() {

@@ -17,6 +17,7 @@ pub mod ast;
 pub mod compile;
 pub mod diag;
 pub mod eval;
+pub mod frame;
 pub mod ir;
 pub mod parse;
 pub mod pipes;

@@ -1,0 +1,369 @@
+//! Records as bytes: the frame that crosses the component boundary.
+//!
+//! WIT has no recursive types, and a list of WIT records is lifted and
+//! lowered element by element, so records travel as one `list<u8>` per call
+//! (`wit/omlet.wit`, `frame`), which the canonical ABI copies in one go. Both
+//! sides of the boundary use this module: the guest, the Rust host, and (in
+//! JavaScript) `examples/portable/lib/frame.mjs`.
+//!
+//! Layout, all integers little-endian:
+//!
+//! ```text
+//! u32 records | u32 node-bytes | u32 text-bytes
+//! u32 × records    nodes of each record (top-level fields and everything under them)
+//! node-bytes       the nodes, in pre-order, one record after another
+//! text-bytes       UTF-8: every field name and chars value, nodes point into it
+//! ```
+//!
+//! A node is a tag byte, the name as a span of the text (u32 start, u32
+//! length), then a payload by tag: `0` chars (span), `1` digit (i64), `2`
+//! float (f64 bits), `3` bool (u8), `4` ipv4 (u32), `5` ipv6 (u64 high, u64
+//! low), `6` time (i64 ns since 1970-01-01, naive), `7` null, `8` ignore (no
+//! payload), `9` obj and `10` array (u32 n: the next n subtrees are its
+//! members or elements).
+
+use alloc::vec::Vec;
+use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use crate::value::{Field, Value};
+
+const CHARS: u8 = 0;
+const DIGIT: u8 = 1;
+const FLOAT: u8 = 2;
+const BOOL: u8 = 3;
+const IPV4: u8 = 4;
+const IPV6: u8 = 5;
+const TIME: u8 = 6;
+const NULL: u8 = 7;
+const IGNORE: u8 = 8;
+const OBJ: u8 = 9;
+const ARRAY: u8 = 10;
+
+/// Deepest nesting a frame may carry (the decoders recurse).
+pub const MAX_DEPTH: u32 = 128;
+
+/// Builds a frame record by record.
+#[derive(Default)]
+pub struct Writer {
+    sizes: Vec<u32>,
+    nodes: Vec<u8>,
+    text: Vec<u8>,
+    count: u32,
+}
+
+impl Writer {
+    /// A writer with room for about `records` records of `fields` fields.
+    pub fn with_capacity(records: usize, fields: usize) -> Writer {
+        Writer {
+            sizes: Vec::with_capacity(records),
+            nodes: Vec::with_capacity(records * fields * 13),
+            text: Vec::with_capacity(records * fields * 12),
+            count: 0,
+        }
+    }
+
+    /// Appends one record.
+    pub fn record(&mut self, fields: &[Field<'_>]) {
+        self.count = 0;
+        for f in fields {
+            self.field(f);
+        }
+        self.sizes.push(self.count);
+    }
+
+    fn span(&mut self, s: &str) {
+        let start = self.text.len() as u32;
+        self.text.extend_from_slice(s.as_bytes());
+        self.nodes.extend_from_slice(&start.to_le_bytes());
+        self.nodes.extend_from_slice(&(s.len() as u32).to_le_bytes());
+    }
+
+    fn head(&mut self, tag: u8, name: &str) {
+        self.count += 1;
+        self.nodes.push(tag);
+        self.span(name);
+    }
+
+    fn field(&mut self, f: &Field<'_>) {
+        match &f.value {
+            Value::Chars(s) => {
+                self.head(CHARS, &f.name);
+                self.span(s);
+            }
+            Value::Digit(d) => {
+                self.head(DIGIT, &f.name);
+                self.nodes.extend_from_slice(&d.to_le_bytes());
+            }
+            Value::Float(x) => {
+                self.head(FLOAT, &f.name);
+                self.nodes.extend_from_slice(&x.to_bits().to_le_bytes());
+            }
+            Value::Bool(b) => {
+                self.head(BOOL, &f.name);
+                self.nodes.push(*b as u8);
+            }
+            Value::Ip(IpAddr::V4(a)) => {
+                self.head(IPV4, &f.name);
+                self.nodes.extend_from_slice(&u32::from(*a).to_le_bytes());
+            }
+            Value::Ip(IpAddr::V6(a)) => {
+                self.head(IPV6, &f.name);
+                let n = u128::from(*a);
+                self.nodes.extend_from_slice(&((n >> 64) as u64).to_le_bytes());
+                self.nodes.extend_from_slice(&(n as u64).to_le_bytes());
+            }
+            Value::Time(t) => {
+                self.head(TIME, &f.name);
+                self.nodes.extend_from_slice(&t.to_le_bytes());
+            }
+            Value::Null => self.head(NULL, &f.name),
+            Value::Ignore => self.head(IGNORE, &f.name),
+            Value::Obj(m) | Value::Array(m) => {
+                let tag = if matches!(f.value, Value::Obj(_)) { OBJ } else { ARRAY };
+                self.head(tag, &f.name);
+                self.nodes.extend_from_slice(&(m.len() as u32).to_le_bytes());
+                for c in m.iter() {
+                    self.field(c);
+                }
+            }
+        }
+    }
+
+    /// The frame's bytes.
+    pub fn finish(self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(12 + self.sizes.len() * 4 + self.nodes.len() + self.text.len());
+        out.extend_from_slice(&(self.sizes.len() as u32).to_le_bytes());
+        out.extend_from_slice(&(self.nodes.len() as u32).to_le_bytes());
+        out.extend_from_slice(&(self.text.len() as u32).to_le_bytes());
+        for s in &self.sizes {
+            out.extend_from_slice(&s.to_le_bytes());
+        }
+        out.extend_from_slice(&self.nodes);
+        out.extend_from_slice(&self.text);
+        out
+    }
+}
+
+/// One node's value as read, text borrowed from the frame.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Raw<'a> {
+    /// A value without members.
+    Leaf(Value<'a>),
+    /// An object with this many members (the next subtrees).
+    Obj(u32),
+    /// An array with this many elements (the next subtrees).
+    Array(u32),
+}
+
+/// Reads a frame: the records' node counts, then their nodes in order.
+pub struct Reader<'a> {
+    sizes: &'a [u8],
+    nodes: &'a [u8],
+    text: &'a str,
+    at: usize,
+}
+
+/// Why a frame cannot be read.
+pub type FrameError = &'static str;
+
+fn u32_at(b: &[u8], at: usize) -> Result<u32, FrameError> {
+    b.get(at..at + 4).map(|x| u32::from_le_bytes([x[0], x[1], x[2], x[3]])).ok_or("truncated frame")
+}
+
+impl<'a> Reader<'a> {
+    /// Checks the frame's header and that its text is UTF-8.
+    pub fn new(frame: &'a [u8]) -> Result<Reader<'a>, FrameError> {
+        let records = u32_at(frame, 0)? as usize;
+        let node_bytes = u32_at(frame, 4)? as usize;
+        let text_bytes = u32_at(frame, 8)? as usize;
+        let sizes_end = records.checked_mul(4).and_then(|n| n.checked_add(12)).ok_or("frame too large")?;
+        let nodes_end = sizes_end.checked_add(node_bytes).ok_or("frame too large")?;
+        let text_end = nodes_end.checked_add(text_bytes).ok_or("frame too large")?;
+        if text_end != frame.len() {
+            return Err("frame length does not match its header");
+        }
+        let text = core::str::from_utf8(&frame[nodes_end..text_end]).map_err(|_| "frame text is not UTF-8")?;
+        Ok(Reader { sizes: &frame[12..sizes_end], nodes: &frame[sizes_end..nodes_end], text, at: 0 })
+    }
+
+    /// How many records the frame holds.
+    pub fn records(&self) -> usize {
+        self.sizes.len() / 4
+    }
+
+    /// How many nodes record `i` has.
+    pub fn size(&self, i: usize) -> Result<u32, FrameError> {
+        u32_at(self.sizes, i * 4)
+    }
+
+    /// Whether every node has been read.
+    pub fn done(&self) -> bool {
+        self.at >= self.nodes.len()
+    }
+
+    fn take<const N: usize>(&mut self) -> Result<[u8; N], FrameError> {
+        let b = self.nodes.get(self.at..self.at + N).ok_or("truncated node")?;
+        self.at += N;
+        let mut out = [0u8; N];
+        out.copy_from_slice(b);
+        Ok(out)
+    }
+
+    fn span(&mut self) -> Result<&'a str, FrameError> {
+        let start = u32::from_le_bytes(self.take()?) as usize;
+        let len = u32::from_le_bytes(self.take()?) as usize;
+        let text: &'a str = self.text;
+        text.get(start..start.checked_add(len).ok_or("bad span")?).ok_or("a span points outside the frame's text")
+    }
+
+    /// The next node: its name, and its value (a container as its member
+    /// count).
+    pub fn node(&mut self) -> Result<(&'a str, Raw<'a>), FrameError> {
+        let [tag] = self.take::<1>()?;
+        let name = self.span()?;
+        let raw = match tag {
+            CHARS => Raw::Leaf(Value::Chars(self.span()?.into())),
+            DIGIT => Raw::Leaf(Value::Digit(i64::from_le_bytes(self.take()?))),
+            FLOAT => Raw::Leaf(Value::Float(f64::from_bits(u64::from_le_bytes(self.take()?)))),
+            BOOL => Raw::Leaf(Value::Bool(self.take::<1>()?[0] != 0)),
+            IPV4 => Raw::Leaf(Value::Ip(IpAddr::V4(Ipv4Addr::from(u32::from_le_bytes(self.take()?))))),
+            IPV6 => {
+                let hi = u64::from_le_bytes(self.take()?) as u128;
+                let lo = u64::from_le_bytes(self.take()?) as u128;
+                Raw::Leaf(Value::Ip(IpAddr::V6(Ipv6Addr::from(hi << 64 | lo))))
+            }
+            TIME => Raw::Leaf(Value::Time(i64::from_le_bytes(self.take()?))),
+            NULL => Raw::Leaf(Value::Null),
+            IGNORE => Raw::Leaf(Value::Ignore),
+            OBJ => Raw::Obj(u32::from_le_bytes(self.take()?)),
+            ARRAY => Raw::Array(u32::from_le_bytes(self.take()?)),
+            _ => return Err("unknown node tag"),
+        };
+        Ok((name, raw))
+    }
+
+    /// The next `count` top-level fields, borrowing their text from the
+    /// frame; object members are put in name order, as OML keeps them.
+    pub fn fields(&mut self, count: u32) -> Result<Vec<Field<'a>>, FrameError> {
+        let mut out = Vec::with_capacity((count as usize).min(self.nodes.len()));
+        let mut read = 0u32;
+        while read < count {
+            out.push(self.tree(&mut read, 0)?);
+        }
+        if read != count {
+            return Err("a record's subtrees overrun its node count");
+        }
+        Ok(out)
+    }
+
+    fn tree(&mut self, read: &mut u32, depth: u32) -> Result<Field<'a>, FrameError> {
+        if depth > MAX_DEPTH {
+            return Err("record nested deeper than 128 levels");
+        }
+        let (name, raw) = self.node()?;
+        *read += 1;
+        let value = match raw {
+            Raw::Leaf(v) => v,
+            Raw::Obj(n) | Raw::Array(n) => {
+                let mut members = Vec::with_capacity((n as usize).min(self.nodes.len()));
+                for _ in 0..n {
+                    let m = self.tree(read, depth + 1)?;
+                    if matches!(raw, Raw::Obj(_)) {
+                        crate::value::obj_insert(&mut members, m);
+                    } else {
+                        members.push(m);
+                    }
+                }
+                if matches!(raw, Raw::Obj(_)) { Value::Obj(members.into()) } else { Value::Array(members.into()) }
+            }
+        };
+        Ok(Field::new(name, value))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::borrow::Cow;
+    use alloc::vec;
+
+    fn sample() -> Vec<Field<'static>> {
+        vec![
+            Field::new("s", Value::Chars(Cow::Borrowed("héllo"))),
+            Field::new("d", Value::Digit(-42)),
+            Field::new("f", Value::Float(1.5)),
+            Field::new("b", Value::Bool(true)),
+            Field::new("v4", Value::Ip("10.0.0.1".parse().unwrap())),
+            Field::new("v6", Value::Ip("2001:db8::1".parse().unwrap())),
+            Field::new("t", Value::Time(1_700_000_000_000_000_000)),
+            Field::new("n", Value::Null),
+            Field::new("i", Value::Ignore),
+            Field::new(
+                "o",
+                Value::Obj(Box::new(vec![
+                    Field::new("a", Value::Array(Box::new(vec![Field::new("", Value::Digit(1)), Field::new("", Value::Chars("x".into()))]))),
+                    Field::new("z", Value::Null),
+                ])),
+            ),
+        ]
+    }
+
+    #[test]
+    fn records_come_back_as_they_went() {
+        let mut w = Writer::default();
+        w.record(&sample());
+        w.record(&[]);
+        w.record(&sample()[..2]);
+        let bytes = w.finish();
+        let mut r = Reader::new(&bytes).unwrap();
+        assert_eq!(r.records(), 3);
+        assert_eq!(r.size(0).unwrap(), 14);
+        let n = r.size(0).unwrap();
+        assert_eq!(r.fields(n).unwrap(), sample());
+        let n = r.size(1).unwrap();
+        assert!(r.fields(n).unwrap().is_empty());
+        let n = r.size(2).unwrap();
+        assert_eq!(r.fields(n).unwrap(), sample()[..2].to_vec());
+        assert!(r.done());
+    }
+
+    #[test]
+    fn damaged_frames_are_refused_without_panicking() {
+        let mut w = Writer::default();
+        w.record(&sample());
+        let good = w.finish();
+        // Every truncation, and every single-byte change, fails cleanly or reads something.
+        for cut in 0..good.len() {
+            if let Ok(mut r) = Reader::new(&good[..cut]) {
+                let _ = r.size(0).and_then(|n| r.fields(n));
+            }
+        }
+        for i in 0..good.len() {
+            for b in [0u8, 1, 0x7f, 0xff] {
+                let mut bad = good.clone();
+                bad[i] = b;
+                if let Ok(mut r) = Reader::new(&bad) {
+                    let _ = r.size(0).and_then(|n| r.fields(n));
+                }
+            }
+        }
+        assert_eq!(Reader::new(&good[..11]).err(), Some("truncated frame"));
+        let mut long = good.clone();
+        long.push(0);
+        assert_eq!(Reader::new(&long).err(), Some("frame length does not match its header"));
+    }
+
+    #[test]
+    fn nesting_is_bounded() {
+        let mut f = Field::new("x", Value::Null);
+        for _ in 0..200 {
+            f = Field::new("x", Value::Array(Box::new(vec![f])));
+        }
+        let mut w = Writer::default();
+        w.record(&[f]);
+        let bytes = w.finish();
+        let mut r = Reader::new(&bytes).unwrap();
+        let n = r.size(0).unwrap();
+        assert_eq!(r.fields(n).err(), Some("record nested deeper than 128 levels"));
+    }
+}
