@@ -383,23 +383,25 @@ def main():
         lines += [
             "Profile (perf, pure rule, batches of 256, one task, with `OMLET_PERFMAP=1` and an unstripped "
             "guest; shares of the steady-state samples, taken at the commit of this session's last speed "
-            "change, not in this run). The guest's own code is about 43%: the evaluator, decoding each "
-            "record's nodes into fields, its allocator (dlmalloc, ~6%), re-encoding the output. The "
-            "canonical ABI is about 20%: wasmtime lifts and lowers the `list<node>` of each frame element "
-            "by element (a variant and two spans per node) where a byte list would be one copy. The host's "
-            "frame encoder and decoder are about 14%, and malloc/free about 15% (one `Vec` per output "
-            "record and a `String` per chars value; field names are shared since this session, which "
-            "took about a fifth off the batched path). Earlier steps: a 4 GiB memory reservation (no "
-            "bounds checks in the guest) and opt-level 3. No single hot spot is left: the next step is "
-            "frames whose nodes are bytes (a WIT change: every host, the jco example included, encodes "
-            "them itself), then evaluating into a reused output buffer in the guest.", ""]
+            "change, not in this run). The guest's own code is now more than half: the evaluator (~13%), "
+            "reading frames into fields and writing the output (~15%), its allocator (dlmalloc, ~8%: "
+            "the record's field vectors, in and out). The host's frame code is about 16% and its "
+            "malloc/free about 14% (one `Vec` per output record and a `String` per chars value). The "
+            "canonical ABI is under 1%: frames cross as one byte list since this session (it was about "
+            "19% when they were a `list<node>` of WIT records, lifted element by element); field names "
+            "of output records are shared, not allocated per field. Earlier steps: a 4 GiB memory "
+            "reservation (no bounds checks in the guest) and opt-level 3. No single hot spot is left: "
+            "the next steps are fewer allocations per record on both sides (evaluating into reused "
+            "buffers, output records that borrow the frame's text), and a frame that writes into one "
+            "buffer instead of nodes and text apart.", ""]
     lines += ["Readings of the figures above:", "",
               f"- An empty batch call costs about {fmt_us(empty)} µs (`baseline/empty_guest_call`), a "
               f"one-record call {fmt_us(single_us)} µs (`pure/wasm_single`): one async "
               "component call per record cannot reach 1.5 M rec/s. A synchronous call path for rule sets "
               "without SQL (no fiber) was tried: about 10–15% on one-record calls, inside this VM's "
-              "run-to-run noise, so it was not kept; the rest of a call is lowering the record "
-              "(two `cabi_realloc` calls into the guest), lifting the result and the post-return.",
+              "run-to-run noise, so it was not kept; the rest of a call is taking an instance from the "
+              "pool, the fiber switch, lowering the frame (one `cabi_realloc` call into the guest), "
+              "lifting the result and the post-return.",
               f"- Batched, each record still costs about {fmt_us(batch_us)} µs: see the profile above.",
               f"- The guest is built with opt-level {guest_opt_level()} (`[profile.wasm]` in Cargo.toml).",
               scaling(r),
