@@ -408,11 +408,13 @@ def main():
               "pool, the fiber switch, lowering the frame (one `cabi_realloc` call into the guest), "
               "lifting the result and the post-return.",
               f"- Batched, each record still costs about {fmt_us(batch_us)} µs: see the profile above. "
-              "In the page's last runs the same one-task batches ran faster as a task on the runtime "
-              "(`concurrency_pure_batched/1`) than driven by `block_on` from the bench thread "
-              "(`pure/wasm_batch/256`), by up to 1.7×; a standalone driver doing both shows no such gap "
-              "(2.1–2.8 M/s either way), so the cause is in the bench's setting and not found yet. The "
-              "target is judged on the slower cell.",
+              "In the page's last two full runs the same one-task batches ran faster as a task on the "
+              "runtime (`concurrency_pure_batched/1`) than driven by `block_on` from the bench thread "
+              "(`pure/wasm_batch/256`), by up to 1.7×. Run alone in quick mode right after, the two cells "
+              "traded places (75 against 69 µs per batch of 256, that is 3.4 and 3.7 M records/s; then "
+              "93 against 110 µs), and a standalone driver doing both shows no gap either: it is this "
+              "VM's noise, not the calling thread. The target is judged on the bench-thread cell of the "
+              "full run.",
               f"- The guest is built with opt-level {guest_opt_level()} (`[profile.wasm]` in Cargo.toml).",
               scaling(r),
               "- Cold lookups at c=64 against the per-row bypass rate: "
