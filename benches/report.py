@@ -408,13 +408,12 @@ def main():
               "pool, the fiber switch, lowering the frame (one `cabi_realloc` call into the guest), "
               "lifting the result and the post-return.",
               f"- Batched, each record still costs about {fmt_us(batch_us)} µs: see the profile above. "
-              "In the page's last two full runs the same one-task batches ran faster as a task on the "
-              "runtime (`concurrency_pure_batched/1`) than driven by `block_on` from the bench thread "
-              "(`pure/wasm_batch/256`), by up to 1.7×. Run alone in quick mode right after, the two cells "
-              "traded places (75 against 69 µs per batch of 256, that is 3.4 and 3.7 M records/s; then "
-              "93 against 110 µs), and a standalone driver doing both shows no gap either: it is this "
-              "VM's noise, not the calling thread. The target is judged on the bench-thread cell of the "
-              "full run.",
+              "The same one-task batches run as a task on the runtime (`concurrency_pure_batched/1`) "
+              "and driven by `block_on` from the bench thread (`pure/wasm_batch/256`); in this session's "
+              "full runs either came out ahead, by up to 1.7× (2.16 against 3.41 M/s in one run, 3.34 "
+              "against 2.28 in another), and run alone in quick mode they traded places too (3.4 and "
+              "3.7 M/s, then 2.7 and 2.3): this VM's noise, not the calling thread. The target is "
+              "judged on the bench-thread cell.",
               f"- The guest is built with opt-level {guest_opt_level()} (`[profile.wasm]` in Cargo.toml).",
               scaling(r),
               "- Cold lookups at c=64 against the per-row bypass rate: "
