@@ -1,5 +1,5 @@
 //! `omlet test`: runs test cases in the conformance-corpus format
-//! (`shared/conformance/README.md`, also the rule authors' unit-test format)
+//! (`tests/conformance/README.md`, also the rule authors' unit-test format)
 //! through the wasm component, or through the native evaluator.
 
 use std::path::Path;

@@ -1273,7 +1273,7 @@ mod tests {
 
     #[test]
     fn conformance_rules_format_to_the_same_program() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/conformance");
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/conformance");
         let mut files: Vec<_> = std::fs::read_dir(&dir)
             .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
             .map(|e| e.unwrap().path())

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use omlet::conformance::{Mode, run_file};
 
 fn corpus() -> Vec<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/conformance");
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/conformance");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .map(|e| e.unwrap().path())
@@ -57,4 +57,30 @@ async fn example_tests_pass_both_ways() {
         }
     }
     assert_eq!(n, 20);
+}
+
+/// The repository keeps its own copy of the corpus (`tests/conformance/`), so
+/// that a clone on its own tests itself. Where the shared corpus stands beside
+/// the repository (`../shared/conformance`), the copy must match it file for
+/// file; `scripts/refresh-corpus.sh` brings it up to date.
+#[test]
+fn vendored_corpus_matches_the_shared_one() {
+    let ours = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/conformance");
+    let shared = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/conformance");
+    if !shared.is_dir() {
+        eprintln!("no {} here: nothing to compare the vendored corpus with", shared.display());
+        return;
+    }
+    let names = |dir: &PathBuf| {
+        let mut v: Vec<String> =
+            std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        v.sort();
+        v
+    };
+    assert_eq!(names(&ours), names(&shared), "tests/conformance is stale: run scripts/refresh-corpus.sh");
+    for name in names(&shared) {
+        let a = std::fs::read(ours.join(&name)).unwrap();
+        let b = std::fs::read(shared.join(&name)).unwrap();
+        assert!(a == b, "tests/conformance/{name} differs from the shared corpus: run scripts/refresh-corpus.sh");
+    }
 }

@@ -18,7 +18,7 @@ fn root() -> &'static std::path::Path {
 async fn sql_cases_pass(url: &str) {
     let engine = Engine::new().unwrap();
     let db = TestDb::create(url).await.unwrap();
-    let dir = root().join("../shared/conformance");
+    let dir = root().join("tests/conformance");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
     files.sort();
     let (mut passed, mut failures) = (0, Vec::new());

@@ -58,7 +58,7 @@ fn shape(r: &Record) -> (String, Vec<(String, &'static str)>) {
 fn wasm_and_native_agree_on_generated_records() {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let engine = omlet::Engine::new().unwrap();
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/conformance");
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/conformance");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
     files.sort();
     let mut rules_checked = 0;

@@ -16,16 +16,17 @@ fn is_root() -> bool {
 }
 
 fn run(cmd: &mut Command, what: &str) {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e} (is it installed? scripts/test.sh installs it)"));
-    assert!(out.status.success(), "{what} failed:\n{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    if let Err(e) = try_run(cmd, what) {
+        panic!("{e}");
+    }
 }
 
-fn wait_until(what: &str, mut ready: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !ready() {
-        assert!(start.elapsed() < Duration::from_secs(60), "{what} did not become ready");
-        std::thread::sleep(Duration::from_millis(100));
+fn try_run(cmd: &mut Command, what: &str) -> Result<(), String> {
+    let out = cmd.output().map_err(|e| format!("{what}: {e} (is it installed? scripts/test.sh installs it)"))?;
+    if out.status.success() {
+        return Ok(());
     }
+    Err(format!("{what} failed:\n{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
 }
 
 const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
@@ -46,8 +47,17 @@ impl Postgres {
         }
         let mut pg = Postgres { dir, port: free_port(), running: false };
         pg.cmd("initdb", &["-D", &pg.data(), "-A", "trust", "-U", "postgres", "--no-sync"]);
-        pg.resume();
-        pg
+        // The port was free when chosen; another server may take it before
+        // this one binds it. Try again on fresh ports before giving up.
+        let mut last = String::new();
+        for _ in 0..3 {
+            match pg.try_resume() {
+                Ok(()) => return pg,
+                Err(e) => last = e,
+            }
+            pg.port = free_port();
+        }
+        panic!("PostgreSQL did not start after three tries:\n{last}");
     }
 
     fn data(&self) -> String {
@@ -55,6 +65,12 @@ impl Postgres {
     }
 
     fn cmd(&self, bin: &str, args: &[&str]) {
+        if let Err(e) = self.try_cmd(bin, args) {
+            panic!("{e}");
+        }
+    }
+
+    fn try_cmd(&self, bin: &str, args: &[&str]) -> Result<(), String> {
         let exe = format!("{PG_BIN}/{bin}");
         let mut c = if is_root() {
             let mut c = Command::new("runuser");
@@ -64,19 +80,27 @@ impl Postgres {
             Command::new(&exe)
         };
         c.args(args).stdin(Stdio::null());
-        run(&mut c, bin);
+        try_run(&mut c, bin)
     }
 
     /// Starts (again) on the same port and data.
     pub fn resume(&mut self) {
+        if let Err(e) = self.try_resume() {
+            panic!("{e}");
+        }
+    }
+
+    fn try_resume(&mut self) -> Result<(), String> {
         let opts = format!(
             "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200 -c shared_preload_libraries=pg_stat_statements",
             self.port,
             self.dir.display()
         );
         let log = self.dir.join("log").display().to_string();
-        self.cmd("pg_ctl", &["-D", &self.data(), "-l", &log, "-o", &opts, "-w", "start"]);
+        self.try_cmd("pg_ctl", &["-D", &self.data(), "-l", &log, "-o", &opts, "-w", "start"])
+            .map_err(|e| format!("{e}\n{}", std::fs::read_to_string(&log).unwrap_or_default()))?;
         self.running = true;
+        Ok(())
     }
 
     /// Stops immediately (connections are cut).
@@ -107,58 +131,98 @@ pub struct MariaDb {
 }
 
 impl MariaDb {
+    /// Installs and starts a server. Each server has its own temporary
+    /// directory (`--tmpdir`), so servers started in parallel do not trip on
+    /// each other's temporary tables; a failed install or start is tried
+    /// again (up to three times) in a fresh directory on a fresh port.
     pub fn start() -> MariaDb {
+        let mut last = String::new();
+        for _ in 0..3 {
+            match MariaDb::try_start() {
+                Ok(m) => return m,
+                Err(e) => last = e,
+            }
+        }
+        panic!("MariaDB did not start after three tries:\n{last}");
+    }
+
+    fn try_start() -> Result<MariaDb, String> {
         let dir = tempfile::Builder::new().prefix("omlet-mariadb-").tempdir().unwrap().keep();
-        let data = dir.join("data");
-        run(
+        let mut m = MariaDb { dir, port: free_port(), child: None };
+        std::fs::create_dir_all(m.tmp()).map_err(|e| e.to_string())?;
+        try_run(
             Command::new("mariadb-install-db")
                 .arg("--no-defaults")
-                .arg(format!("--datadir={}", data.display()))
+                .arg(format!("--datadir={}", m.dir.join("data").display()))
+                .arg(format!("--tmpdir={}", m.tmp()))
                 .arg("--user=root")
                 .arg("--auth-root-authentication-method=normal")
                 .arg("--skip-test-db")
                 .stdin(Stdio::null()),
             "mariadb-install-db",
-        );
-        let mut m = MariaDb { dir, port: free_port(), child: None };
-        m.resume();
+        )?;
+        m.try_resume()?;
         let sock = m.sock();
-        run(
+        try_run(
             Command::new("mariadb").args(["--no-defaults", "-uroot", &format!("--socket={sock}"), "-e", "create database demo"]),
             "create database",
-        );
-        m
+        )?;
+        Ok(m)
+    }
+
+    fn tmp(&self) -> String {
+        self.dir.join("tmp").display().to_string()
     }
 
     fn sock(&self) -> String {
         self.dir.join("sock").display().to_string()
     }
 
+    /// Starts (again) on the same port and data.
     pub fn resume(&mut self) {
-        let log = std::fs::File::create(self.dir.join("log")).unwrap();
+        if let Err(e) = self.try_resume() {
+            panic!("{e}");
+        }
+    }
+
+    fn try_resume(&mut self) -> Result<(), String> {
+        let log_path = self.dir.join("log");
+        let log = std::fs::File::create(&log_path).map_err(|e| e.to_string())?;
         let child = Command::new("mariadbd")
             .arg("--no-defaults")
             .arg(format!("--datadir={}", self.dir.join("data").display()))
+            .arg(format!("--tmpdir={}", self.tmp()))
             .arg("--user=root")
             .arg(format!("--port={}", self.port))
             .arg("--bind-address=127.0.0.1")
             .arg(format!("--socket={}", self.sock()))
             .arg("--innodb-flush-log-at-trx-commit=0")
             .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
+            .stdout(log.try_clone().map_err(|e| e.to_string())?)
             .stderr(log)
             .spawn()
-            .expect("mariadbd (is mariadb-server installed? scripts/test.sh installs it)");
+            .map_err(|e| format!("mariadbd: {e} (is mariadb-server installed? scripts/test.sh installs it)"))?;
         self.child = Some(child);
         let sock = self.sock();
-        wait_until("mariadbd", || {
-            Command::new("mariadb-admin")
+        let started = Instant::now();
+        loop {
+            let up = Command::new("mariadb-admin")
                 .args(["--no-defaults", "-uroot", &format!("--socket={sock}"), "ping"])
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .status()
-                .is_ok_and(|s| s.success())
-        });
+                .is_ok_and(|s| s.success());
+            if up {
+                return Ok(());
+            }
+            let exited = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()).is_some();
+            if exited || started.elapsed() > Duration::from_secs(60) {
+                self.stop();
+                let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+                return Err(format!("mariadbd did not become ready on port {}:\n{log}", self.port));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     pub fn stop(&mut self) {
