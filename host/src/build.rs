@@ -18,11 +18,22 @@ use sha2::{Digest, Sha256};
 use wasm_encoder::{ConstExpr, DataCountSection, DataSection, MemorySection, MemoryType, Module, RawSection};
 use wasmparser::{DataKind, Operator, Parser, Payload};
 
+use crate::error::Limit;
 use crate::{Error, Result};
 
 /// The tag the guest's IR slot starts with (see `guest/component`).
 const IR_SLOT_MAGIC: &[u8; 16] = b"OMLET-IR-SLOT-01";
 const PAGE: u64 = 65536;
+
+/// Most bytes of one rule file (default of `omlet_lang::Limits`): bigger
+/// files are refused before they are read.
+pub const MAX_RULE_FILE_BYTES: u64 = 1 << 20;
+
+/// Most bytes of a compiled rule set (its IR). The guest decodes the IR into
+/// its own memory on the first call, taking several times its size; past
+/// this, a build that "succeeds" could give a component that cannot load in
+/// the default 64 MiB instance, so the build refuses it instead.
+pub const MAX_IR_BYTES: usize = 4 << 20;
 
 /// One rule source: its file name (for diagnostics) and text.
 pub struct RuleSource {
@@ -35,6 +46,11 @@ pub struct RuleSource {
 impl RuleSource {
     /// Reads one rule file.
     pub fn read(path: &Path) -> Result<RuleSource> {
+        let len = std::fs::metadata(path).map_err(|e| Error::io(path, e))?.len();
+        if len > MAX_RULE_FILE_BYTES {
+            let message = format!("{}: {len} bytes, more than a rule file may take ({MAX_RULE_FILE_BYTES})", path.display());
+            return Err(Error::limit(Limit::RuleBytes, message));
+        }
         let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
         Ok(RuleSource { file: path.display().to_string(), text })
     }
@@ -87,15 +103,26 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
     Ok(())
 }
 
+/// Most diagnostics rendered into [`Error::Compile`]'s text (all of them
+/// stay in its `errors`).
+const MAX_RENDERED: usize = 50;
+
 /// Compiles rule sources to a program, with rendered diagnostics on failure.
 pub fn compile(sources: &[RuleSource]) -> Result<Program> {
     let srcs: Vec<omlet_lang::Source<'_>> =
         sources.iter().map(|s| omlet_lang::Source { file: &s.file, text: &s.text }).collect();
     let mut program = omlet_lang::compile(&srcs, crate::clock::now()).map_err(|errors| {
+        // The rendering is bounded: the first errors, not thousands of them.
         let mut rendered = String::new();
+        let (total, mut left) = (errors.iter().map(|fe| fe.diagnostics.len()).sum::<usize>(), MAX_RENDERED);
         for fe in &errors {
             let text = sources.iter().find(|s| s.file == fe.file).map(|s| s.text.as_str()).unwrap_or("");
-            rendered.push_str(&omlet_lang::diag::render_all(&fe.diagnostics, &fe.file, text));
+            let shown = &fe.diagnostics[..fe.diagnostics.len().min(left)];
+            left -= shown.len();
+            rendered.push_str(&omlet_lang::diag::render_all(shown, &fe.file, text));
+        }
+        if total > MAX_RENDERED {
+            rendered.push_str(&format!("… and {} more errors\n", total - MAX_RENDERED));
         }
         Error::Compile { errors, rendered: rendered.trim_end().to_string() }
     })?;
@@ -118,12 +145,17 @@ pub fn build_component(sources: &[RuleSource]) -> Result<Vec<u8>> {
 
 /// Wraps a compiled program into a component.
 pub fn component_for(program: &Program) -> Result<Vec<u8>> {
+    let ir = program.to_bytes();
+    if ir.len() > MAX_IR_BYTES {
+        let message = format!("the compiled rule set takes {} bytes, more than {MAX_IR_BYTES}", ir.len());
+        return Err(Error::limit(Limit::RuleBytes, message));
+    }
     let core = crate::guest::core_module()?;
-    let spliced = splice_ir(&core, &program.to_bytes())?;
+    let spliced = splice_ir(&core, &ir)?;
     wit_component::ComponentEncoder::default()
         .module(&spliced)
         .and_then(|e| e.validate(true).encode())
-        .map_err(Error::wasm)
+        .map_err(|e| Error::load("component encoding", e))
 }
 
 /// Returns a copy of `core` with `ir` placed in memory and the IR slot
@@ -134,19 +166,19 @@ pub fn splice_ir(core: &[u8], ir: &[u8]) -> Result<Vec<u8>> {
     let mut slot: Option<(usize, usize)> = None; // (segment index, offset of magic in it)
     let mut segment_addr = Vec::new();
     for payload in Parser::new(0).parse_all(core) {
-        match payload.map_err(Error::wasm)? {
+        match payload.map_err(|e| Error::load("guest module", e))? {
             Payload::MemorySection(r) => {
                 for m in r {
-                    let m = m.map_err(Error::wasm)?;
+                    let m = m.map_err(|e| Error::load("guest module", e))?;
                     min_pages.get_or_insert(m.initial);
                 }
             }
             Payload::DataSection(r) => {
                 for (i, d) in r.into_iter().enumerate() {
-                    let d = d.map_err(Error::wasm)?;
+                    let d = d.map_err(|e| Error::load("guest module", e))?;
                     let addr = match &d.kind {
                         DataKind::Active { offset_expr, .. } => {
-                            match offset_expr.get_operators_reader().read().map_err(Error::wasm)? {
+                            match offset_expr.get_operators_reader().read().map_err(|e| Error::load("guest module", e))? {
                                 Operator::I32Const { value } => Some(value as u32),
                                 _ => None,
                             }
@@ -156,7 +188,7 @@ pub fn splice_ir(core: &[u8], ir: &[u8]) -> Result<Vec<u8>> {
                     segment_addr.push(addr);
                     if let Some(at) = find(d.data, IR_SLOT_MAGIC) {
                         if slot.is_some() || find(&d.data[at + 1..], IR_SLOT_MAGIC).is_some() {
-                            return Err(Error::Wasm("the guest has more than one IR slot".into()));
+                            return Err(Error::Internal("the guest has more than one IR slot".into()));
                         }
                         slot = Some((i, at));
                     }
@@ -165,26 +197,26 @@ pub fn splice_ir(core: &[u8], ir: &[u8]) -> Result<Vec<u8>> {
             _ => {}
         }
     }
-    let min_pages = min_pages.ok_or_else(|| Error::Wasm("the guest module has no memory".into()))?;
-    let (slot_seg, slot_off) = slot.ok_or_else(|| Error::Wasm("the guest module has no IR slot".into()))?;
+    let min_pages = min_pages.ok_or_else(|| Error::Internal("the guest module has no memory".into()))?;
+    let (slot_seg, slot_off) = slot.ok_or_else(|| Error::Internal("the guest module has no IR slot".into()))?;
     if segment_addr[slot_seg].is_none() {
-        return Err(Error::Wasm("the IR slot is not in an active data segment".into()));
+        return Err(Error::Internal("the IR slot is not in an active data segment".into()));
     }
     let ir_addr = min_pages * PAGE;
     let new_min = min_pages + (ir.len() as u64).div_ceil(PAGE).max(1);
     if new_min * PAGE > u32::MAX as u64 {
-        return Err(Error::Wasm("the compiled rule is too large".into()));
+        return Err(Error::limit(Limit::RuleBytes, format!("the compiled rule takes {} bytes, more than fit in the guest's memory", ir.len())));
     }
 
     // Pass 2: copy, with the memory, data count and data sections rewritten.
     let mut out = Module::new();
     for payload in Parser::new(0).parse_all(core) {
-        let payload = payload.map_err(Error::wasm)?;
+        let payload = payload.map_err(|e| Error::load("guest module", e))?;
         match &payload {
             Payload::MemorySection(r) => {
                 let mut s = MemorySection::new();
                 for m in r.clone() {
-                    let m = m.map_err(Error::wasm)?;
+                    let m = m.map_err(|e| Error::load("guest module", e))?;
                     s.memory(MemoryType {
                         minimum: new_min,
                         maximum: m.maximum.map(|x| x.max(new_min)),
@@ -201,14 +233,14 @@ pub fn splice_ir(core: &[u8], ir: &[u8]) -> Result<Vec<u8>> {
             Payload::DataSection(r) => {
                 let mut s = DataSection::new();
                 for (i, d) in r.clone().into_iter().enumerate() {
-                    let d = d.map_err(Error::wasm)?;
+                    let d = d.map_err(|e| Error::load("guest module", e))?;
                     if i == slot_seg {
                         let mut bytes = d.data.to_vec();
                         let at = slot_off + IR_SLOT_MAGIC.len();
                         bytes[at..at + 4].copy_from_slice(&(ir_addr as u32).to_le_bytes());
                         bytes[at + 4..at + 8].copy_from_slice(&(ir.len() as u32).to_le_bytes());
                         let DataKind::Active { memory_index, .. } = d.kind else {
-                            return Err(Error::Wasm("the IR slot is not in an active data segment".into()));
+                            return Err(Error::Internal("the IR slot is not in an active data segment".into()));
                         };
                         let addr = segment_addr[i].unwrap_or(0);
                         s.active(memory_index, &ConstExpr::i32_const(addr as i32), bytes);

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 /// Errors from compiling, loading or evaluating rules.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// The rule source does not compile; `rendered` shows each error with
     /// file:line:column and a caret.
@@ -24,9 +25,44 @@ pub enum Error {
         source: std::io::Error,
     },
 
-    /// The component could not be built, compiled or instantiated.
-    #[error("wasm: {0}")]
-    Wasm(String),
+    /// The component could not be built, compiled or instantiated (`what`
+    /// says which step); the source is wasmtime's error.
+    #[error("cannot load the rule ({what}): {source:#}")]
+    Load {
+        /// The step that failed.
+        what: &'static str,
+        /// wasmtime's or the encoder's error.
+        source: anyhow::Error,
+    },
+
+    /// The guest trapped. The call's instance was dropped; the rule goes on
+    /// with fresh ones. `code` is wasmtime's trap code when it gave one.
+    #[error("the rule trapped: {message}")]
+    Trap {
+        /// The trap code (for example `UnreachableCodeReached` when the guest
+        /// gave up, or `StackOverflow`).
+        code: Option<wasmtime::Trap>,
+        /// wasmtime's description, with the guest backtrace when known.
+        message: String,
+    },
+
+    /// A limit was reached ([`Limit`] says which). Nothing else is wrong:
+    /// the same input may pass with a higher limit.
+    #[error("limit reached ({limit}): {message}")]
+    Limit {
+        /// Which limit.
+        limit: Limit,
+        /// What went over it, and by how much when known.
+        message: String,
+    },
+
+    /// A setting is out of its range.
+    #[error("configuration: {0}")]
+    Config(String),
+
+    /// A failure of omlet itself (a bug): reported, never a panic.
+    #[error("internal error: {0}")]
+    Internal(String),
 
     /// The component refused to describe itself (for example, an IR version mismatch).
     #[error("rule: {0}")]
@@ -82,13 +118,59 @@ pub enum Error {
     },
 }
 
+/// The limits whose crossing is an [`Error::Limit`]. Their defaults and
+/// settings are listed in docs/deployment.md.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Limit {
+    /// The guest computed for longer than `EngineConfig::call_deadline`.
+    Deadline,
+    /// The guest used all of `EngineConfig::fuel`.
+    Fuel,
+    /// The guest needed more linear memory than `EngineConfig::max_memory`.
+    Memory,
+    /// A record is bigger than `EngineConfig::max_record_bytes`.
+    RecordBytes,
+    /// An input line is longer than the reader's `max_line_bytes`.
+    LineBytes,
+    /// A rule is bigger than the build's limit (source or compiled).
+    RuleBytes,
+}
+
+impl std::fmt::Display for Limit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Limit::Deadline => "call deadline",
+            Limit::Fuel => "fuel",
+            Limit::Memory => "instance memory",
+            Limit::RecordBytes => "record bytes",
+            Limit::LineBytes => "line bytes",
+            Limit::RuleBytes => "rule bytes",
+        })
+    }
+}
+
 impl Error {
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Error {
         Error::Io { path: path.into(), source }
     }
 
-    pub(crate) fn wasm(e: impl std::fmt::Display) -> Error {
-        Error::Wasm(format!("{e:#}"))
+    pub(crate) fn load(what: &'static str, source: impl Into<anyhow::Error>) -> Error {
+        Error::Load { what, source: source.into() }
+    }
+
+    pub(crate) fn limit(limit: Limit, message: String) -> Error {
+        Error::Limit { limit, message }
+    }
+
+    /// The same error, for the record at `index` of its batch where the
+    /// variant carries a position.
+    pub(crate) fn at_index(self, index: usize) -> Error {
+        match self {
+            Error::Record { message, .. } => Error::Record { index, message },
+            Error::Unrouted { message, .. } => Error::Unrouted { index, message },
+            e => e,
+        }
     }
 }
 

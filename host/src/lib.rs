@@ -39,7 +39,7 @@ pub mod runtime;
 pub mod stream;
 mod wire;
 
-pub use error::{Error, Result};
+pub use error::{Error, Limit, Result};
 pub use knowledge::Knowledge;
 pub use record::Record;
 pub use runtime::{Engine, EngineConfig, ModelInfo, Route, Rule, RuleInfo};

@@ -8,7 +8,7 @@
 
 use std::borrow::Cow;
 
-use omlet_lang::value::{Field, Value, obj_insert};
+use omlet_lang::value::{Field, Value, obj_from};
 use serde_json::Value as Json;
 
 /// One record: fields in order.
@@ -34,6 +34,9 @@ pub fn from_json_str(text: &str) -> Result<Record, String> {
     Ok(record)
 }
 
+/// Past this many fields, repeated keys are found through an index.
+const INDEX_FROM: usize = 32;
+
 /// A record read directly by serde: members in order; a repeated key keeps
 /// its first place and its last value, as an order-preserving JSON map does.
 struct TopLevel(Record);
@@ -48,10 +51,27 @@ impl<'de> serde::Deserialize<'de> for TopLevel {
             }
             fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<TopLevel, A::Error> {
                 let mut fields: Record = Vec::with_capacity(map.size_hint().unwrap_or(8));
+                // Repeated keys are found by a scan while the record is small,
+                // and through an index past that, so a wide record is read in
+                // linear time (200,000 fields used to take minutes).
+                let mut index: Option<std::collections::HashMap<String, usize>> = None;
                 while let Some(key) = map.next_key::<String>()? {
                     let JsonValue(value) = map.next_value()?;
-                    match fields.iter_mut().find(|f| f.name == key.as_str()) {
-                        Some(f) => f.value = value,
+                    if index.is_none() && fields.len() >= INDEX_FROM {
+                        index = Some(fields.iter().enumerate().map(|(i, f)| (f.name.to_string(), i)).collect());
+                    }
+                    let at = match &mut index {
+                        Some(ix) => match ix.get(key.as_str()) {
+                            Some(&i) => Some(i),
+                            None => {
+                                ix.insert(key.clone(), fields.len());
+                                None
+                            }
+                        },
+                        None => fields.iter().position(|f| f.name == key.as_str()),
+                    };
+                    match at {
+                        Some(i) => fields[i].value = value,
                         None => fields.push(Field::new(Cow::Owned(key), value)),
                     }
                 }
@@ -105,9 +125,10 @@ impl<'de> serde::Deserialize<'de> for JsonValue {
                 let mut members = Vec::with_capacity(map.size_hint().unwrap_or(4));
                 while let Some(key) = map.next_key::<String>()? {
                     let JsonValue(v) = map.next_value()?;
-                    obj_insert(&mut members, Field::new(Cow::Owned(key), v));
+                    members.push(Field::new(Cow::Owned(key), v));
                 }
-                Ok(JsonValue(Value::Obj(Box::new(members))))
+                // Sorted once (n log n), not one insertion per member.
+                Ok(JsonValue(Value::Obj(Box::new(obj_from(members)))))
             }
         }
         d.deserialize_any(V)
@@ -128,11 +149,8 @@ pub fn value_from_json(v: &Json) -> Value<'static> {
             items.iter().map(|i| Field::new(Cow::Borrowed(""), value_from_json(i))).collect(),
         )),
         Json::Object(m) => {
-            let mut members = Vec::with_capacity(m.len());
-            for (k, v) in m {
-                obj_insert(&mut members, Field::new(Cow::Owned(k.clone()), value_from_json(v)));
-            }
-            Value::Obj(Box::new(members))
+            let members = m.iter().map(|(k, v)| Field::new(Cow::Owned(k.clone()), value_from_json(v))).collect();
+            Value::Obj(Box::new(obj_from(members)))
         }
     }
 }
@@ -186,5 +204,26 @@ mod tests {
         assert_eq!(from_json_str("[1]").unwrap_err(), "a record must be a JSON object");
         assert!(from_json_str(r#"{"a":}"#).unwrap_err().starts_with("invalid JSON: "));
         assert!(from_json_str(r#"{"a":1} x"#).unwrap_err().starts_with("invalid JSON: trailing characters"));
+    }
+
+    #[test]
+    fn wide_records_with_repeated_keys_read_like_small_ones() {
+        // Past the index threshold: repeated keys keep their first place and last value.
+        let mut text = String::from("{");
+        for i in 0..100 {
+            text.push_str(&format!("\"k{i}\":{i},"));
+        }
+        text.push_str("\"k3\":\"again\",\"k99\":null,\"new\":1}");
+        let json: Json = serde_json::from_str(&text).unwrap();
+        assert_eq!(format!("{:?}", from_json_str(&text).unwrap()), format!("{:?}", from_json(&json).unwrap()));
+        // 200,000 distinct fields: linear, so this takes milliseconds, not minutes.
+        let mut wide = String::from("{");
+        for i in 0..200_000 {
+            wide.push_str(&format!("\"f{i}\":{i},"));
+        }
+        wide.push_str("\"f0\":\"last\"}");
+        let r = from_json_str(&wide).unwrap();
+        assert_eq!(r.len(), 200_000);
+        assert_eq!(to_json_string(&r[..1].to_vec()), r#"{"f0":"last"}"#);
     }
 }

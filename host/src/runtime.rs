@@ -10,16 +10,19 @@
 //! functions served on tokio.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
 
 use omlet_lang::Cell;
 use wasmtime::component::{Component, HasSelf, Linker};
-use wasmtime::{Config, Engine as WtEngine, InstanceAllocationStrategy, PoolingAllocationConfig, Store};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use wasmtime::{Config, Engine as WtEngine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, UpdateDeadline};
 
 use crate::build::{self, RuleSource};
 use crate::knowledge::{BoundStatement, Knowledge};
 use crate::record::Record;
 use crate::wire;
+use crate::error::Limit;
 use crate::{Error, Result};
 
 mod bindings {
@@ -35,26 +38,100 @@ use bindings::exports::omlet::rule::evaluator as ev;
 use bindings::omlet::rule::{clock, knowledge as wk, types};
 pub use omlet_lang::Route;
 
-/// Limits of the pooling allocator (per engine).
+/// The limits of an engine: what one rule call may take. Every field has a
+/// default; see docs/deployment.md for the whole list of limits.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
-    /// Most instances alive at once, across all rules.
+    /// Most instances alive at once, across all rules (default 256). A call
+    /// that needs an instance past this waits for one to come back; idle
+    /// instances of other rules are dropped to make room.
     pub max_instances: u32,
-    /// Most linear memory per instance, in bytes.
+    /// Most linear memory per instance, in bytes (default 64 MiB). A call
+    /// that needs more fails with [`Limit::Memory`]; its instance is dropped.
     pub max_memory: usize,
+    /// Most time one guest call may compute (default 5 s). Time spent waiting
+    /// for lookups is not counted: lookups have their own timeout. A call
+    /// past it fails with [`Limit::Deadline`]; its instance is dropped.
+    pub call_deadline: Duration,
+    /// Fuel per guest call (default none): a count of wasm operations, for
+    /// deterministic limits in tests. Costs some speed on every call when set.
+    /// A call that runs out fails with [`Limit::Fuel`].
+    pub fuel: Option<u64>,
+    /// Most bytes of one record as it crosses into the guest (default 16 MiB).
+    /// A bigger record fails with [`Limit::RecordBytes`] without a call.
+    pub max_record_bytes: usize,
 }
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        EngineConfig { max_instances: 256, max_memory: 64 << 20 }
+        EngineConfig {
+            max_instances: 256,
+            max_memory: 64 << 20,
+            call_deadline: Duration::from_secs(5),
+            fuel: None,
+            max_record_bytes: 16 << 20,
+        }
     }
 }
+
+/// How often the engine's epoch advances: the granularity of call deadlines.
+const TICK: Duration = Duration::from_millis(10);
 
 /// The wasmtime engine shared by all rules.
 #[derive(Clone)]
 pub struct Engine {
     inner: WtEngine,
     linker: Arc<Linker<StoreState>>,
+    slots: Arc<Slots>,
+    config: Arc<EngineConfig>,
+}
+
+/// The engine's instance budget: one permit per live instance, and the idle
+/// pools of every loaded rule, so that a call short of a permit can drop an
+/// idle instance of another rule instead of waiting for ever.
+struct Slots {
+    permits: Arc<Semaphore>,
+    /// Woken whenever an instance goes back to an idle pool.
+    returned: Notify,
+    pools: Mutex<Vec<Weak<Pool>>>,
+}
+
+type Pool = Mutex<Vec<Instance>>;
+
+impl Slots {
+    /// A permit for one more live instance; waits while all are in use.
+    async fn reserve(&self) -> OwnedSemaphorePermit {
+        loop {
+            if let Ok(p) = self.permits.clone().try_acquire_owned() {
+                return p;
+            }
+            let returned = self.returned.notified();
+            tokio::pin!(returned);
+            returned.as_mut().enable();
+            if self.drop_one_idle() {
+                continue;
+            }
+            tokio::select! {
+                p = self.permits.clone().acquire_owned() => {
+                    if let Ok(p) = p { return p; }
+                }
+                _ = returned => {}
+            }
+        }
+    }
+
+    /// Drops one idle instance of any rule, freeing its permit.
+    fn drop_one_idle(&self) -> bool {
+        let Ok(mut pools) = self.pools.lock() else { return false };
+        pools.retain(|w| w.strong_count() > 0);
+        for pool in pools.iter().filter_map(Weak::upgrade) {
+            let victim = pool.lock().ok().and_then(|mut v| v.pop());
+            if victim.is_some() {
+                return true;
+            }
+        }
+        false
+    }
 }
 
 impl Engine {
@@ -63,8 +140,11 @@ impl Engine {
         Engine::with_config(&EngineConfig::default())
     }
 
-    /// An engine with explicit pooling-allocator limits.
+    /// An engine with explicit limits.
     pub fn with_config(cfg: &EngineConfig) -> Result<Engine> {
+        if cfg.max_instances == 0 || cfg.call_deadline.is_zero() {
+            return Err(Error::Config("max_instances and call_deadline must be above zero".into()));
+        }
         let mut pool = PoolingAllocationConfig::default();
         pool.total_component_instances(cfg.max_instances)
             .total_core_instances(cfg.max_instances * 4)
@@ -80,14 +160,30 @@ impl Engine {
         // A 4 GiB reservation (plus guard) lets Cranelift drop bounds checks on
         // every guest memory access; it is address space, not memory.
         config.memory_reservation(1 << 32);
+        // Call deadlines: a ticker advances the epoch; the check in guest
+        // loops and calls is a load and a compare.
+        config.epoch_interruption(true);
+        config.consume_fuel(cfg.fuel.is_some());
         // `OMLET_PERFMAP=1`: write /tmp/perf-PID.map so that `perf` names guest functions.
         if std::env::var_os("OMLET_PERFMAP").is_some_and(|v| v == "1") {
             config.profiler(wasmtime::ProfilingStrategy::PerfMap);
         }
-        let inner = WtEngine::new(&config).map_err(Error::wasm)?;
+        let inner = WtEngine::new(&config).map_err(|e| Error::load("engine", e))?;
         let mut linker: Linker<StoreState> = Linker::new(&inner);
-        bindings::Rule::add_to_linker::<StoreState, HasSelf<StoreState>>(&mut linker, |s| s).map_err(Error::wasm)?;
-        Ok(Engine { inner, linker: Arc::new(linker) })
+        bindings::Rule::add_to_linker::<StoreState, HasSelf<StoreState>>(&mut linker, |s| s)
+            .map_err(|e| Error::load("linker", e))?;
+        start_ticker(&inner);
+        let slots = Arc::new(Slots {
+            permits: Arc::new(Semaphore::new(cfg.max_instances as usize)),
+            returned: Notify::new(),
+            pools: Mutex::new(Vec::new()),
+        });
+        Ok(Engine { inner, linker: Arc::new(linker), slots, config: Arc::new(cfg.clone()) })
+    }
+
+    /// The limits this engine enforces.
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
     }
 
     /// The underlying wasmtime engine (for hosts that add their own components).
@@ -120,32 +216,49 @@ impl Engine {
     /// Loads a component; binds its lookups to `knowledge` (each statement is
     /// prepared now, so a bad one fails here).
     pub async fn load(&self, component: &[u8], knowledge: Option<Arc<Knowledge>>) -> Result<Rule> {
-        let component = Component::from_binary(&self.inner, component).map_err(Error::wasm)?;
-        let pre = self.linker.instantiate_pre(&component).map_err(Error::wasm)?;
-        let pre = bindings::RulePre::new(pre).map_err(Error::wasm)?;
+        let component = Component::from_binary(&self.inner, component).map_err(|e| Error::load("component", e))?;
+        let pre = self.linker.instantiate_pre(&component).map_err(|e| Error::load("component", e))?;
+        let pre = bindings::RulePre::new(pre).map_err(|e| Error::load("component", e))?;
         let shared = Arc::new(Shared { knowledge, statements: Vec::new() });
-        let mut inst = Instance::new(&self.inner, &pre, shared.clone()).await?;
-        let info = inst
-            .bindings
-            .omlet_rule_meta()
-            .call_info(&mut inst.store)
-            .await
-            .map_err(Error::wasm)?
-            .map_err(Error::Rule)?;
-        let info = RuleInfo::from(info);
+        let mut inst = Instance::new(self, &pre, shared.clone()).await?;
+        inst.arm(&self.config);
+        let info = inst.bindings.omlet_rule_meta().call_info(&mut inst.store).await;
+        let info = match info {
+            Ok(Ok(info)) => RuleInfo::from(info),
+            Ok(Err(message)) => return Err(Error::Rule(message)),
+            Err(e) => return Err(call_error(&inst.store, e)),
+        };
         let statements = match &shared.knowledge {
             Some(k) => k.bind(&info.statements).await?,
             None => Vec::new(),
         };
         let shared = Arc::new(Shared { knowledge: shared.knowledge.clone(), statements });
         inst.store.data_mut().shared = shared.clone();
-        Ok(Rule {
-            engine: self.inner.clone(),
-            pre,
-            shared,
-            info,
-            idle: Mutex::new(vec![inst]),
-        })
+        let idle = Arc::new(Mutex::new(vec![inst]));
+        if let Ok(mut pools) = self.slots.pools.lock() {
+            pools.retain(|w| w.strong_count() > 0);
+            pools.push(Arc::downgrade(&idle));
+        }
+        Ok(Rule { engine: self.clone(), pre, shared, info, idle })
+    }
+}
+
+/// Advances the engine's epoch every [`TICK`] until the engine is dropped.
+fn start_ticker(engine: &WtEngine) {
+    let weak = engine.weak();
+    let spawned = std::thread::Builder::new().name("omlet-epoch".into()).spawn(move || {
+        loop {
+            std::thread::sleep(TICK);
+            match weak.upgrade() {
+                Some(e) => e.increment_epoch(),
+                None => return,
+            }
+        }
+    });
+    // Without the ticker no deadline fires, but calls still run: a thread
+    // that cannot start is reported, not fatal.
+    if let Err(e) = spawned {
+        tracing::warn!("omlet: cannot start the epoch ticker, call deadlines are off: {e}");
     }
 }
 
@@ -229,29 +342,129 @@ pub(crate) struct Shared {
 /// The data of one instance's `Store`.
 pub(crate) struct StoreState {
     shared: Arc<Shared>,
+    /// Most linear memory, in bytes (the engine's `max_memory`).
+    max_memory: usize,
+    /// The limit that stopped the current call, if one did.
+    limit: Option<Limit>,
+    /// When the current call started, and how long it has waited for the host.
+    call_started: Instant,
+    in_host: Duration,
+    call_deadline: Duration,
 }
+
+impl wasmtime::ResourceLimiter for StoreState {
+    fn memory_growing(&mut self, _current: usize, desired: usize, maximum: Option<usize>) -> wasmtime::Result<bool> {
+        let allowed = desired <= self.max_memory && maximum.is_none_or(|m| desired <= m);
+        if !allowed {
+            self.limit = Some(Limit::Memory);
+        }
+        Ok(allowed)
+    }
+
+    fn memory_grow_failed(&mut self, _error: wasmtime::Error) -> wasmtime::Result<()> {
+        self.limit = Some(Limit::Memory);
+        Ok(())
+    }
+
+    fn table_growing(&mut self, _current: usize, desired: usize, maximum: Option<usize>) -> wasmtime::Result<bool> {
+        Ok(maximum.is_none_or(|m| desired <= m))
+    }
+}
+
+/// The error a call deadline raises inside wasmtime; found again by downcast.
+#[derive(Debug)]
+struct DeadlinePassed;
+
+impl std::fmt::Display for DeadlinePassed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the call deadline passed")
+    }
+}
+
+impl std::error::Error for DeadlinePassed {}
 
 struct Instance {
     store: Store<StoreState>,
     bindings: bindings::Rule,
+    /// This instance's place in the engine's budget, given back on drop.
+    _permit: OwnedSemaphorePermit,
 }
 
 impl Instance {
-    async fn new(engine: &WtEngine, pre: &bindings::RulePre<StoreState>, shared: Arc<Shared>) -> Result<Instance> {
-        let mut store = Store::new(engine, StoreState { shared });
-        let bindings = pre.instantiate_async(&mut store).await.map_err(Error::wasm)?;
-        Ok(Instance { store, bindings })
+    async fn new(engine: &Engine, pre: &bindings::RulePre<StoreState>, shared: Arc<Shared>) -> Result<Instance> {
+        let permit = engine.slots.reserve().await;
+        let cfg = &engine.config;
+        let state = StoreState {
+            shared,
+            max_memory: cfg.max_memory,
+            limit: None,
+            call_started: Instant::now(),
+            in_host: Duration::ZERO,
+            call_deadline: cfg.call_deadline,
+        };
+        let mut store = Store::new(&engine.inner, state);
+        store.limiter(|s| s as &mut dyn wasmtime::ResourceLimiter);
+        // Checked once a tick while the guest computes: time waiting for the
+        // host does not count against the deadline, and a long computation
+        // yields to the runtime between ticks instead of holding its thread.
+        store.epoch_deadline_callback(|ctx| {
+            let s = ctx.data();
+            let computing = s.call_started.elapsed().saturating_sub(s.in_host);
+            if computing > s.call_deadline {
+                return Err(wasmtime::Error::new(DeadlinePassed));
+            }
+            Ok(UpdateDeadline::Yield(1))
+        });
+        store.set_epoch_deadline(1);
+        if let Some(f) = cfg.fuel {
+            store.set_fuel(f).map_err(|e| Error::load("fuel", e))?;
+        }
+        let bindings = pre.instantiate_async(&mut store).await.map_err(|e| Error::load("instantiate", e))?;
+        Ok(Instance { store, bindings, _permit: permit })
     }
+
+    /// Resets the per-call state before a call.
+    fn arm(&mut self, cfg: &EngineConfig) {
+        let s = self.store.data_mut();
+        s.limit = None;
+        s.call_started = Instant::now();
+        s.in_host = Duration::ZERO;
+        self.store.set_epoch_deadline(1);
+        if let Some(f) = cfg.fuel {
+            // Only fails when fuel is off, and it is on when `fuel` is set.
+            let _ = self.store.set_fuel(f);
+        }
+    }
+}
+
+/// What a failed guest call means: a limit it reached, or a trap.
+fn call_error(store: &Store<StoreState>, e: wasmtime::Error) -> Error {
+    if e.downcast_ref::<DeadlinePassed>().is_some() {
+        return Error::limit(Limit::Deadline, format!("the guest computed for more than {:?}", store.data().call_deadline));
+    }
+    let code = e.downcast_ref::<wasmtime::Trap>().copied();
+    if code == Some(wasmtime::Trap::OutOfFuel) {
+        return Error::limit(Limit::Fuel, "the call ran out of fuel".to_string());
+    }
+    if let Some(limit) = store.data().limit {
+        return Error::limit(limit, format!("the guest needed more than {} bytes of memory", store.data().max_memory));
+    }
+    Error::Trap { code, message: format!("{e:#}") }
 }
 
 /// A loaded rule, ready to evaluate records. Cheap to share (`Arc<Rule>`);
 /// calls from several tasks run on separate instances.
+///
+/// A call that traps or reaches a limit fails with [`Error::Trap`] or
+/// [`Error::Limit`]; its instance is dropped (never reused) and the rule goes
+/// on with fresh ones. In a batch, such a failure is retried record by
+/// record, so only the records that fail on their own get the error.
 pub struct Rule {
-    engine: WtEngine,
+    engine: Engine,
     pre: bindings::RulePre<StoreState>,
     shared: Arc<Shared>,
     info: RuleInfo,
-    idle: Mutex<Vec<Instance>>,
+    idle: Arc<Pool>,
 }
 
 impl Rule {
@@ -266,16 +479,27 @@ impl Rule {
 
     async fn checkout(&self) -> Result<Instance> {
         let idle = self.idle.lock().ok().and_then(|mut v| v.pop());
-        match idle {
-            Some(i) => Ok(i),
-            None => Instance::new(&self.engine, &self.pre, self.shared.clone()).await,
-        }
+        let mut inst = match idle {
+            Some(i) => i,
+            None => Instance::new(&self.engine, &self.pre, self.shared.clone()).await?,
+        };
+        inst.arm(&self.engine.config);
+        Ok(inst)
     }
 
     fn checkin(&self, inst: Instance) {
         if let Ok(mut v) = self.idle.lock() {
             v.push(inst);
         }
+        self.engine.slots.returned.notify_waiters();
+    }
+
+    fn check_size(&self, frame: &[u8]) -> Result<()> {
+        let max = self.engine.config.max_record_bytes;
+        if frame.len() > max {
+            return Err(Error::limit(Limit::RecordBytes, format!("the record takes {} bytes, more than {max}", frame.len())));
+        }
+        Ok(())
     }
 
     /// Evaluates one record with the rule's only model (see
@@ -288,6 +512,7 @@ impl Rule {
     /// no model gives [`Error::Unrouted`].
     pub async fn evaluate_on(&self, route: Route<'_>, record: &Record) -> Result<Record> {
         let input = wire::encode_record(record);
+        self.check_size(&input)?;
         let mut inst = self.checkout().await?;
         let out = inst
             .bindings
@@ -301,7 +526,7 @@ impl Rule {
                 wire::decode_record(&r).map_err(|message| Error::Record { index: 0, message })
             }
             // A trapped instance is dropped, never reused.
-            Err(e) => Err(Error::wasm(e)),
+            Err(e) => Err(call_error(&inst.store, e)),
         }
     }
 
@@ -318,23 +543,58 @@ impl Rule {
     }
 
     /// [`Rule::evaluate_batch_on`] over borrowed records, wherever they live.
+    ///
+    /// The outer `Err` is kept for failures that concern no record (no
+    /// instance could be made); a trap or a limit in the guest becomes each
+    /// affected record's own error.
     pub(crate) async fn evaluate_batch_iter<'r>(
         &self,
         route: Route<'_>,
-        records: impl ExactSizeIterator<Item = &'r Record>,
+        records: impl ExactSizeIterator<Item = &'r Record> + Clone,
     ) -> Result<Vec<Result<Record>>> {
         let n = records.len();
-        let frame = wire::encode_frame(records);
+        if n > 1 {
+            // A frame within the record limit holds no record over it.
+            let frame = wire::encode_frame(records.clone());
+            if frame.len() <= self.engine.config.max_record_bytes {
+                match self.call_batch(route, &frame, n).await? {
+                    Ok(results) => return Ok(results),
+                    // Retried one by one below: only the records that fail alone fail.
+                    Err(e) => tracing::debug!("omlet: a batch of {n} failed ({e}); evaluating its records one by one"),
+                }
+            }
+        }
+        let mut results = Vec::with_capacity(n);
+        for (index, r) in records.enumerate() {
+            let one = wire::encode_frame(std::iter::once(r));
+            let result = match self.check_size(&one) {
+                Err(e) => Err(e),
+                Ok(()) => match self.call_batch(route, &one, 1).await? {
+                    Ok(mut v) => v.pop().unwrap_or_else(|| Err(Error::Internal("a batch of one gave no result".into()))),
+                    Err(e) => Err(e),
+                },
+            };
+            results.push(result.map_err(|e| e.at_index(index)));
+        }
+        Ok(results)
+    }
+
+    /// One `evaluate-batch` call: `Ok(Err(_))` when the guest trapped or
+    /// reached a limit (the instance is then dropped).
+    async fn call_batch(&self, route: Route<'_>, frame: &Vec<u8>, n: usize) -> Result<Result<Vec<Result<Record>>>> {
         let mut inst = self.checkout().await?;
         let out = inst
             .bindings
             .omlet_rule_evaluator()
-            .call_evaluate_batch(&mut inst.store, self.generation(), &wit_route(route), &frame)
-            .await
-            .map_err(Error::wasm)?;
+            .call_evaluate_batch(&mut inst.store, self.generation(), &wit_route(route), frame)
+            .await;
+        let out = match out {
+            Ok(out) => out,
+            Err(e) => return Ok(Err(call_error(&inst.store, e))),
+        };
         self.checkin(inst);
         let errors = out.errors.into_iter().map(|e| (e.index as usize, record_error(e.index as usize, e.error)));
-        wire::decode_batch(n, &out.records, errors)
+        Ok(wire::decode_batch(n, &out.records, errors))
     }
 
     /// [`Rule::evaluate`] for programs without an async runtime.
@@ -421,14 +681,22 @@ impl wk::Host for StoreState {
             return Ok(Err(qerr(wk::ErrorCode::UnknownStatement, format!("no statement #{statement}"))));
         };
         let params: Vec<Cell> = params.into_iter().map(to_lang).collect();
-        Ok(match k.query(stmt, &params).await {
+        // Waiting for the lookup is not the guest's computing time.
+        let waited = Instant::now();
+        let answer = k.query(stmt, &params).await;
+        self.in_host += waited.elapsed();
+        Ok(match answer {
             Ok(row) => {
                 // "No row" is kept in the guest only when negative caching is on.
                 let cacheable = k.cacheable() && (row.is_some() || k.config().cache.negative);
                 Ok(wk::Answer { row: row.map(|r| r.into_iter().map(to_wit).collect()), cacheable })
             }
-            Err(message) => {
-                let code = if message.contains("timed out") { wk::ErrorCode::Timeout } else { wk::ErrorCode::Failed };
+            Err(e) => {
+                let code = match e.kind {
+                    crate::knowledge::LookupErrorKind::Timeout => wk::ErrorCode::Timeout,
+                    _ => wk::ErrorCode::Failed,
+                };
+                let message = e.message;
                 let fatal = k.config().on_lookup_error == crate::knowledge::OnLookupError::Fail;
                 Err(wk::QueryError { code, message: format!("`{}`: {message}", stmt.sql), fatal })
             }

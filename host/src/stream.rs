@@ -8,6 +8,7 @@
 use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::io::{BufRead, Read};
+
 use std::sync::Arc;
 
 use omlet_lang::value::{Field, Value};
@@ -46,62 +47,303 @@ pub struct Input {
     pub record: std::result::Result<Record, String>,
 }
 
-/// Reads records from `reader` in `format`, lazily.
-pub fn read(reader: Box<dyn BufRead + Send>, format: Format) -> Box<dyn Iterator<Item = Result<Input>> + Send> {
-    match format {
-        Format::Jsonl => Box::new(jsonl(reader)),
-        Format::Csv => csv_records(reader),
+/// Bounds of the readers: what one input line or record may take.
+#[derive(Debug, Clone)]
+pub struct ReadLimits {
+    /// Most bytes of one input line (default 16 MiB). A longer line is one
+    /// error record (its first bytes kept to name it); reading goes on at the
+    /// next line.
+    pub max_line_bytes: usize,
+    /// Most lines one CSV record may span inside a quoted field (default 64).
+    /// A record whose quote is still open past that is one error, and reading
+    /// starts again at the line after its first (docs/decisions.md).
+    pub csv_max_record_lines: usize,
+}
+
+impl Default for ReadLimits {
+    fn default() -> Self {
+        ReadLimits { max_line_bytes: 16 << 20, csv_max_record_lines: 64 }
     }
 }
 
-fn jsonl(reader: Box<dyn BufRead + Send>) -> impl Iterator<Item = Result<Input>> + Send {
+/// Most bytes of input in one guest call, whatever the batch size: a batch
+/// closes at `batch` records or at this many bytes of raw input.
+pub const MAX_BATCH_BYTES: usize = 4 << 20;
+
+/// How much of a rejected line is kept to name it in its error.
+const RAW_PREFIX: usize = 256;
+
+/// Reads records from `reader` in `format`, lazily, with the default
+/// [`ReadLimits`].
+pub fn read(reader: Box<dyn BufRead + Send>, format: Format) -> Box<dyn Iterator<Item = Result<Input>> + Send> {
+    read_with(reader, format, &ReadLimits::default())
+}
+
+/// Reads records from `reader` in `format`, lazily. Every line is accounted
+/// for: a line that is too long, or not UTF-8, or not a record becomes an
+/// [`Input`] whose `record` is the error, and reading goes on. Only a failure
+/// to read at all (an I/O error) is an `Err` item.
+pub fn read_with(
+    reader: Box<dyn BufRead + Send>,
+    format: Format,
+    limits: &ReadLimits,
+) -> Box<dyn Iterator<Item = Result<Input>> + Send> {
+    let lines = Lines { reader, max: limits.max_line_bytes, number: 0, failed: false };
+    match format {
+        Format::Jsonl => Box::new(jsonl(lines)),
+        Format::Csv => Box::new(Csv {
+            lines,
+            pending: VecDeque::new(),
+            names: None,
+            number: 0,
+            max_lines: limits.csv_max_record_lines.max(1),
+            max_bytes: limits.max_line_bytes,
+        }),
+    }
+}
+
+/// One physical line of input.
+enum Line {
+    Text(String),
+    /// Longer than the limit: its length and first bytes.
+    TooLong(usize, String),
+    /// Not UTF-8: where the first bad byte is, and the line made readable.
+    NotUtf8(usize, String),
+}
+
+impl Line {
+    fn raw(&self) -> &str {
+        match self {
+            Line::Text(t) | Line::TooLong(_, t) | Line::NotUtf8(_, t) => t,
+        }
+    }
+}
+
+/// Lines of bytes, each bounded: never more than `max` bytes held for one.
+struct Lines {
+    reader: Box<dyn BufRead + Send>,
+    max: usize,
+    number: u64,
+    failed: bool,
+}
+
+impl Iterator for Lines {
+    type Item = std::io::Result<(u64, Line)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed {
+            return None;
+        }
+        let (mut buf, mut total, mut any) = (Vec::new(), 0usize, false);
+        loop {
+            let avail = match self.reader.fill_buf() {
+                Ok(b) => b,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    self.failed = true;
+                    return Some(Err(e));
+                }
+            };
+            if avail.is_empty() {
+                if !any {
+                    return None;
+                }
+                break;
+            }
+            any = true;
+            let (len, end) = match avail.iter().position(|&b| b == b'\n') {
+                Some(i) => (i, true),
+                None => (avail.len(), false),
+            };
+            // Past the limit only the first bytes are kept, to name the line.
+            let keep = if total + len <= self.max { len } else { RAW_PREFIX.saturating_sub(buf.len()).min(len) };
+            buf.extend_from_slice(&avail[..keep]);
+            total += len;
+            self.reader.consume(len + end as usize);
+            if end {
+                break;
+            }
+        }
+        self.number += 1;
+        if total > self.max {
+            return Some(Ok((self.number, Line::TooLong(total, String::from_utf8_lossy(&buf).into_owned()))));
+        }
+        if buf.last() == Some(&b'\r') {
+            buf.pop();
+        }
+        Some(Ok((
+            self.number,
+            match String::from_utf8(buf) {
+                Ok(t) => Line::Text(t),
+                Err(e) => Line::NotUtf8(e.utf8_error().valid_up_to(), String::from_utf8_lossy(e.as_bytes()).into_owned()),
+            },
+        )))
+    }
+}
+
+/// Why a line that is not text is no record.
+fn line_error(line: &Line, max: usize) -> Option<String> {
+    match line {
+        Line::Text(_) => None,
+        Line::TooLong(n, _) => Some(format!("limit reached (line bytes): the line takes {n} bytes, more than {max}")),
+        Line::NotUtf8(at, _) => Some(format!("not UTF-8: an invalid byte at byte {} of the line", at + 1)),
+    }
+}
+
+fn jsonl(lines: Lines) -> impl Iterator<Item = Result<Input>> + Send {
+    let max = lines.max;
     let mut number = 0u64;
-    reader.lines().enumerate().filter_map(move |(i, line)| {
-        let line = match line {
+    lines.filter_map(move |line| {
+        let (at, line) = match line {
             Ok(l) => l,
-            Err(e) => return Some(Err(Error::Input { what: format!("line {}", i + 1), message: e.to_string() })),
+            Err(e) => return Some(Err(Error::io("input", e))),
         };
-        if line.trim().is_empty() {
+        if let Line::Text(t) = &line
+            && t.trim().is_empty()
+        {
             return None;
         }
         number += 1;
-        let record = record::from_json_str(&line);
-        Some(Ok(Input { number, line: i as u64 + 1, raw: line, record }))
+        let record = match line_error(&line, max) {
+            Some(e) => Err(e),
+            None => record::from_json_str(line.raw()),
+        };
+        let raw = match line {
+            Line::Text(t) | Line::TooLong(_, t) | Line::NotUtf8(_, t) => t,
+        };
+        Some(Ok(Input { number, line: at, raw, record }))
     })
 }
 
-fn csv_records(reader: Box<dyn BufRead + Send>) -> Box<dyn Iterator<Item = Result<Input>> + Send> {
-    let mut rdr = csv::ReaderBuilder::new().flexible(true).from_reader(reader);
-    let names: Vec<String> = match rdr.headers() {
-        Ok(h) => h.iter().map(str::to_string).collect(),
-        Err(e) => {
-            return Box::new(std::iter::once(Err(Error::Input { what: "CSV header".into(), message: e.to_string() })));
+/// CSV records over bounded lines. A record may span lines inside a quoted
+/// field, up to `max_lines` lines and `max_bytes` bytes; a quote still open
+/// past that (or at the end of input) makes the record's first line one
+/// error, and the lines after it are read again as records of their own.
+struct Csv {
+    lines: Lines,
+    /// Lines read ahead and given back after an unbalanced quote.
+    pending: VecDeque<(u64, Line)>,
+    /// The header's names once read, or why it could not be read.
+    names: Option<std::result::Result<Vec<String>, String>>,
+    number: u64,
+    max_lines: usize,
+    max_bytes: usize,
+}
+
+impl Csv {
+    fn next_line(&mut self) -> Option<std::io::Result<(u64, Line)>> {
+        match self.pending.pop_front() {
+            Some(l) => Some(Ok(l)),
+            None => self.lines.next(),
         }
-    };
-    let mut number = 0u64;
-    Box::new(rdr.into_records().map(move |row| {
-        number += 1;
-        Ok(match row {
-            Ok(row) => {
-                let line = row.position().map(|p| p.line()).unwrap_or(0);
-                let raw = row.iter().collect::<Vec<_>>().join(",");
-                let record = if row.len() != names.len() {
-                    Err(format!("{} values for {} columns", row.len(), names.len()))
+    }
+
+    /// The next record's text (lines joined), or a line that is no record.
+    fn next_text(&mut self) -> Option<std::io::Result<(u64, std::result::Result<String, (String, String)>)>> {
+        loop {
+            let (at, first) = match self.next_line()? {
+                Ok(l) => l,
+                Err(e) => return Some(Err(e)),
+            };
+            if let Some(e) = line_error(&first, self.lines.max) {
+                return Some(Ok((at, Err((e, first.raw().to_string())))));
+            }
+            let Line::Text(mut text) = first else { unreachable!("line_error covers the other kinds") };
+            if text.trim().is_empty() {
+                continue;
+            }
+            let mut taken: Vec<(u64, Line)> = Vec::new();
+            while quote_open(&text) {
+                let next = if taken.len() + 1 < self.max_lines && text.len() <= self.max_bytes {
+                    self.next_line()
                 } else {
-                    Ok(names
-                        .iter()
-                        .zip(row.iter())
-                        .map(|(n, v)| Field::new(Cow::Owned(n.clone()), Value::Chars(Cow::Owned(v.to_string()))))
-                        .collect())
+                    None
                 };
-                Input { number, line, raw, record }
+                match next {
+                    Some(Ok((n, Line::Text(t)))) => {
+                        text.push('\n');
+                        text.push_str(&t);
+                        taken.push((n, Line::Text(t)));
+                    }
+                    Some(Err(e)) => return Some(Err(e)),
+                    other => {
+                        // The quote never closes within bounds: the first line
+                        // is the error; the lines after it are read again.
+                        if let Some(Ok(l)) = other {
+                            taken.push(l);
+                        }
+                        for l in taken.into_iter().rev() {
+                            self.pending.push_front(l);
+                        }
+                        let first = text.split('\n').next().unwrap_or("").to_string();
+                        let message = format!(
+                            "unbalanced quote: a quoted field is still open after {} lines (the limit is {})",
+                            self.max_lines, self.max_lines
+                        );
+                        return Some(Ok((at, Err((message, first)))));
+                    }
+                }
             }
-            Err(e) => {
-                let line = e.position().map(|p| p.line()).unwrap_or(0);
-                Input { number, line, raw: String::new(), record: Err(e.to_string()) }
+            return Some(Ok((at, Ok(text))));
+        }
+    }
+}
+
+/// Whether a quoted field is still open at the end of `text` (every `"`
+/// toggles; a doubled `""` inside a field toggles twice).
+fn quote_open(text: &str) -> bool {
+    text.bytes().filter(|&b| b == b'"').count() % 2 == 1
+}
+
+/// One CSV record's fields, parsed by the `csv` crate.
+fn csv_fields(text: &str) -> std::result::Result<Vec<String>, String> {
+    let mut rdr = csv::ReaderBuilder::new().has_headers(false).flexible(true).from_reader(text.as_bytes());
+    match rdr.records().next() {
+        Some(Ok(row)) => Ok(row.iter().map(str::to_string).collect()),
+        Some(Err(e)) => Err(e.to_string()),
+        None => Err("an empty record".to_string()),
+    }
+}
+
+impl Iterator for Csv {
+    type Item = Result<Input>;
+
+    fn next(&mut self) -> Option<Result<Input>> {
+        if self.names.is_none() {
+            let names = match self.next_text()? {
+                Err(e) => return Some(Err(Error::io("input", e))),
+                Ok((_, Err((message, _)))) => Err(message),
+                Ok((_, Ok(text))) => csv_fields(&text),
+            };
+            self.names = Some(names);
+        }
+        let (at, text) = match self.next_text()? {
+            Ok(t) => t,
+            Err(e) => return Some(Err(Error::io("input", e))),
+        };
+        self.number += 1;
+        let (raw, record) = match text {
+            Err((message, raw)) => (raw, Err(message)),
+            Ok(text) => {
+                let record = match (self.names.as_ref(), csv_fields(&text)) {
+                    (Some(Err(e)), _) => Err(format!("the CSV header cannot be read: {e}")),
+                    (_, Err(e)) => Err(e),
+                    (Some(Ok(names)), Ok(values)) if values.len() != names.len() => {
+                        Err(format!("{} values for {} columns", values.len(), names.len()))
+                    }
+                    (Some(Ok(names)), Ok(values)) => Ok(names
+                        .iter()
+                        .zip(values)
+                        .map(|(n, v)| Field::new(Cow::Owned(n.clone()), Value::Chars(Cow::Owned(v))))
+                        .collect()),
+                    (None, _) => Err("no CSV header".to_string()),
+                };
+                let raw = if record.is_ok() { text } else { text.chars().take(4096).collect() };
+                (raw, record)
             }
-        })
-    }))
+        };
+        Some(Ok(Input { number: self.number, line: at, raw, record }))
+    }
 }
 
 /// How records find their model.
@@ -136,10 +378,14 @@ pub struct Done {
     pub outcome: Outcome,
 }
 
-/// Evaluates `inputs` through `rule`, `batch` records per guest call and up
-/// to `concurrency` calls in flight, handing every record's outcome to `sink`
-/// in input order. Stops early only on a failure of the machinery (a wasm
-/// trap, unreadable input), never because of one record.
+/// Evaluates `inputs` through `rule`, `batch` records (and at most
+/// [`MAX_BATCH_BYTES`] of input) per guest call and up to `concurrency` calls
+/// in flight, handing every record's outcome to `sink` in input order.
+///
+/// Every record read gets exactly one outcome, whatever happens to its call:
+/// a trap, a limit, even a failed task, is that record's `Failed` outcome. The
+/// run stops early only when the input cannot be read or `sink` fails; it
+/// first hands `sink` the outcomes of every record already read.
 pub async fn run(
     rule: Arc<Rule>,
     inputs: impl Iterator<Item = Result<Input>>,
@@ -148,35 +394,61 @@ pub async fn run(
     concurrency: usize,
     mut sink: impl FnMut(Done) -> Result<()>,
 ) -> Result<()> {
+    type Task = (Vec<(u64, u64)>, tokio::task::JoinHandle<Vec<Done>>);
     let route = Arc::new(route);
-    let mut inflight: VecDeque<tokio::task::JoinHandle<Result<Vec<Done>>>> = VecDeque::new();
-    let mut chunk = Vec::with_capacity(batch);
+    let mut inflight: VecDeque<Task> = VecDeque::new();
+    let mut chunk: Vec<Input> = Vec::with_capacity(batch);
+    let mut chunk_bytes = 0usize;
     let mut inputs = inputs.fuse();
+    let mut failure = None;
     loop {
-        let next = inputs.next().transpose()?;
+        let next = match inputs.next() {
+            Some(Ok(i)) => Some(i),
+            Some(Err(e)) => {
+                failure = Some(e);
+                None
+            }
+            None => None,
+        };
         let end = next.is_none();
         if let Some(i) = next {
+            chunk_bytes += i.raw.len();
             chunk.push(i);
         }
-        if chunk.len() >= batch.max(1) || (end && !chunk.is_empty()) {
+        if chunk.len() >= batch.max(1) || chunk_bytes >= MAX_BATCH_BYTES || (end && !chunk.is_empty()) {
             let (rule, route, work) = (rule.clone(), route.clone(), std::mem::take(&mut chunk));
-            inflight.push_back(tokio::spawn(async move { evaluate_chunk(&rule, &route, work).await }));
+            chunk_bytes = 0;
+            let names = work.iter().map(|i| (i.number, i.line)).collect();
+            inflight.push_back((names, tokio::spawn(async move { evaluate_chunk(&rule, &route, work).await })));
         }
         while inflight.len() >= concurrency.max(1) || (end && !inflight.is_empty()) {
-            let first = inflight.pop_front().expect("checked non-empty");
-            let done = first.await.map_err(|e| Error::Wasm(format!("evaluation task failed: {e}")))??;
+            let Some((names, task)) = inflight.pop_front() else { break };
+            let done = match task.await {
+                Ok(done) => done,
+                // The task's records are gone with it: each still gets its line.
+                Err(e) => names
+                    .into_iter()
+                    .map(|(number, line)| Done {
+                        input: Input { number, line, raw: String::new(), record: Err("not evaluated".into()) },
+                        outcome: Outcome::Failed(format!("internal error: the evaluation task failed: {e}")),
+                    })
+                    .collect(),
+            };
             for d in done {
                 sink(d)?;
             }
         }
         if end {
-            return Ok(());
+            return match failure {
+                Some(e) => Err(e),
+                None => Ok(()),
+            };
         }
     }
 }
 
 /// Evaluates one chunk: records grouped by route, one guest call per group.
-async fn evaluate_chunk(rule: &Rule, route: &RouteBy, chunk: Vec<Input>) -> Result<Vec<Done>> {
+async fn evaluate_chunk(rule: &Rule, route: &RouteBy, chunk: Vec<Input>) -> Vec<Done> {
     let mut outcomes: Vec<Option<Outcome>> = (0..chunk.len()).map(|_| None).collect();
     // Route key → positions in the chunk of the records that take it.
     let mut groups: Vec<(Option<String>, Vec<usize>)> = Vec::new();
@@ -216,21 +488,30 @@ async fn evaluate_chunk(rule: &Rule, route: &RouteBy, chunk: Vec<Input>) -> Resu
         };
         // Only records that were read make it into a group.
         let records: Vec<&Record> = positions.iter().filter_map(|&p| chunk[p].record.as_ref().ok()).collect();
-        let results = rule.evaluate_batch_iter(r, records.iter().copied()).await?;
-        for (pos, result) in positions.into_iter().zip(results) {
-            outcomes[pos] = Some(match result {
-                Ok(rec) => Outcome::Ok(rec),
-                Err(Error::Unrouted { message, .. }) => Outcome::Unrouted(message),
-                Err(Error::Record { message, .. }) => Outcome::Failed(message),
-                Err(e) => Outcome::Failed(e.to_string()),
-            });
+        match rule.evaluate_batch_iter(r, records.iter().copied()).await {
+            Ok(results) => {
+                for (&pos, result) in positions.iter().zip(results) {
+                    outcomes[pos] = Some(match result {
+                        Ok(rec) => Outcome::Ok(rec),
+                        Err(Error::Unrouted { message, .. }) => Outcome::Unrouted(message),
+                        Err(Error::Record { message, .. }) => Outcome::Failed(message),
+                        Err(e) => Outcome::Failed(e.to_string()),
+                    });
+                }
+            }
+            // No call could be made (no instance): every record of the group says so.
+            Err(e) => {
+                for &pos in &positions {
+                    outcomes[pos] = Some(Outcome::Failed(e.to_string()));
+                }
+            }
         }
     }
-    Ok(chunk
+    chunk
         .into_iter()
         .zip(outcomes)
         .map(|(input, o)| Done { input, outcome: o.unwrap_or(Outcome::Failed("record was not evaluated".into())) })
-        .collect())
+        .collect()
 }
 
 /// A reader that counts the bytes read through it (for progress).

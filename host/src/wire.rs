@@ -152,7 +152,7 @@ pub(crate) fn decode_batch(n: usize, frame: &[u8], errors: impl Iterator<Item = 
             *slot = Some(e);
         }
     }
-    let bad = |m: &str| Error::Wasm(format!("batch output: {m}"));
+    let bad = |m: &str| Error::Internal(format!("batch output: {m}"));
     let mut r = Reader::new(frame).map_err(bad)?;
     let mut out = Vec::with_capacity(n);
     let mut next = 0usize;

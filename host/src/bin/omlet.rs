@@ -88,9 +88,10 @@ enum Cmd {
         /// Records per guest call.
         #[arg(long, default_value_t = 256)]
         batch: usize,
-        /// Guest calls in flight at once (each on its own instance).
-        #[arg(long, default_value_t = 2)]
-        concurrency: usize,
+        /// Guest calls in flight at once (each on its own instance), 1 to 256
+        /// (the engine's instance limit).
+        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=256))]
+        concurrency: u16,
         /// No progress bar, even on a terminal.
         #[arg(short, long)]
         quiet: bool,
@@ -166,7 +167,7 @@ async fn main() -> ExitCode {
                 pass_unrouted: unrouted == "pass",
                 stats,
                 batch: batch.max(1),
-                concurrency: concurrency.max(1),
+                concurrency: concurrency as usize,
                 quiet,
             };
             run(&rule, &knowdb, knowledge.as_deref(), opts).await
@@ -190,19 +191,61 @@ fn report(sources: &[RuleSource], err: &Error) {
         eprintln!("{err}");
         return;
     };
+    let total: usize = errors.iter().map(|fe| fe.diagnostics.len()).sum();
+    let mut shown = 0;
     for fe in errors {
-        let text = sources.iter().find(|s| s.file == fe.file).map(|s| s.text.clone()).unwrap_or_default();
+        let text = sources.iter().find(|s| s.file == fe.file).map(|s| s.text.as_str()).unwrap_or_default();
         for d in &fe.diagnostics {
+            if shown == MAX_REPORTED {
+                eprintln!("… and {} more errors (the first {MAX_REPORTED} are shown)", total - shown);
+                return;
+            }
+            shown += 1;
             let (start, end) = (d.span.start as usize, d.span.end.max(d.span.start + 1) as usize);
+            let line = text.get(..start.min(text.len())).and_then(|b| b.rfind('\n')).map(|i| i + 1).unwrap_or(0);
+            let line_len = text[line..].find('\n').unwrap_or(text.len() - line);
+            if line_len > MAX_SNIPPET_LINE {
+                // A very long line: an excerpt around the column, not the line.
+                eprintln!("{}", excerpt(&fe.file, text, d, start, end.min(line + line_len)));
+                continue;
+            }
             let mut diag = miette::MietteDiagnostic::new(format!("{}:{}:{}: {}", fe.file, d.line, d.column, d.message))
                 .with_label(miette::LabeledSpan::at(start..end.min(text.len().max(start)), "here"));
             if let Some(h) = &d.hint {
                 diag = diag.with_help(h.clone());
             }
-            let report = miette::Report::new(diag).with_source_code(miette::NamedSource::new(&fe.file, text.clone()));
+            let report = miette::Report::new(diag).with_source_code(miette::NamedSource::new(&fe.file, text.to_string()));
             eprintln!("{report:?}");
         }
     }
+}
+
+/// At most this many compile errors are printed per run.
+const MAX_REPORTED: usize = 50;
+/// Source lines longer than this are shown as an excerpt around the error.
+const MAX_SNIPPET_LINE: usize = 400;
+
+/// `file:line:col: message`, then up to 60 characters each side of the
+/// error with a caret under it.
+fn excerpt(file: &str, text: &str, d: &omlet_lang::diag::Diagnostic, start: usize, end: usize) -> String {
+    let floor = |mut i: usize| {
+        while i > 0 && !text.is_char_boundary(i) {
+            i -= 1;
+        }
+        i
+    };
+    let from = floor(start.saturating_sub(60));
+    let from = text[from..start.min(text.len())].rfind('\n').map(|i| from + i + 1).unwrap_or(from);
+    let to = floor((end + 60).min(text.len()));
+    let to = text[start.min(text.len())..to].find('\n').map(|i| start + i).unwrap_or(to);
+    let window = &text[from..to];
+    let caret_at = text[from..start.min(text.len())].chars().count();
+    let width = text.get(start..end.min(to).max(start)).map(|s| s.chars().count()).unwrap_or(1).clamp(1, 60);
+    let mut out = format!("{file}:{}:{}: error: {}\n  … {window} …\n    {}{}", d.line, d.column, d.message, " ".repeat(caret_at), "^".repeat(width));
+    if let Some(h) = &d.hint {
+        out.push_str(&format!("\n  = hint: {h}"));
+    }
+    out
 }
 
 fn build(rules: &[PathBuf], output: &Path) -> omlet::Result<ExitCode> {
@@ -346,6 +389,9 @@ fn check(rules: &[PathBuf]) -> omlet::Result<ExitCode> {
     }
 }
 
+/// How much of a failed record's input its error line repeats.
+const MAX_ERROR_INPUT_CHARS: usize = 4096;
+
 struct RunOptions {
     input: String,
     format: Format,
@@ -370,10 +416,13 @@ async fn run(rule: &Path, knowdb: &[PathBuf], config: Option<&Path>, o: RunOptio
         ([], None) => None,
         (dbs, _) => {
             let db = SqliteProvider::memory().await?;
+            // Lookups may read the tables the knowdbs declare, and no others.
+            let mut tables = Vec::new();
             for k in dbs {
-                omlet::knowledge::knowdb::load(k, &db).await?;
+                tables.extend(omlet::knowledge::knowdb::load(k, &db).await?);
             }
-            Some(Arc::new(Knowledge::new(Arc::new(db))))
+            let config = omlet::knowledge::KnowledgeConfig { tables: Some(tables), ..Default::default() };
+            Some(Arc::new(Knowledge::with_config(Arc::new(db), config)))
         }
     };
     let engine = Engine::new()?;
@@ -439,9 +488,14 @@ async fn run(rule: &Path, knowdb: &[PathBuf], config: Option<&Path>, o: RunOptio
             }
         };
         if let Some(kind) = kind {
+            // An error line names its record; it does not repeat a huge one.
+            let input = match d.input.raw.char_indices().nth(MAX_ERROR_INPUT_CHARS) {
+                Some((at, _)) => format!("{}…", &d.input.raw[..at]),
+                None => d.input.raw,
+            };
             let line = serde_json::json!({
                 "source": source, "record": d.input.number, "line": d.input.line,
-                "kind": kind, "error": message, "input": d.input.raw,
+                "kind": kind, "error": message, "input": input,
             });
             writeln!(err_out, "{line}").map_err(io)?;
         }

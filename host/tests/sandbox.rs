@@ -1,0 +1,201 @@
+//! The sandbox: hostile records and rules cost their own record, never the
+//! run. Traps and limits are typed errors, the trapped instance is dropped,
+//! the rule goes on, and a batch that fails is retried record by record.
+
+use std::io::BufRead;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use omlet::error::Limit;
+use omlet::stream::{self, Format, Outcome, RouteBy};
+use omlet::{Engine, EngineConfig, Error, Record};
+
+const TRIVIAL: &str = "name : t\n---\nseq = read(seq) ;\nm = read(m) ;\n";
+
+/// A rule whose regex costs time proportional to the field's length times
+/// the repetition bound: minutes on a few megabytes.
+const SLOW_REGEX: &str = "name : t\n---\nv = match read(m) {\n    regex_match('[a-z]{1,300}X') => chars(yes),\n    _ => chars(no),\n};\n";
+
+fn rec(json: &str) -> Record {
+    omlet::record::from_json_str(json).unwrap()
+}
+
+fn big(seq: usize, bytes: usize) -> Record {
+    rec(&format!("{{\"seq\":{seq},\"m\":\"{}\"}}", "M".repeat(bytes)))
+}
+
+fn engine(f: impl FnOnce(&mut EngineConfig)) -> Engine {
+    let mut c = EngineConfig::default();
+    f(&mut c);
+    Engine::with_config(&c).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_that_runs_out_of_memory_is_retried_record_by_record() {
+    // 24 records of 1 MB: one frame of 24 MB cannot fit 16 MiB, each record can.
+    let e = engine(|c| c.max_memory = 16 << 20);
+    let rule = e.load_source("t.oml", TRIVIAL, None).await.unwrap();
+    let records: Vec<Record> = (0..24).map(|i| big(i, 1 << 20)).collect();
+    let out = rule.evaluate_batch(&records).await.unwrap();
+    assert_eq!(out.len(), 24);
+    for (i, r) in out.iter().enumerate() {
+        let r = r.as_ref().unwrap_or_else(|e| panic!("record {i}: {e}"));
+        let json = omlet::record::to_json_string(r);
+        assert!(json.starts_with(&format!("{{\"seq\":{i},\"m\":\"MMM")) && json.len() > 1 << 20, "record {i}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_too_big_for_the_instance_fails_alone_with_a_memory_limit() {
+    let e = engine(|c| c.max_memory = 16 << 20);
+    let rule = e.load_source("t.oml", TRIVIAL, None).await.unwrap();
+    let records = vec![big(0, 10), big(1, 12 << 20), big(2, 10)];
+    let out = rule.evaluate_batch(&records).await.unwrap();
+    assert!(out[0].is_ok() && out[2].is_ok(), "{out:?}");
+    match &out[1] {
+        Err(Error::Limit { limit: Limit::Memory, .. }) => {}
+        other => panic!("expected a memory limit, got {other:?}"),
+    }
+    // The rule goes on with fresh instances.
+    assert!(rule.evaluate(&big(3, 10)).await.is_ok());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_over_the_byte_limit_is_refused_before_the_call() {
+    let e = engine(|c| c.max_record_bytes = 1 << 20);
+    let rule = e.load_source("t.oml", TRIVIAL, None).await.unwrap();
+    match rule.evaluate(&big(0, 2 << 20)).await {
+        Err(Error::Limit { limit: Limit::RecordBytes, .. }) => {}
+        other => panic!("expected a record-bytes limit, got {other:?}"),
+    }
+    let out = rule.evaluate_batch(&[big(0, 10), big(1, 2 << 20), big(2, 10)]).await.unwrap();
+    assert!(out[0].is_ok() && out[2].is_ok());
+    assert!(matches!(out[1], Err(Error::Limit { limit: Limit::RecordBytes, .. })), "{:?}", out[1]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_past_its_deadline_fails_and_the_rule_goes_on() {
+    let e = engine(|c| c.call_deadline = Duration::from_millis(200));
+    let rule = e.load_source("t.oml", SLOW_REGEX, None).await.unwrap();
+    let slow = rec(&format!("{{\"m\":\"{}\"}}", "a".repeat(2 << 20)));
+    let started = Instant::now();
+    match rule.evaluate(&slow).await {
+        Err(Error::Limit { limit: Limit::Deadline, .. }) => {}
+        other => panic!("expected the deadline, got {other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(10), "stopped after {:?}", started.elapsed());
+    let fast = rec(r#"{"m":"abcX"}"#);
+    assert_eq!(omlet::record::to_json_string(&rule.evaluate(&fast).await.unwrap()), r#"{"v":"yes"}"#);
+    // In a batch, only the slow record fails.
+    let out = rule.evaluate_batch(&[fast.clone(), slow, fast]).await.unwrap();
+    assert!(out[0].is_ok() && out[2].is_ok(), "{out:?}");
+    assert!(matches!(out[1], Err(Error::Limit { limit: Limit::Deadline, .. })), "{:?}", out[1]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fuel_bounds_a_call_deterministically() {
+    let e = engine(|c| c.fuel = Some(20_000_000));
+    let rule = e.load_source("t.oml", SLOW_REGEX, None).await.unwrap();
+    assert!(rule.evaluate(&rec(r#"{"m":"abcX"}"#)).await.is_ok());
+    let slow = rec(&format!("{{\"m\":\"{}\"}}", "a".repeat(100_000)));
+    match rule.evaluate(&slow).await {
+        Err(Error::Limit { limit: Limit::Fuel, .. }) => {}
+        other => panic!("expected fuel to run out, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_past_the_instance_limit_wait_for_an_instance() {
+    let e = engine(|c| c.max_instances = 3);
+    let rule = Arc::new(e.load_source("t.oml", TRIVIAL, None).await.unwrap());
+    let tasks: Vec<_> = (0..40)
+        .map(|i| {
+            let rule = rule.clone();
+            tokio::spawn(async move { rule.evaluate(&big(i, 50_000)).await })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap().unwrap();
+    }
+    // A second rule on the same engine takes instances from the first's idle pool.
+    let other = e.load_source("u.oml", TRIVIAL, None).await.unwrap();
+    assert!(other.evaluate(&big(0, 10)).await.is_ok());
+}
+
+fn reader(bytes: Vec<u8>) -> Box<dyn BufRead + Send> {
+    Box::new(std::io::Cursor::new(bytes))
+}
+
+/// Runs `input` through `rule` as `omlet run` does; (outputs, failures).
+async fn run(rule: Arc<omlet::Rule>, input: Vec<u8>, format: Format, batch: usize) -> (Vec<u64>, Vec<(u64, String)>) {
+    let (mut ok, mut failed) = (Vec::new(), Vec::new());
+    let inputs = stream::read(reader(input), format);
+    stream::run(rule, inputs, RouteBy::Only, batch, 2, |d| {
+        match d.outcome {
+            Outcome::Ok(_) => ok.push(d.input.number),
+            Outcome::Failed(m) | Outcome::Unrouted(m) => failed.push((d.input.number, m)),
+        }
+        Ok(())
+    })
+    .await
+    .unwrap();
+    (ok, failed)
+}
+
+/// The issue's probe: 600 records of 70 KB, in batches of 256, used to end
+/// the run with nothing written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn six_hundred_records_of_seventy_kilobytes_all_come_out() {
+    let rule = Arc::new(Engine::new().unwrap().load_source("t.oml", TRIVIAL, None).await.unwrap());
+    let mut input = Vec::new();
+    for i in 0..600 {
+        input.extend_from_slice(format!("{{\"seq\":{i},\"m\":\"{}\"}}\n", "M".repeat(70_000)).as_bytes());
+    }
+    let (ok, failed) = run(rule, input, Format::Jsonl, 256).await;
+    assert!(failed.is_empty(), "{:?}", &failed[..failed.len().min(3)]);
+    assert_eq!(ok, (1..=600).collect::<Vec<u64>>());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_line_that_is_not_utf8_is_one_error_line() {
+    let rule = Arc::new(Engine::new().unwrap().load_source("t.oml", TRIVIAL, None).await.unwrap());
+    let (ok, failed) = run(rule, b"{\"seq\":1}\n{\"seq\":\"\xff\"}\n{\"seq\":3}\n".to_vec(), Format::Jsonl, 256).await;
+    assert_eq!(ok, [1, 3]);
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0].0, 2);
+    assert!(failed[0].1.contains("not UTF-8"), "{}", failed[0].1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trap_in_a_run_costs_only_its_records() {
+    // Every tenth record is too slow for the deadline; the others come out.
+    let e = engine(|c| c.call_deadline = Duration::from_millis(100));
+    let rule = Arc::new(e.load_source("t.oml", SLOW_REGEX, None).await.unwrap());
+    let mut input = Vec::new();
+    for i in 1..=50 {
+        let m = if i % 10 == 0 { "a".repeat(1 << 20) } else { "abcX".to_string() };
+        input.extend_from_slice(format!("{{\"m\":\"{m}\"}}\n").as_bytes());
+    }
+    let (ok, failed) = run(rule, input, Format::Jsonl, 16).await;
+    assert_eq!(ok.len(), 45);
+    assert_eq!(failed.iter().map(|f| f.0).collect::<Vec<_>>(), [10, 20, 30, 40, 50]);
+    assert!(failed.iter().all(|f| f.1.contains("call deadline")), "{failed:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unbalanced_quote_costs_one_csv_row() {
+    let rule = Arc::new(Engine::new().unwrap().load_source("t.oml", "name : t\n---\nseq = read(seq) ;\n", None).await.unwrap());
+    let mut input = String::from("seq,m\n");
+    for i in 1..=1000 {
+        if i == 11 {
+            input.push_str(&format!("{i},\"never closed\n"));
+        } else {
+            input.push_str(&format!("{i},x\n"));
+        }
+    }
+    let (ok, failed) = run(rule, input.into_bytes(), Format::Csv, 256).await;
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert_eq!(failed[0].0, 11);
+    assert!(failed[0].1.contains("unbalanced quote"), "{}", failed[0].1);
+    assert_eq!(ok.len(), 999);
+}
