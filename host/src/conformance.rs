@@ -245,7 +245,7 @@ impl Host for NativeHost {
         let (Some(k), Some(stmt)) = (&self.knowledge, self.bound.get(statement as usize)) else {
             return Err(QueryError { message: "no knowledge".into(), fatal: false });
         };
-        self.handle.block_on(k.query(stmt, params)).map_err(|message| QueryError { message, fatal: false })
+        self.handle.block_on(k.query(stmt, params)).map_err(|e| QueryError { message: e.message, fatal: false })
     }
     fn columns(&mut self, statement: u32) -> std::result::Result<Vec<String>, QueryError> {
         Ok(self.bound.get(statement as usize).map(|b| b.columns.clone()).unwrap_or_default())

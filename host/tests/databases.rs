@@ -440,3 +440,240 @@ fn the_postgres_embedding_example_enriches_a_record() {
     let stats: serde_json::Value = serde_json::from_str(lines.next().unwrap()).unwrap();
     assert_eq!(stats["queries"], 1, "{stdout}");
 }
+
+// ----- the sandbox: what a rule may reach ----------------------------------------
+
+fn statement(sql: &str, params: &[&str]) -> omlet_lang::ir::SqlStatement {
+    omlet_lang::ir::SqlStatement {
+        sql: sql.into(),
+        params: params.iter().map(|p| p.to_string()).collect(),
+        table: String::new(),
+        columns: vec!["v".into()],
+        file: "evil.oml".into(),
+        line: 3,
+        column: 1,
+    }
+}
+
+async fn load_err(k: Arc<Knowledge>, rule: &str) -> String {
+    match Engine::new().unwrap().load_source("evil.oml", rule, Some(k)).await {
+        Ok(_) => panic!("the load must fail: {rule}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// Catalogue tables, functions outside the allow-list and tables outside
+/// `tables` fail the load with the rule's position, on a real server.
+async fn rules_reach_only_their_tables(url: &str, catalogue: &str, file_fn: &str) {
+    let k = KnowledgeConfig::for_url(url).open().await.unwrap();
+    perf_table(&k, 3).await;
+    let m = load_err(k.clone(), &format!("name : t\n---\nv = select value from {catalogue} where id = read(id) ;\n")).await;
+    assert!(m.starts_with("evil.oml:3:5:") && m.contains("schema-qualified"), "{m}");
+    let m = load_err(k.clone(), &format!("name : t\n---\nv = select value from perf where value = {file_fn}(read(path)) ;\n")).await;
+    assert!(m.contains(&format!("the function `{file_fn}` is not allowed")), "{m}");
+    let m = load_err(k.clone(), "name : t\n---\nv = select value from perf where 1 = sleep(read(s)) ;\n").await;
+    assert!(m.contains("`sleep` is not allowed"), "{m}");
+    // With `tables` set, only those tables.
+    let mut c = KnowledgeConfig::for_url(url);
+    c.tables = Some(vec!["other".into()]);
+    let m = load_err(c.open().await.unwrap(), PERF_RULE).await;
+    assert!(m.contains("the table `perf` is not among"), "{m}");
+    // A component built by hand can carry any SQL: the host reads it again.
+    let err = k.bind(&[statement("select value from perf where id = :id union select usename from pg_user", &["id"])]).await;
+    assert!(err.is_err_and(|e| e.to_string().contains("not a lookup omlet runs")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rules_reach_only_their_tables_on_postgres() {
+    let pg = Postgres::start();
+    rules_reach_only_their_tables(&pg.url(), "pg_catalog.pg_authid", "pg_read_file").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rules_reach_only_their_tables_on_mariadb() {
+    let m = MariaDb::start();
+    rules_reach_only_their_tables(&m.url(), "mysql.user", "load_file").await;
+}
+
+/// MariaDB reads `\` in a literal as an escape unless NO_BACKSLASH_ESCAPES is
+/// on; omlet's SQL (and the guard) read it as a character, as standard SQL
+/// does. Without the session mode, `'\'` never ends, and the statement
+/// either fails or (with a quote later on) means something else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backslash_in_a_literal_is_a_character_on_mariadb() {
+    let m = MariaDb::start();
+    let k = KnowledgeConfig::for_url(&m.url()).open().await.unwrap();
+    k.provider()
+        .execute("create table bs (k text, v text); insert into bs values ('\\', 'one backslash'), ('x', 'escaped');")
+        .await
+        .unwrap();
+    // The row's key is one backslash (inserted through the pool, also in that mode).
+    let bound = k.bind(&[statement("select v from bs where k = '\\' and v != :p", &["p"])]).await.unwrap();
+    let row = k.query(&bound[0], &[omlet_lang::Cell::Text("none".into())]).await.unwrap();
+    assert_eq!(row, Some(vec![omlet_lang::Cell::Text("one backslash".into())]));
+    // The issue's escape: with backslash escapes on, this literal would run a UNION.
+    let escape = "select v from bs where k = trim_quotes('\\') or k = ') union select user from mysql.user -- '";
+    let bound = k.bind(&[statement(escape, &[])]).await.unwrap();
+    let row = k.query(&bound[0], &[]).await.unwrap();
+    assert_eq!(row, Some(vec![omlet_lang::Cell::Text("one backslash".into())]), "no row from mysql.user");
+}
+
+/// A lookup cut by omlet's timeout is cancelled in the server too.
+async fn timed_out_lookups_stop_in_the_server(url: &str, slow_fn: &str, running: &str) {
+    let admin = KnowledgeConfig::for_url(url).open().await.unwrap();
+    perf_table(&admin, 3).await;
+    admin.provider().execute(slow_fn).await.unwrap();
+    let mut c = KnowledgeConfig::for_url(url);
+    c.cache.mode = CacheMode::Bypass;
+    c.query_timeout_ms = 300;
+    c.functions = vec!["slow".into()];
+    let k = c.open().await.unwrap();
+    let rule = Engine::new()
+        .unwrap()
+        .load_source("slow.oml", "name : t\n---\nv = select value from perf where value = slow(read(k)) ;\n", Some(k.clone()))
+        .await
+        .map(Arc::new)
+        .unwrap();
+    let started = std::time::Instant::now();
+    let tasks: Vec<_> = (0..4)
+        .map(|i| {
+            let rule = rule.clone();
+            tokio::spawn(async move { rule.evaluate(&omlet::record::from_json_str(&format!("{{\"k\":\"v{i}\"}}")).unwrap()).await })
+        })
+        .collect();
+    for t in tasks {
+        // `absent`: the record is written without the lookup's value.
+        assert_eq!(omlet::record::to_json_string(&t.await.unwrap().unwrap()), "{}");
+    }
+    assert!(started.elapsed() < std::time::Duration::from_secs(4), "the lookups waited {:?}", started.elapsed());
+    // The server gives up too (well before the 30 s the function sleeps).
+    let mut left = i64::MAX;
+    for _ in 0..50 {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        left = count_running(url, running).await;
+        if left == 0 {
+            break;
+        }
+    }
+    assert_eq!(left, 0, "lookups still running in the server");
+}
+
+async fn count_running(url: &str, sql: &str) -> i64 {
+    use sqlx::{Connection, Row};
+    if url.starts_with("postgres") {
+        let mut c = sqlx::PgConnection::connect(url).await.unwrap();
+        sqlx::query(sqlx::AssertSqlSafe(sql.to_string())).fetch_one(&mut c).await.unwrap().get::<i64, _>(0)
+    } else {
+        let mut c = sqlx::MySqlConnection::connect(url).await.unwrap();
+        sqlx::query(sqlx::AssertSqlSafe(sql.to_string())).fetch_one(&mut c).await.unwrap().get::<i64, _>(0)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timed_out_lookups_stop_in_the_server_on_postgres() {
+    let pg = Postgres::start();
+    timed_out_lookups_stop_in_the_server(
+        &pg.url(),
+        "create function slow(k text) returns text language sql as $$ select pg_sleep(30)::text || k $$",
+        "select count(*)::bigint from pg_stat_activity where state = 'active' and query like '%slow(%' and pid <> pg_backend_pid()",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timed_out_lookups_stop_in_the_server_on_mariadb() {
+    let m = MariaDb::start();
+    timed_out_lookups_stop_in_the_server(
+        &m.url(),
+        "create function slow(k text) returns text not deterministic begin do sleep(30); return k; end",
+        "select cast(count(*) as signed) from information_schema.processlist where info like '%slow(%' and id <> connection_id()",
+    )
+    .await;
+}
+
+/// With every eighth key containing a NUL byte (which PostgreSQL refuses in
+/// text), batched misses fail only for those keys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_key_fails_only_its_own_lookup_in_a_batch_on_postgres() {
+    let pg = Postgres::start();
+    let mut c = outage_config(&pg.url(), OnLookupError::Fail);
+    c.query_timeout_ms = 5000;
+    let k = c.open().await.unwrap();
+    k.provider().execute("create table names (name text primary key, v text); insert into names select 'n' || i, 'v' || i from generate_series(1, 64) i;").await.unwrap();
+    let bound = Arc::new(k.bind(&[statement("select v from names where name = :name", &["name"])]).await.unwrap());
+    assert!(bound[0].batch.is_some());
+    let tasks: Vec<_> = (1..=64)
+        .map(|i: i64| {
+            let (k, bound) = (k.clone(), bound.clone());
+            let key = if i % 8 == 0 { format!("n\u{0}{i}") } else { format!("n{i}") };
+            tokio::spawn(async move { (i, k.query(&bound[0], &[omlet_lang::Cell::Text(key)]).await) })
+        })
+        .collect();
+    let mut failed = Vec::new();
+    for t in tasks {
+        let (i, row) = t.await.unwrap();
+        match row {
+            Ok(row) => assert_eq!(row, Some(vec![omlet_lang::Cell::Text(format!("v{i}"))]), "key {i}"),
+            Err(_) => failed.push(i),
+        }
+    }
+    assert_eq!(failed, (1..=8).map(|i| i * 8).collect::<Vec<_>>(), "only the NUL keys fail");
+    assert!(k.stats().batched.load(std::sync::atomic::Ordering::Relaxed) > 0, "some misses were batched");
+}
+
+/// docs/deployment.md's read-only role: lookups work through it, and the
+/// role can neither write nor read a table it was not granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_only_role_serves_lookups_on_postgres() {
+    let pg = Postgres::start();
+    let admin = KnowledgeConfig::for_url(&pg.url()).open().await.unwrap();
+    perf_table(&admin, 3).await;
+    admin
+        .provider()
+        .execute(
+            "create table secrets (id integer, value text);
+             create role omlet_ro login password 'ro-pass';
+             grant connect on database postgres to omlet_ro;
+             grant usage on schema public to omlet_ro;
+             grant select on perf to omlet_ro;
+             alter role omlet_ro set default_transaction_read_only = on;",
+        )
+        .await
+        .unwrap();
+    let url = format!("postgres://omlet_ro:ro-pass@127.0.0.1:{}/postgres", pg.port);
+    read_only_role_serves_lookups(&url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_only_role_serves_lookups_on_mariadb() {
+    let m = MariaDb::start();
+    let admin = KnowledgeConfig::for_url(&m.url()).open().await.unwrap();
+    perf_table(&admin, 3).await;
+    admin
+        .provider()
+        .execute(
+            "create table secrets (id integer, value text);
+             create user 'omlet_ro'@'%' identified by 'ro-pass';
+             grant select on demo.perf to 'omlet_ro'@'%';",
+        )
+        .await
+        .unwrap();
+    let url = format!("mysql://omlet_ro:ro-pass@127.0.0.1:{}/demo", m.port);
+    read_only_role_serves_lookups(&url).await;
+}
+
+async fn read_only_role_serves_lookups(url: &str) {
+    let mut c = KnowledgeConfig::for_url(url);
+    c.tables = Some(vec!["perf".into(), "secrets".into()]);
+    let k = c.open().await.unwrap();
+    let rule = Engine::new().unwrap().load_source("t.oml", PERF_RULE, Some(k.clone())).await.unwrap();
+    assert_eq!(omlet::record::to_json_string(&rule.evaluate(&rec(2)).await.unwrap()), r#"{"v":"v2","k":"k"}"#);
+    assert!(k.provider().execute("insert into perf values (9, 'v9')").await.is_err(), "the role must not write");
+    // Allowed by omlet's config here, refused by the server's grants.
+    let secret = "name : t\n---\nv = select value from secrets where id = read(id) ;\n";
+    let refused = match Engine::new().unwrap().load_source("t.oml", secret, Some(k.clone())).await {
+        Err(_) => true,
+        Ok(rule) => rule.evaluate(&rec(1)).await.map(|r| omlet::record::to_json_string(&r) == "{}").unwrap_or(true),
+    };
+    assert!(refused, "the role must not read `secrets`");
+}

@@ -150,6 +150,17 @@ pub struct KnowledgeConfig {
     /// The `[cache]` table.
     #[serde(default)]
     pub cache: CacheConfig,
+    /// The tables lookups may read (default: the tables of `knowdb` when it
+    /// is set, else any table without a schema). A lookup of another table
+    /// fails the rule's load with its file:line:column. A schema-qualified
+    /// name (`geo.city`) is allowed only when listed here exactly.
+    #[serde(default)]
+    pub tables: Option<Vec<String>>,
+    /// Database functions lookups may call besides OML's helpers
+    /// (`ip4_int`, `cidr4_contains`, …), by name (default: none). A lookup
+    /// calling another function fails the rule's load.
+    #[serde(default)]
+    pub functions: Vec<String>,
 }
 
 fn default_url() -> String {
@@ -215,11 +226,15 @@ impl KnowledgeConfig {
                 "cache.ttl_ms = 0 would cache nothing: set cache.mode = \"bypass\" instead".into(),
             ));
         }
-        let provider = connect(&self.url, self.pool_size, Duration::from_millis(self.connect_timeout_ms)).await?.into_dyn();
-        if let Some(k) = &self.knowdb {
-            super::knowdb::load(k, provider.as_ref()).await?;
+        let provider = connect_with(&self.url, self.pool_size, Duration::from_millis(self.connect_timeout_ms), self.query_timeout())
+            .await?
+            .into_dyn();
+        let mut config = self;
+        if let Some(k) = &config.knowdb {
+            let tables = super::knowdb::load(k, provider.as_ref()).await?;
+            config.tables.get_or_insert(tables);
         }
-        Ok(Arc::new(Knowledge::with_config(provider, self)))
+        Ok(Arc::new(Knowledge::with_config(provider, config)))
     }
 }
 
@@ -249,20 +264,74 @@ impl AnyProvider {
 /// and `connect_timeout` apply to PostgreSQL and MySQL only. Fails with
 /// [`Error::Knowledge`] for another scheme or a failed connection.
 pub async fn connect(url: &str, pool_size: u32, connect_timeout: Duration) -> Result<AnyProvider> {
+    connect_with(url, pool_size, connect_timeout, Duration::from_millis(default_query_ms())).await
+}
+
+/// [`connect`], with the server-side statement timeout of lookups (for
+/// PostgreSQL and MySQL; the query timeout of [`KnowledgeConfig`]).
+pub async fn connect_with(url: &str, pool_size: u32, connect_timeout: Duration, statement_timeout: Duration) -> Result<AnyProvider> {
     if url == "sqlite::memory:" {
         Ok(AnyProvider::Sqlite(SqliteProvider::memory().await?))
     } else if let Some(path) = url.strip_prefix("sqlite://") {
         Ok(AnyProvider::Sqlite(SqliteProvider::open(Path::new(path)).await?))
     } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        Ok(AnyProvider::Postgres(PostgresProvider::connect(url, pool_size, connect_timeout).await?))
+        Ok(AnyProvider::Postgres(PostgresProvider::connect(url, pool_size, connect_timeout, statement_timeout).await?))
     } else if url.starts_with("mysql://") || url.starts_with("mariadb://") {
         let url = url.replacen("mariadb://", "mysql://", 1);
-        Ok(AnyProvider::MySql(MySqlProvider::connect(&url, pool_size, connect_timeout).await?))
+        Ok(AnyProvider::MySql(MySqlProvider::connect(&url, pool_size, connect_timeout, statement_timeout).await?))
     } else {
         Err(Error::Knowledge(format!(
-            "unsupported knowledge URL `{url}`: use sqlite::memory:, sqlite://FILE, postgres://… or mysql://…"
+            "unsupported knowledge URL `{}`: use sqlite::memory:, sqlite://FILE, postgres://… or mysql://…",
+            redact(url)
         )))
     }
+}
+
+/// `text` with the password of every URL in it replaced by `***`:
+/// `scheme://user:secret@host` and `password=secret` query parameters.
+/// Every message that may show a knowledge URL goes through it.
+pub fn redact(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    // `scheme://user:secret@`: the part between the first `:` after `://`
+    // and the last `@` before the next `/`, `?`, `#` or blank.
+    while let Some(i) = rest.find("://") {
+        out.push_str(&rest[..i + 3]);
+        rest = &rest[i + 3..];
+        let end = rest.find(|c: char| c == '/' || c == '?' || c == '#' || c.is_whitespace() || c == '`').unwrap_or(rest.len());
+        let authority = &rest[..end];
+        match (authority.rfind('@'), authority.find(':')) {
+            (Some(at), Some(colon)) if colon < at => {
+                out.push_str(&authority[..colon + 1]);
+                out.push_str("***");
+                out.push_str(&authority[at..]);
+            }
+            _ => out.push_str(authority),
+        }
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    // `password=secret` (and `pass=`, `pwd=`) in a query string.
+    let mut result = String::with_capacity(out.len());
+    let mut rest = out.as_str();
+    while let Some(i) = ["password=", "pass=", "pwd="]
+        .iter()
+        .filter_map(|k| rest.to_ascii_lowercase().find(k).map(|i| (i, k.len())))
+        .min()
+        .map(|(i, n)| (i, i + n))
+    {
+        let (start, value) = i;
+        let preceded = start == 0 || matches!(rest.as_bytes()[start - 1], b'?' | b'&' | b';' | b' ');
+        result.push_str(&rest[..value]);
+        rest = &rest[value..];
+        if preceded {
+            let end = rest.find(|c: char| c == '&' || c == ';' || c.is_whitespace() || c == '`').unwrap_or(rest.len());
+            result.push_str("***");
+            rest = &rest[end..];
+        }
+    }
+    result.push_str(rest);
+    result
 }
 
 /// Replaces `${NAME}` with the environment variable NAME.
@@ -271,7 +340,7 @@ fn expand_env(s: &str) -> Result<String> {
     let mut rest = s;
     while let Some(i) = rest.find("${") {
         out.push_str(&rest[..i]);
-        let end = rest[i..].find('}').ok_or_else(|| Error::Knowledge(format!("unclosed ${{ in `{s}`")))?;
+        let end = rest[i..].find('}').ok_or_else(|| Error::Knowledge(format!("unclosed ${{ in `{}`", redact(s))))?;
         let name = &rest[i + 2..i + end];
         let v = std::env::var(name).map_err(|_| Error::Knowledge(format!("environment variable {name} is not set")))?;
         out.push_str(&v);
@@ -279,4 +348,29 @@ fn expand_env(s: &str) -> Result<String> {
     }
     out.push_str(rest);
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_redacted_from_urls_and_messages() {
+        assert_eq!(redact("postgres://omlet:s3cr%40t@db:5432/intel"), "postgres://omlet:***@db:5432/intel");
+        assert_eq!(redact("mysql://root@127.0.0.1/demo"), "mysql://root@127.0.0.1/demo");
+        assert_eq!(
+            redact("unsupported knowledge URL `oracle://scott:tiger@h/x?password=tiger&x=1`"),
+            "unsupported knowledge URL `oracle://scott:***@h/x?password=***&x=1`"
+        );
+        assert_eq!(redact("host=h user=u password=hunter2 dbname=d"), "host=h user=u password=*** dbname=d");
+        assert_eq!(redact("sqlite://./k.db"), "sqlite://./k.db");
+        assert_eq!(redact("no url here: a:b@c"), "no url here: a:b@c");
+    }
+
+    #[tokio::test]
+    async fn an_unsupported_url_is_reported_without_its_password() {
+        let Err(e) = connect("oracle://scott:tiger@db/x", 1, Duration::from_secs(1)).await else { panic!("oracle is not supported") };
+        let m = e.to_string();
+        assert!(m.contains("oracle://scott:***@db/x") && !m.contains("tiger"), "{m}");
+    }
 }

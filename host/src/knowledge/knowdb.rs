@@ -87,8 +87,9 @@ pub fn read(path: &Path) -> Result<KnowDb> {
 /// Reads `knowdb.toml` and loads every table into `db`, in order. Fails
 /// on the first table that does not load (an unreadable file, bad CSV, a
 /// `types` list of the wrong length, a row or statement the database
-/// rejects, a wrong `expected_rows`); tables loaded before it stay.
-pub async fn load(path: &Path, db: &dyn Provider) -> Result<()> {
+/// rejects, a wrong `expected_rows`); tables loaded before it stay. Returns
+/// the names of the tables it declares (the default `tables` allow-list).
+pub async fn load(path: &Path, db: &dyn Provider) -> Result<Vec<String>> {
     let spec = read(path)?;
     let dir = path.parent().unwrap_or(Path::new("."));
     for t in &spec.tables {
@@ -145,7 +146,7 @@ pub async fn load(path: &Path, db: &dyn Provider) -> Result<()> {
             }
         }
     }
-    Ok(())
+    Ok(spec.tables.iter().map(|t| t.name.clone()).collect())
 }
 
 fn read_csv(path: &Path, skip_bad: bool) -> Result<(Vec<String>, Vec<Vec<String>>)> {

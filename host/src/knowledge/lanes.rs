@@ -14,7 +14,7 @@
 //! (preparing at load, loading tables), where a round trip more does not
 //! matter.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sqlx::{ConnectOptions, Connection};
@@ -22,9 +22,11 @@ use tokio::sync::Semaphore;
 
 use super::BoxFuture;
 
-/// What runs on each new connection before its first query (PostgreSQL's
-/// helper functions).
-pub(crate) type Setup<C> = for<'c> fn(&'c mut C) -> BoxFuture<'c, ()>;
+/// What runs on each new connection before its first query: the session
+/// settings that keep lookups safe and bounded (the server-side statement
+/// timeout; on MySQL, `NO_BACKSLASH_ESCAPES`) and PostgreSQL's helper
+/// functions. An error fails the connection: it is never used unguarded.
+pub(crate) type Setup<C> = Arc<dyn for<'c> Fn(&'c mut C) -> BoxFuture<'c, Result<(), String>> + Send + Sync>;
 
 /// Up to `size` connections of one kind, opened on first use and kept.
 pub(crate) struct Lanes<C: Connection> {
@@ -103,8 +105,8 @@ impl<C: Connection> Lanes<C> {
             .await
             .map_err(|_| format!("cannot connect within {:?}", self.connect_timeout))?
             .map_err(|e| e.to_string())?;
-        if let Some(setup) = self.setup {
-            setup(&mut conn).await;
+        if let Some(setup) = &self.setup {
+            setup(&mut conn).await?;
         }
         Ok(conn)
     }

@@ -25,6 +25,7 @@
 //! only those statements can ever run for that rule (the allow-list).
 
 pub mod config;
+pub mod guard;
 pub mod knowdb;
 mod lanes;
 pub mod mysql;
@@ -386,8 +387,41 @@ struct CacheKey {
 #[derive(Debug)]
 enum Miss {
     NoRow,
-    Failed(String),
+    Failed(LookupError),
 }
+
+/// Why a lookup got no answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LookupError {
+    /// What kind of failure.
+    pub kind: LookupErrorKind,
+    /// The database's message, or what omlet saw.
+    pub message: String,
+}
+
+/// The kinds of [`LookupError`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LookupErrorKind {
+    /// The query took longer than the query timeout (and was cancelled).
+    Timeout,
+    /// The database refused the query or could not be reached.
+    Failed,
+}
+
+impl LookupError {
+    fn failed(message: impl Into<String>) -> LookupError {
+        LookupError { kind: LookupErrorKind::Failed, message: message.into() }
+    }
+}
+
+impl std::fmt::Display for LookupError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for LookupError {}
 
 type Row = Option<Arc<Vec<Cell>>>;
 
@@ -451,7 +485,7 @@ impl Drop for Slot<'_> {
             Err(_) => Vec::new(),
         };
         for (_, tx) in queued {
-            let _ = tx.send(Err("the lookup that was to run this one was cancelled".to_string()));
+            let _ = tx.send(Err(LookupError::failed("the lookup that was to run this one was cancelled")));
         }
     }
 }
@@ -561,7 +595,19 @@ impl Knowledge {
     /// first that the database rejects.
     pub async fn bind(&self, statements: &[SqlStatement]) -> Result<Vec<BoundStatement>> {
         let mut out = Vec::with_capacity(statements.len());
+        let policy = guard::Policy { tables: self.config.tables.clone(), functions: self.config.functions.clone() };
         for s in statements {
+            // What the rule may reach, before anything goes to the database.
+            let checked = guard::check(&s.sql, &policy).map_err(|message| Error::Statement {
+                file: s.file.clone(),
+                line: s.line,
+                column: s.column,
+                sql: s.sql.clone(),
+                message,
+            })?;
+            // The batch form is built from what the SQL reads, never from the
+            // component's own account of its table and columns.
+            let s = &SqlStatement { table: checked.table, columns: checked.columns, ..s.clone() };
             // Dialect rewrites first, so that a parameter they repeat gets
             // a placeholder per occurrence.
             let sql = self.provider.rewrite_sql(s.sql.clone());
@@ -609,7 +655,7 @@ impl Knowledge {
     /// Answers a lookup: shared cache, then the database. `params` are the
     /// guest's, in the order of the rule's parameters. `Ok(None)` is "no
     /// row"; `Err` carries the database's message or the timeout.
-    pub async fn query(&self, stmt: &BoundStatement, params: &[Cell]) -> Result<Option<Vec<Cell>>, String> {
+    pub async fn query(&self, stmt: &BoundStatement, params: &[Cell]) -> Result<Option<Vec<Cell>>, LookupError> {
         self.stats.lookups.fetch_add(1, Ordering::Relaxed);
         let bound: Vec<Cell> = stmt.order.iter().map(|&i| params.get(i).cloned().unwrap_or(Cell::Null)).collect();
         let Some(cache) = &self.cache else {
@@ -650,14 +696,14 @@ impl Knowledge {
     /// waited goes in one query as soon as one of those finishes. So a light
     /// load pays no wait for batching, and a heavy one sends fewer, larger
     /// queries.
-    async fn miss(&self, stmt: &BoundStatement, bound: Vec<Cell>) -> Result<Option<Vec<Cell>>, String> {
+    async fn miss(&self, stmt: &BoundStatement, bound: Vec<Cell>) -> Result<Option<Vec<Cell>>, LookupError> {
         let Some(plan) = &stmt.batch else {
             return self.fetch(stmt, bound).await;
         };
         let key = bound.into_iter().next().unwrap_or(Cell::Null);
         let (tx, rx) = tokio::sync::oneshot::channel();
         let runs_now = {
-            let mut pending = self.pending.lock().map_err(|_| "lookup queue poisoned".to_string())?;
+            let mut pending = self.pending.lock().map_err(|_| LookupError::failed("lookup queue poisoned"))?;
             let p = pending.entry(stmt.stats).or_default();
             if p.in_flight < batch_slots(self.provider.lookup_connections()) {
                 p.in_flight += 1;
@@ -678,7 +724,7 @@ impl Knowledge {
                 }
             }
         }
-        rx.await.unwrap_or_else(|_| Err("the batched lookup was dropped".to_string()))
+        rx.await.unwrap_or_else(|_| Err(LookupError::failed("the batched lookup was dropped")))
     }
 
     async fn flush(&self, stmt: &BoundStatement, plan: &BatchPlan, batch: Vec<(Cell, Waiter)>) {
@@ -696,29 +742,46 @@ impl Knowledge {
             }
         }
         let rows = self.timed(stmt, self.provider.query_many(plan, distinct)).await;
+        let rows = match rows {
+            Ok(rows) => rows,
+            // One key the database refuses (text with a NUL byte on
+            // PostgreSQL, say) fails the whole query: ask again key by key,
+            // so that only that key's lookup fails. A timeout is not retried:
+            // the keys would wait out the timeout once each.
+            Err(e) if e.kind != LookupErrorKind::Timeout => {
+                tracing::debug!(statement = %stmt.sql, error = %e, "batched lookup failed; retrying its keys one by one");
+                for (key, tx) in batch {
+                    let _ = tx.send(self.fetch(stmt, vec![key]).await);
+                }
+                return;
+            }
+            Err(e) => {
+                for (_, tx) in batch {
+                    let _ = tx.send(Err(e.clone()));
+                }
+                return;
+            }
+        };
         for ((_, tx), key) in batch.into_iter().zip(keys) {
-            let answer = match &rows {
-                Ok(rows) => Ok(rows
-                    .iter()
-                    .find(|r| r.first().is_some_and(|k| same_key(k, &key)))
-                    .map(|r| r[1..].to_vec())),
-                Err(e) => Err(e.clone()),
-            };
-            let _ = tx.send(answer);
+            let answer = rows.iter().find(|r| r.first().is_some_and(|k| same_key(k, &key))).map(|r| r[1..].to_vec());
+            let _ = tx.send(Ok(answer));
         }
     }
 
     /// One database round trip, with the timeout and the counters.
-    async fn fetch(&self, stmt: &BoundStatement, bound: Vec<Cell>) -> Result<Option<Vec<Cell>>, String> {
+    async fn fetch(&self, stmt: &BoundStatement, bound: Vec<Cell>) -> Result<Option<Vec<Cell>>, LookupError> {
         self.timed(stmt, self.provider.query_first(stmt, bound)).await
     }
 
-    async fn timed<T>(&self, stmt: &BoundStatement, query: BoxFuture<'_, Result<T, String>>) -> Result<T, String> {
+    async fn timed<T>(&self, stmt: &BoundStatement, query: BoxFuture<'_, Result<T, String>>) -> Result<T, LookupError> {
         self.stats.queries.fetch_add(1, Ordering::Relaxed);
         let started = Instant::now();
         let r = match tokio::time::timeout(self.config.query_timeout(), query).await {
-            Ok(r) => r,
-            Err(_) => Err(format!("query timed out after {:?}", self.config.query_timeout())),
+            Ok(r) => r.map_err(LookupError::failed),
+            Err(_) => Err(LookupError {
+                kind: LookupErrorKind::Timeout,
+                message: format!("query timed out after {:?}", self.config.query_timeout()),
+            }),
         };
         if let Ok(mut st) = self.stats.statements.lock() {
             if let Some(s) = st.get_mut(stmt.stats) {
@@ -737,7 +800,7 @@ impl Knowledge {
     }
 }
 
-type Waiter = tokio::sync::oneshot::Sender<Result<Option<Vec<Cell>>, String>>;
+type Waiter = tokio::sync::oneshot::Sender<Result<Option<Vec<Cell>>, LookupError>>;
 
 /// Whether a key the database returned is the key a lookup asked for.
 fn same_key(returned: &Cell, asked: &Cell) -> bool {
@@ -877,6 +940,9 @@ pub fn rewrite_placeholders(sql: &str, params: &[String], style: Placeholders) -
 mod tests {
     use super::*;
 
+    /// The key the stand-in database refuses.
+    const POISON: i64 = 13;
+
     /// A provider whose queries wait at a gate, counting what reaches it.
     /// (A stand-in for a database, to hold queries in flight on purpose.)
     struct Gated {
@@ -912,6 +978,9 @@ mod tests {
             Box::pin(async move {
                 self.first.fetch_add(1, Ordering::SeqCst);
                 self.pass().await;
+                if params[0] == Cell::Integer(POISON) {
+                    return Err("the database refuses this key".into());
+                }
                 Ok(Some(vec![Cell::Text(format!("v{:?}", params[0]))]))
             })
         }
@@ -919,6 +988,10 @@ mod tests {
             Box::pin(async move {
                 self.many.lock().unwrap().push(keys.len());
                 self.pass().await;
+                // Like PostgreSQL's `= ANY($1)`: one bad key fails the whole query.
+                if keys.contains(&Cell::Integer(POISON)) {
+                    return Err("the database refuses a key of this batch".into());
+                }
                 Ok(keys.into_iter().map(|k| vec![k.clone(), Cell::Text(format!("v{k:?}"))]).collect())
             })
         }
@@ -999,6 +1072,31 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_batch_refused_for_one_key_fails_only_that_key() {
+        let (p, k, stmt) = gated(2).await;
+        let spawn = |i: i64| {
+            let (k, stmt) = (k.clone(), stmt.clone());
+            tokio::spawn(async move { (i, k.query(&stmt, &[Cell::Integer(i)]).await) })
+        };
+        // Two innocent keys hold both slots; the other nine, the refused key
+        // among them, queue and go in one batch.
+        let mut lookups = vec![spawn(10), spawn(11)];
+        until(|| p.first.load(Ordering::SeqCst) == 2).await;
+        lookups.extend((12..=20).map(spawn));
+        until(|| k.pending.lock().unwrap().values().map(|q| q.queue.len()).sum::<usize>() == 9).await;
+        p.gate.add_permits(1000);
+        for l in lookups {
+            let (i, row) = l.await.unwrap();
+            if i == POISON {
+                assert!(row.is_err(), "the refused key fails");
+            } else {
+                assert_eq!(row, Ok(Some(vec![Cell::Text(format!("v{:?}", Cell::Integer(i)))])), "key {i} is innocent");
+            }
+        }
+        assert_eq!(*p.many.lock().unwrap(), vec![9], "one batch was tried");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_cancelled_lookup_frees_its_slot_and_tells_those_queued_behind_it() {
         let (p, k, stmt) = gated(1).await;
         let spawn = |i: i64| {
@@ -1011,7 +1109,7 @@ mod tests {
         until(|| k.pending.lock().unwrap().values().any(|q| q.queue.len() == 1)).await;
         running.abort();
         let told = queued.await.unwrap();
-        assert!(told.as_ref().is_err_and(|e| e.contains("cancelled")), "{told:?}");
+        assert!(told.as_ref().is_err_and(|e| e.message.contains("cancelled")), "{told:?}");
         // The slot is free again: the next miss runs at once.
         p.gate.add_permits(10);
         assert_eq!(spawn(3).await.unwrap(), Ok(Some(vec![Cell::Text(format!("v{:?}", Cell::Integer(3)))])));

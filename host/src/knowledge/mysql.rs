@@ -7,6 +7,7 @@
 //! expressions (see [`helper_expression`]): MySQL has no per-connection
 //! temporary functions, and creating stored ones would need DDL rights.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use omlet_lang::Cell;
@@ -31,21 +32,60 @@ impl MySqlProvider {
     /// `connect_timeout` bounds each wait for a connection, the first one
     /// included. Fails with [`Error::Knowledge`] if the database cannot be
     /// reached.
-    pub async fn connect(url: &str, pool_size: u32, connect_timeout: Duration) -> Result<MySqlProvider> {
-        let err = |e: sqlx::Error| Error::Knowledge(format!("mysql: {e}"));
+    ///
+    /// Every connection runs with `NO_BACKSLASH_ESCAPES` added to its
+    /// `sql_mode`, so that a backslash in a rule's SQL literal is a plain
+    /// character as in standard SQL (and in SQLite and PostgreSQL), never an
+    /// escape that ends the compiler's quoting. Lookup connections also carry
+    /// a server-side statement timeout equal to `statement_timeout` (MariaDB's
+    /// `max_statement_time`, or MySQL's `max_execution_time`).
+    pub async fn connect(url: &str, pool_size: u32, connect_timeout: Duration, statement_timeout: Duration) -> Result<MySqlProvider> {
+        let err = |e: sqlx::Error| Error::Knowledge(format!("mysql: {}", super::config::redact(&e.to_string())));
         let options: MySqlConnectOptions = url.parse().map_err(err)?;
         let pool = MySqlPoolOptions::new()
             .max_connections(2)
             .acquire_timeout(connect_timeout)
+            .after_connect(|conn, _| {
+                Box::pin(async move { no_backslash_escapes(conn).await.map_err(|m| sqlx::Error::Configuration(m.into())) })
+            })
             .connect_with(options.clone())
             .await
             .map_err(err)?;
-        Ok(MySqlProvider { pool, lanes: Lanes::new(options, pool_size, connect_timeout, None) })
+        let setup: lanes::Setup<MySqlConnection> = Arc::new(move |conn: &mut MySqlConnection| {
+            Box::pin(async move {
+                no_backslash_escapes(conn).await?;
+                statement_time(conn, statement_timeout).await;
+                Ok(())
+            })
+        });
+        Ok(MySqlProvider { pool, lanes: Lanes::new(options, pool_size, connect_timeout, Some(setup)) })
     }
 
     /// The sqlx pool, for queries outside the [`Provider`] interface.
     pub fn pool(&self) -> &MySqlPool {
         &self.pool
+    }
+}
+
+/// Adds `NO_BACKSLASH_ESCAPES` to the session's `sql_mode`; an error fails
+/// the connection.
+async fn no_backslash_escapes(conn: &mut MySqlConnection) -> Result<(), String> {
+    let sql = "SET SESSION sql_mode = CONCAT(@@sql_mode, ',NO_BACKSLASH_ESCAPES')";
+    sqlx::raw_sql(sql).execute(&mut *conn).await.map_err(|e| format!("cannot set NO_BACKSLASH_ESCAPES: {e}"))?;
+    Ok(())
+}
+
+/// The server-side statement timeout: MariaDB's `max_statement_time`
+/// (seconds), else MySQL's `max_execution_time` (milliseconds, SELECT only).
+/// A server with neither is logged; omlet's own timeout still applies.
+async fn statement_time(conn: &mut MySqlConnection, timeout: Duration) {
+    let mariadb = format!("SET SESSION max_statement_time = {:.3}", timeout.as_secs_f64().max(0.001));
+    if sqlx::raw_sql(AssertSqlSafe(mariadb)).execute(&mut *conn).await.is_ok() {
+        return;
+    }
+    let mysql = format!("SET SESSION max_execution_time = {}", timeout.as_millis().max(1));
+    if let Err(e) = sqlx::raw_sql(AssertSqlSafe(mysql)).execute(&mut *conn).await {
+        tracing::warn!(error = %e, "cannot set a server-side statement timeout on this connection");
     }
 }
 

@@ -6,6 +6,7 @@
 //! BIGINT column), as SQLite's affinity would; a value that cannot be
 //! coerced binds NULL, which matches nothing.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use omlet_lang::Cell;
@@ -36,14 +37,32 @@ fn create_helpers(conn: &mut PgConnection) -> BoxFuture<'_, ()> {
     })
 }
 
+/// A lookup connection's setup: the helpers, and a server-side statement
+/// timeout equal to the query timeout, so that a lookup omlet gave up on
+/// does not go on running in the server.
+fn lookup_setup(statement_timeout: Duration) -> lanes::Setup<PgConnection> {
+    let ms = statement_timeout.as_millis().max(1);
+    Arc::new(move |conn: &mut PgConnection| {
+        Box::pin(async move {
+            create_helpers(conn).await;
+            let sql = format!("SET statement_timeout = {ms}");
+            sqlx::raw_sql(AssertSqlSafe(sql)).execute(&mut *conn).await.map_err(|e| format!("cannot set statement_timeout: {e}"))?;
+            Ok(())
+        })
+    })
+}
+
 impl PostgresProvider {
     /// Connects to `url` (`postgres://…`); lookups use up to `pool_size`
     /// connections (at least 1), and loading and preparing up to 2 more.
     /// `connect_timeout` bounds each wait for a connection, the first one
     /// included. Fails with [`Error::Knowledge`] if the database cannot be
     /// reached.
-    pub async fn connect(url: &str, pool_size: u32, connect_timeout: Duration) -> Result<PostgresProvider> {
-        let err = |e: sqlx::Error| Error::Knowledge(format!("postgres: {e}"));
+    ///
+    /// Lookup connections carry `statement_timeout` (the query timeout): a
+    /// lookup cut by omlet's timeout is cancelled by the server too.
+    pub async fn connect(url: &str, pool_size: u32, connect_timeout: Duration, statement_timeout: Duration) -> Result<PostgresProvider> {
+        let err = |e: sqlx::Error| Error::Knowledge(format!("postgres: {}", super::config::redact(&e.to_string())));
         let options: PgConnectOptions = url.parse().map_err(err)?;
         let pool = PgPoolOptions::new()
             .max_connections(2)
@@ -57,7 +76,8 @@ impl PostgresProvider {
             .connect_with(options.clone())
             .await
             .map_err(err)?;
-        Ok(PostgresProvider { pool, lanes: Lanes::new(options, pool_size, connect_timeout, Some(create_helpers)) })
+        let setup = lookup_setup(statement_timeout);
+        Ok(PostgresProvider { pool, lanes: Lanes::new(options, pool_size, connect_timeout, Some(setup)) })
     }
 
     /// The sqlx pool, for queries outside the [`Provider`] interface.

@@ -32,6 +32,17 @@ fn register_helpers(conn: &mut SqliteConnection) -> BoxFuture<'_, ()> {
     })
 }
 
+/// A lookup connection's setup: the helpers (SQLite runs in-process, so
+/// omlet's own timeout is all a lookup needs).
+fn lookup_setup() -> lanes::Setup<SqliteConnection> {
+    std::sync::Arc::new(|conn: &mut SqliteConnection| {
+        Box::pin(async move {
+            register_helpers(conn).await;
+            Ok(())
+        })
+    })
+}
+
 impl SqliteProvider {
     /// A fresh in-memory database, shared by the provider's connections (a
     /// named in-memory database in SQLite's shared-cache mode). It lives as
@@ -48,7 +59,7 @@ impl SqliteProvider {
             .connect_with(opts.clone())
             .await
             .map_err(knowledge_err)?;
-        Ok(SqliteProvider { pool, lanes: Lanes::new(opts, LANES, std::time::Duration::from_secs(30), Some(register_helpers)) })
+        Ok(SqliteProvider { pool, lanes: Lanes::new(opts, LANES, std::time::Duration::from_secs(30), Some(lookup_setup())) })
     }
 
     /// A database file (created if missing).
@@ -60,7 +71,7 @@ impl SqliteProvider {
             .connect_with(opts.clone())
             .await
             .map_err(knowledge_err)?;
-        Ok(SqliteProvider { pool, lanes: Lanes::new(opts, LANES, std::time::Duration::from_secs(30), Some(register_helpers)) })
+        Ok(SqliteProvider { pool, lanes: Lanes::new(opts, LANES, std::time::Duration::from_secs(30), Some(lookup_setup())) })
     }
 
     /// Runs SQL statements (DDL, inserts), separated by `;`.

@@ -1,0 +1,379 @@
+//! What a rule's SQL may do: checked by the host at bind, whoever built the
+//! component.
+//!
+//! The statements come from the guest (`meta.info`), so a component that was
+//! not built by `omlet build` can carry any text. Before a statement is
+//! prepared, it is read again here with a small grammar, the one the OML
+//! compiler writes:
+//!
+//! ```text
+//! select (* | col {, col}) from table where cond
+//! cond    = conj {or conj}
+//! conj    = unary {and unary}
+//! unary   = not unary | ( cond ) | operand op operand
+//! operand = column | :param | 'text' | number | null | name ( operand {, operand} )
+//! op      = = | != | <> | < | <= | > | >=
+//! ```
+//!
+//! Anything else (a second statement, `union`, `into outfile`, a comment,
+//! a subquery) is refused. Beyond the grammar:
+//! - a function may be called only if it is one of OML's helpers or the
+//!   knowledge config lists it in `functions`;
+//! - a table must be in the config's `tables` when that list is set (it
+//!   defaults to a knowdb's tables), and a schema-qualified name
+//!   (`pg_catalog.pg_authid`) only when the list names it exactly.
+//!
+//! Text literals are read the standard way (`''` is a quote, a backslash is
+//! a character); MySQL and MariaDB connections run with
+//! `NO_BACKSLASH_ESCAPES` so that the database reads them the same way.
+
+/// OML's helper functions (spec: SQL helpers): always allowed.
+pub const HELPERS: &[&str] = &["ip4_int", "ip4_between", "cidr4_min", "cidr4_max", "cidr4_contains", "ip4_text", "trim_quotes"];
+
+/// What statements may reach.
+#[derive(Debug, Clone, Default)]
+pub struct Policy {
+    /// The tables lookups may read; `None`: any unqualified table.
+    pub tables: Option<Vec<String>>,
+    /// Functions allowed besides [`HELPERS`], by name (case-insensitive).
+    pub functions: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Tok<'s> {
+    Word(&'s str),
+    Param,
+    Text,
+    Number,
+    Op,
+    Open,
+    Close,
+    Comma,
+    Star,
+}
+
+fn tokens(sql: &str) -> Result<Vec<Tok<'_>>, String> {
+    let b = sql.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        let start = i;
+        match c {
+            b' ' | b'\t' | b'\n' | b'\r' => {
+                i += 1;
+                continue;
+            }
+            b'\'' => {
+                i += 1;
+                loop {
+                    match b.get(i) {
+                        None => return Err("an unterminated text literal".into()),
+                        Some(b'\'') if b.get(i + 1) == Some(&b'\'') => i += 2,
+                        Some(b'\'') => {
+                            i += 1;
+                            break;
+                        }
+                        Some(_) => i += 1,
+                    }
+                }
+                out.push(Tok::Text);
+            }
+            b':' => {
+                i += 1;
+                while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_') {
+                    i += 1;
+                }
+                if i == start + 1 {
+                    return Err("a `:` without a parameter name".into());
+                }
+                out.push(Tok::Param);
+            }
+            b'0'..=b'9' | b'-' | b'.' => {
+                i += 1;
+                while i < b.len()
+                    && (b[i].is_ascii_digit() || b[i] == b'.' || ((b[i] == b'e' || b[i] == b'E') && i > start) || (matches!(b[i], b'+' | b'-') && matches!(b[i - 1], b'e' | b'E')))
+                {
+                    i += 1;
+                }
+                if !sql[start..i].bytes().any(|d| d.is_ascii_digit()) {
+                    return Err(format!("`{}` is not a number", &sql[start..i]));
+                }
+                out.push(Tok::Number);
+            }
+            b'=' => {
+                i += 1;
+                out.push(Tok::Op);
+            }
+            b'!' | b'<' | b'>' => {
+                i += 1;
+                if matches!(b.get(i), Some(b'=')) || (c == b'<' && b.get(i) == Some(&b'>')) {
+                    i += 1;
+                } else if c == b'!' {
+                    return Err("`!` alone".into());
+                }
+                out.push(Tok::Op);
+            }
+            b'(' => {
+                i += 1;
+                out.push(Tok::Open);
+            }
+            b')' => {
+                i += 1;
+                out.push(Tok::Close);
+            }
+            b',' => {
+                i += 1;
+                out.push(Tok::Comma);
+            }
+            b'*' => {
+                i += 1;
+                out.push(Tok::Star);
+            }
+            c if c.is_ascii_alphabetic() || c == b'_' => {
+                while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_' || b[i] == b'.') {
+                    i += 1;
+                }
+                out.push(Tok::Word(&sql[start..i]));
+            }
+            _ => {
+                let ch = sql[start..].chars().next().unwrap_or('?');
+                return Err(format!("the character `{ch}` has no place in a lookup"));
+            }
+        }
+    }
+    Ok(out)
+}
+
+struct Reader<'t, 's> {
+    toks: &'t [Tok<'s>],
+    at: usize,
+    policy: &'t Policy,
+}
+
+/// Words that are never column names: their appearance means SQL the
+/// compiler does not write.
+const RESERVED: &[&str] = &[
+    "select", "from", "where", "union", "into", "outfile", "dumpfile", "intersect", "except", "join", "limit", "order", "group",
+    "having", "with", "insert", "update", "delete", "drop", "create", "alter", "grant", "exec", "execute", "call", "copy", "load",
+];
+
+fn is(word: &str, keyword: &str) -> bool {
+    word.eq_ignore_ascii_case(keyword)
+}
+
+impl<'s> Reader<'_, 's> {
+    fn peek(&self) -> Option<&Tok<'s>> {
+        self.toks.get(self.at)
+    }
+
+    fn next(&mut self) -> Option<Tok<'s>> {
+        let t = self.toks.get(self.at).cloned();
+        self.at += 1;
+        t
+    }
+
+    fn keyword(&mut self, k: &str) -> Result<(), String> {
+        match self.next() {
+            Some(Tok::Word(w)) if is(w, k) => Ok(()),
+            _ => Err(format!("expected `{k}`")),
+        }
+    }
+
+    fn eat_word(&mut self, k: &str) -> bool {
+        if matches!(self.peek(), Some(Tok::Word(w)) if is(w, k)) {
+            self.at += 1;
+            return true;
+        }
+        false
+    }
+
+    fn column(&self, w: &str) -> Result<(), String> {
+        if w.contains('.') || RESERVED.iter().any(|r| is(w, r)) {
+            return Err(format!("`{w}` is not a column name"));
+        }
+        Ok(())
+    }
+
+    fn statement(&mut self) -> Result<Checked, String> {
+        self.keyword("select")?;
+        let mut columns = Vec::new();
+        if self.peek() == Some(&Tok::Star) {
+            self.at += 1;
+            columns.push("*".to_string());
+        } else {
+            loop {
+                match self.next() {
+                    Some(Tok::Word(w)) => {
+                        self.column(w)?;
+                        columns.push(w.to_string());
+                    }
+                    _ => return Err("expected a column".into()),
+                }
+                if self.peek() != Some(&Tok::Comma) {
+                    break;
+                }
+                self.at += 1;
+            }
+        }
+        self.keyword("from")?;
+        let table = match self.next() {
+            Some(Tok::Word(w)) if !RESERVED.iter().any(|r| is(w, r)) => w.to_string(),
+            _ => return Err("expected a table".into()),
+        };
+        self.keyword("where")?;
+        self.cond()?;
+        if self.at < self.toks.len() {
+            return Err("more text after the condition".into());
+        }
+        Ok(Checked { table, columns })
+    }
+
+    fn cond(&mut self) -> Result<(), String> {
+        self.conj()?;
+        while self.eat_word("or") {
+            self.conj()?;
+        }
+        Ok(())
+    }
+
+    fn conj(&mut self) -> Result<(), String> {
+        self.unary()?;
+        while self.eat_word("and") {
+            self.unary()?;
+        }
+        Ok(())
+    }
+
+    fn unary(&mut self) -> Result<(), String> {
+        if self.eat_word("not") {
+            return self.unary();
+        }
+        if self.peek() == Some(&Tok::Open) {
+            self.at += 1;
+            self.cond()?;
+            return match self.next() {
+                Some(Tok::Close) => Ok(()),
+                _ => Err("expected `)`".into()),
+            };
+        }
+        self.operand(0)?;
+        match self.next() {
+            Some(Tok::Op) => {}
+            _ => return Err("expected a comparison".into()),
+        }
+        self.operand(0)
+    }
+
+    fn operand(&mut self, depth: usize) -> Result<(), String> {
+        if depth > 16 {
+            return Err("function calls nested too deep".into());
+        }
+        match self.next() {
+            Some(Tok::Param | Tok::Text | Tok::Number) => Ok(()),
+            Some(Tok::Word(w)) if is(w, "null") => Ok(()),
+            Some(Tok::Word(w)) if self.peek() == Some(&Tok::Open) => {
+                let allowed = HELPERS.iter().any(|h| is(w, h)) || self.policy.functions.iter().any(|f| is(w, f));
+                if !allowed {
+                    return Err(format!(
+                        "the function `{w}` is not allowed: lookups may call OML's helpers ({}) and the functions the knowledge config lists in `functions`",
+                        HELPERS.join(", ")
+                    ));
+                }
+                self.at += 1;
+                loop {
+                    self.operand(depth + 1)?;
+                    match self.next() {
+                        Some(Tok::Comma) => continue,
+                        Some(Tok::Close) => return Ok(()),
+                        _ => return Err(format!("expected `,` or `)` in the arguments of `{w}`")),
+                    }
+                }
+            }
+            Some(Tok::Word(w)) => self.column(w),
+            _ => Err("expected a value or a column".into()),
+        }
+    }
+}
+
+/// What a statement that passed reads: its table and columns (`*` alone
+/// for all), taken from the SQL itself rather than from what the component
+/// says about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checked {
+    /// The table.
+    pub table: String,
+    /// The selected columns, or `["*"]`.
+    pub columns: Vec<String>,
+}
+
+/// Checks one statement as the guest hands it over (before dialect
+/// rewrites); the error says what is refused.
+pub fn check(sql: &str, policy: &Policy) -> Result<Checked, String> {
+    let toks = tokens(sql)?;
+    let mut r = Reader { toks: &toks, at: 0, policy };
+    let checked = r.statement().map_err(|e| format!("not a lookup omlet runs ({e})"))?;
+    let table = &checked.table;
+    let listed = policy.tables.as_ref().map(|t| t.iter().any(|x| x == table));
+    match listed {
+        Some(true) => Ok(checked),
+        Some(false) => Err(format!("the table `{table}` is not among the knowledge tables this rule may read (`tables` in the knowledge config)")),
+        None if table.contains('.') => Err(format!(
+            "the schema-qualified table `{table}` is refused: list it in `tables` of the knowledge config to allow it"
+        )),
+        None => Ok(checked),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok(sql: &str) -> bool {
+        check(sql, &Policy::default()).is_ok()
+    }
+
+    #[test]
+    fn the_compilers_statements_pass() {
+        assert!(ok("select zone from ip_zone where ip = :ip"));
+        assert!(ok("select * from test where id = 1 and name = :name"));
+        assert!(ok("select a,b from t where (lo <= :ip and hi >= :ip) or not x != 'it''s'"));
+        assert!(ok("select zone from zone where ip_start_int <= :ip and 1 = ip4_between(:ip, lo, hi)"));
+        assert!(ok("select z from t where cidr4_contains(net, :ip) = 1 and v = -1.5e3 and w = null"));
+        assert!(ok("select z from t where n = trim_quotes('\\')"), "a backslash is a character");
+    }
+
+    #[test]
+    fn anything_else_is_refused() {
+        for bad in [
+            "select zone from t where ip = :ip; drop table t",
+            "select zone from t where ip = :ip union select secret from secrets",
+            "select zone from t where ip = concat('\\', ') union select 1 -- ')",
+            "select zone from t where ip = :ip -- comment",
+            "select zone from t where ip = :ip /* c */",
+            "select zone from t where ip = (select secret from s)",
+            "select zone from t where ip = :ip into outfile '/tmp/x'",
+            "select zone from t where ip = \"x\"",
+            "select zone from t where ip = pg_read_file(:path)",
+            "select zone from t where 1 = sleep(:s)",
+            "select zone from t where load_file('/etc/passwd') = :x",
+            "select zone from pg_catalog.pg_authid where ip = :ip",
+            "select t.zone from t where ip = :ip",
+            "select zone from t where ip = 'open",
+            "delete from t where 1 = 1",
+        ] {
+            assert!(!ok(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_config_allows_functions_and_limits_tables() {
+        let p = Policy { tables: Some(vec!["ip_zone".into(), "geo.city".into()]), functions: vec!["lower".into()] };
+        assert!(check("select zone from ip_zone where lower(name) = :n", &p).is_ok());
+        assert!(check("select zone from other where name = :n", &p).unwrap_err().contains("`other`"));
+        assert!(check("select c from geo.city where id = :id", &p).is_ok(), "a qualified name listed exactly");
+        let c = check("select a, b from ip_zone where x = :x", &p).unwrap();
+        assert_eq!((c.table.as_str(), c.columns), ("ip_zone", vec!["a".to_string(), "b".to_string()]));
+        assert!(check("select zone from ip_zone where upper(name) = :n", &p).unwrap_err().contains("`upper`"));
+    }
+}
