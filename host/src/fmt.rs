@@ -7,7 +7,8 @@
 //! (`//`, `#`, `/* … */`) are picked up wherever the parser skips
 //! whitespace, and are written back in their place: a comment that stood on a
 //! line of its own stays on a line of its own, a comment after code stays at
-//! the end of that line.
+//! the end of that line. As in the parser, the pattern list of `rule :` has
+//! only `//` and `#` comments: there `/*` starts a pattern (`rule : /*`).
 //!
 //! Layout:
 //! - header: `name : x`, then `rule : p` (one pattern) or `rule :` with one
@@ -315,7 +316,14 @@ impl<'s> Walker<'s> {
 
     /// Where the next token starts, skipping whitespace and comments like the
     /// parser does, without consuming anything.
-    fn skip_silent(&self, mut p: usize) -> usize {
+    fn skip_silent(&self, p: usize) -> usize {
+        self.skip_silent_in(p, true)
+    }
+
+    /// [`Self::skip_silent`]; `block_comments: false` is the parser's
+    /// `pattern_ws` (the pattern list of `rule :`, where `/*` starts a
+    /// pattern).
+    fn skip_silent_in(&self, mut p: usize, block_comments: bool) -> usize {
         loop {
             let c = self.byte(p);
             if c.is_ascii_whitespace() {
@@ -324,7 +332,7 @@ impl<'s> Walker<'s> {
                 while p < self.b.len() && self.b[p] != b'\n' {
                     p += 1;
                 }
-            } else if c == b'/' && self.byte(p + 1) == b'*' {
+            } else if block_comments && c == b'/' && self.byte(p + 1) == b'*' {
                 p = match self.src[p + 2..].find("*/") {
                     Some(i) => p + 2 + i + 2,
                     None => self.b.len(),
@@ -346,6 +354,12 @@ impl<'s> Walker<'s> {
 
     /// Skips whitespace and comments, handing the comments to the writer.
     fn ws(&mut self) {
+        self.ws_in(true);
+    }
+
+    /// [`Self::ws`]; `block_comments: false` in the pattern list of `rule :`
+    /// (the parser's `pattern_ws`): there `/*` is a pattern, not a comment.
+    fn ws_in(&mut self, block_comments: bool) {
         let mut nl = 0;
         let mut attached = true;
         loop {
@@ -366,7 +380,7 @@ impl<'s> Walker<'s> {
                 self.out.comment(text, nl, attached, true, true);
                 nl = 0;
                 attached = false;
-            } else if c == b'/' && self.byte(self.pos + 1) == b'*' {
+            } else if block_comments && c == b'/' && self.byte(self.pos + 1) == b'*' {
                 let start = self.pos;
                 self.pos = match self.src[self.pos + 2..].find("*/") {
                     Some(i) => self.pos + 2 + i + 2,
@@ -462,8 +476,10 @@ impl<'s> Walker<'s> {
                     self.out.indent += 1;
                     self.out.nl();
                 }
-                while !self.patterns_end(self.ahead()) {
-                    self.ws();
+                // The pattern list: `#` and `//` are comments, `/*` starts
+                // a pattern (`rule : /*`), as in the parser.
+                while !self.patterns_end(self.skip_silent_in(self.pos, false)) {
+                    self.ws_in(false);
                     let pat = self.take_while(is_pattern);
                     if pat.is_empty() {
                         return self.bug("expected a rule pattern");
@@ -549,7 +565,7 @@ impl<'s> Walker<'s> {
         let mut p = self.pos;
         let mut n = 0;
         loop {
-            p = self.skip_silent(p);
+            p = self.skip_silent_in(p, false);
             if self.patterns_end(p) {
                 return n;
             }
@@ -1441,6 +1457,26 @@ mod tests {
     fn unclosed_block_comment_and_blank_lines() {
         let src = "\n\n# top\n\n\nname : a\n---\n\n\nx = read(a) ;\n\n\n/* open to the end\n\n";
         let want = "# top\n\nname : a\n---\n\nx = read(a) ;\n\n/* open to the end\n";
+        assert_eq!(fmt_ok(src), want);
+    }
+
+    #[test]
+    fn catch_all_patterns_are_not_comments() {
+        // `/*` after `rule :` is the catch-all pattern; `/* … */` elsewhere
+        // is still a comment, kept in place.
+        let src = "/* leading */\nname : all\nrule : /*\n---\nx = /* inline */ read(x) ;\n/* own line */\n";
+        let want = "/* leading */\nname : all\nrule : /*\n---\nx = /* inline */ read(x) ;\n/* own line */\n";
+        assert_eq!(fmt_ok(src), want);
+        assert_eq!(compile(&want).unwrap().models[0].patterns, ["/*"]);
+
+        let src = "name : two /* after the name */\nrule :/a/*   /b/* # why\n// between\nenable:true\n---\n/* c */\ny = take() ;";
+        let want = "name : two /* after the name */\nrule :\n    /a/*\n    /b/* # why\n// between\nenable : true\n---\n/* c */\ny = take() ;\n";
+        assert_eq!(fmt_ok(src), want);
+        assert_eq!(compile(&want).unwrap().models[0].patterns, ["/a/*", "/b/*"]);
+
+        // A `/*` pattern on the next line of the list, after a comment.
+        let src = "name : n\nrule : /a # first\n  /*\n---\nz = take() ;\n";
+        let want = "name : n\nrule :\n    /a # first\n    /*\n---\nz = take() ;\n";
         assert_eq!(fmt_ok(src), want);
     }
 

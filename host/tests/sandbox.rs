@@ -199,3 +199,33 @@ async fn an_unbalanced_quote_costs_one_csv_row() {
     assert!(failed[0].1.contains("unbalanced quote"), "{}", failed[0].1);
     assert_eq!(ok.len(), 999);
 }
+
+/// A rule at the size limits either works or is refused by the build:
+/// `omlet build` never says "built" for a component that then cannot load.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rules_at_the_size_limits_work_and_bigger_ones_are_refused() {
+    let engine = Engine::new().unwrap();
+    // Nearly 1 MiB of match arms: it builds, loads, and evaluates.
+    let mut arms = String::new();
+    let mut n = 0;
+    while arms.len() < 1_000_000 {
+        arms.push_str(&format!("    chars(k{n}) => chars(v{n}),\n"));
+        n += 1;
+    }
+    let rule = format!("name : t\n---\nv = match read(k) {{\n{arms}    _ => chars(none),\n}};\n");
+    assert!(rule.len() < 1 << 20);
+    let loaded = engine.load_source("big.oml", &rule, None).await.unwrap_or_else(|e| panic!("{e}"));
+    let out = loaded.evaluate(&rec(&format!("{{\"k\":\"k{}\"}}", n - 1))).await.unwrap();
+    assert_eq!(omlet::record::to_json_string(&out), format!("{{\"v\":\"v{}\"}}", n - 1));
+    // A 10 MB literal, or a 200,000-arm match: refused with a clear error.
+    let literal = format!("name : t\n---\nv = chars({}) ;\n", "x".repeat(10 << 20));
+    let e = engine.load_source("lit.oml", &literal, None).await.err().expect("refused");
+    assert!(e.to_string().contains("limit"), "{e}");
+    let many: String = (0..200_000).map(|i| format!("    chars(k{i}) => chars(v{i}),\n")).collect();
+    let e = engine
+        .load_source("arms.oml", &format!("name : t\n---\nv = match read(k) {{\n{many}}};\n"), None)
+        .await
+        .err()
+        .expect("refused");
+    assert!(e.to_string().contains("limit"), "{e}");
+}

@@ -3,6 +3,7 @@
 //! parameters) and rejecting what the spec makes a compile error.
 
 use alloc::boxed::Box;
+use alloc::collections::BTreeMap;
 use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
@@ -11,6 +12,7 @@ use crate::ast::{self, CondAtom, Operand, SqlCond, SqlOperand};
 use crate::diag::{Diagnostic, Span};
 use crate::eval::{self, Host, QueryError};
 use crate::ir::*;
+use crate::limits::Limits;
 use crate::value::{NO_SYM, Type, Value};
 
 /// One rule source to compile.
@@ -27,18 +29,54 @@ pub struct FileErrors {
     pub diagnostics: Vec<Diagnostic>,
 }
 
-/// Compiles rule files into one program. `now` is the compile-time clock
-/// (Unix nanoseconds, UTC offset in seconds) for `Now::*` in static blocks.
+/// Compiles rule files into one program, within the default [`Limits`].
+/// `now` is the compile-time clock (Unix nanoseconds, UTC offset in seconds)
+/// for `Now::*` in static blocks.
 pub fn compile(sources: &[Source<'_>], now: (i64, i32)) -> Result<Program, Vec<FileErrors>> {
+    compile_with_limits(sources, now, Limits::default())
+}
+
+/// [`compile`] within `limits`, which apply to each file (and
+/// [`Limits::max_overlap_work`] to the whole set): a file past one of them
+/// fails with a diagnostic where the limit is passed.
+pub fn compile_with_limits(
+    sources: &[Source<'_>],
+    now: (i64, i32),
+    limits: Limits,
+) -> Result<Program, Vec<FileErrors>> {
     let mut program = Program { source_hash: String::new(), names: Vec::new(), models: Vec::new(), statements: Vec::new() };
     let mut errors = Vec::new();
     // Per compiled model: its source, and where its name and patterns stand.
     let mut claims = Vec::new();
+    // Each distinct SQL statement's number, so that equal ones are shared.
+    let mut statement_ids = BTreeMap::new();
     for (index, src) in sources.iter().enumerate() {
-        let (rule, mut diags) = crate::parse::parse(src.text);
+        let max = limits.max_source_bytes;
+        let (rule, mut diags) = if src.text.len() > max {
+            let d = Diagnostic::new(
+                format!("the rule file is {} bytes long, more than the limit of {max} bytes", src.text.len()),
+                Span::new(max, max),
+            )
+            .with_hint("split it into several rule files");
+            (None, alloc::vec![d])
+        } else {
+            crate::parse::parse_with_limits(src.text, limits)
+        };
         if let Some(rule) = rule {
             let spans = (index, rule.name_span, rule.pattern_spans.clone());
-            let mut c = Checker { file: src.file, text: src.text, program: &mut program, diags: Vec::new(), statics: Vec::new(), uses_clock: false, now };
+            let mut c = Checker {
+                file: src.file,
+                text: src.text,
+                program: &mut program,
+                statement_ids: &mut statement_ids,
+                diags: Vec::new(),
+                statics: BTreeMap::new(),
+                uses_clock: false,
+                now,
+                limits,
+                copied: 0,
+                over_copied: false,
+            };
             let model = c.model(rule);
             diags.extend(c.diags);
             if diags.is_empty() {
@@ -54,7 +92,7 @@ pub fn compile(sources: &[Source<'_>], now: (i64, i32)) -> Result<Program, Vec<F
             errors.push(FileErrors { file: src.file.to_string(), diagnostics: diags });
         }
     }
-    check_set(&program.models, &claims, sources, &mut errors);
+    check_set(&program.models, &claims, sources, limits, &mut errors);
     if !errors.is_empty() {
         return Err(errors);
     }
@@ -64,7 +102,21 @@ pub fn compile(sources: &[Source<'_>], now: (i64, i32)) -> Result<Program, Vec<F
 
 /// Rules across the models of one set: unique names, and no rule path
 /// claimed by two enabled models. The error goes to the later file.
-fn check_set(models: &[Model], claims: &[(usize, Span, Vec<Span>)], sources: &[Source<'_>], errors: &mut Vec<FileErrors>) {
+///
+/// The overlap check compares every pair of patterns of two enabled models,
+/// each in time proportional to the product of their lengths; the sum of
+/// those products is bounded by [`Limits::max_overlap_work`]. Past it the
+/// set fails, once, at the pattern that would pass it, and no further
+/// overlaps are checked (names still are).
+fn check_set(
+    models: &[Model],
+    claims: &[(usize, Span, Vec<Span>)],
+    sources: &[Source<'_>],
+    limits: Limits,
+    errors: &mut Vec<FileErrors>,
+) {
+    let mut work: u64 = 0;
+    let mut over_budget = false;
     for (b, (src_b, name_b, spans_b)) in claims.iter().enumerate() {
         let mut diags = Vec::new();
         let (mb, file_b) = (&models[b], sources[*src_b].file);
@@ -76,11 +128,43 @@ fn check_set(models: &[Model], claims: &[(usize, Span, Vec<Span>)], sources: &[S
                         .with_hint("a model's name selects it: give each model of a set its own name"),
                 );
             }
-            if !(ma.enabled && mb.enabled) {
+            if over_budget || !(ma.enabled && mb.enabled) {
                 continue;
             }
             for (pb, span) in mb.patterns.iter().zip(spans_b) {
-                if let Some(path) = ma.patterns.iter().find_map(|pa| crate::route::overlap(pa, pb).map(|w| (pa, w))) {
+                let mut found = None;
+                for pa in &ma.patterns {
+                    let cost = (pa.len() as u64 + 1).saturating_mul(pb.len() as u64 + 1);
+                    work = work.saturating_add(cost);
+                    if work > limits.max_overlap_work {
+                        over_budget = true;
+                        break;
+                    }
+                    if let Some(w) = crate::route::overlap(pa, pb) {
+                        found = Some((pa, w));
+                        break;
+                    }
+                }
+                if over_budget {
+                    let max = limits.max_overlap_work;
+                    diags.push(
+                        Diagnostic::new(
+                            format!(
+                                "the rule set's `rule :` patterns are too many and too long to check for overlaps \
+                                 (the check passes its limit of {max} steps here, against model `{}` in {file_a}); \
+                                 use fewer or shorter patterns",
+                                ma.name
+                            ),
+                            *span,
+                        )
+                        .with_hint(
+                            "each pattern is compared with every pattern of the other enabled models: match the \
+                             varying part of rule paths with `*`, or set `enable : false` on models not in use",
+                        ),
+                    );
+                    break;
+                }
+                if let Some(path) = found {
                     diags.push(
                         Diagnostic::new(
                             format!(
@@ -112,10 +196,18 @@ struct Checker<'c> {
     file: &'c str,
     text: &'c str,
     program: &'c mut Program,
+    /// `program.statements` by SQL text and parameter names.
+    statement_ids: &'c mut BTreeMap<(String, Vec<String>), usize>,
     diags: Vec<Diagnostic>,
-    statics: Vec<(String, Const)>,
+    /// Static symbols: their value, and its size for [`Checker::copy`].
+    statics: BTreeMap<String, (Const, usize)>,
     uses_clock: bool,
     now: (i64, i32),
+    limits: Limits,
+    /// Bytes copied so far while lowering (see [`Limits::max_expansion_bytes`]).
+    copied: usize,
+    /// The expansion limit has been reported.
+    over_copied: bool,
 }
 
 type CResult<T> = Result<T, ()>;
@@ -128,6 +220,24 @@ impl Checker<'_> {
 
     fn err_hint<T>(&mut self, msg: impl Into<String>, span: Span, hint: &str) -> CResult<T> {
         self.diags.push(Diagnostic::new(msg, span).with_hint(hint));
+        Err(())
+    }
+
+    /// Accounts for `bytes` of rule text copied while lowering; past
+    /// [`Limits::max_expansion_bytes`] the file fails, reported once, at the
+    /// copy that passes the limit.
+    fn copy(&mut self, bytes: usize, span: Span) -> CResult<()> {
+        self.copied = self.copied.saturating_add(bytes);
+        if self.copied <= self.limits.max_expansion_bytes {
+            return Ok(());
+        }
+        if !core::mem::replace(&mut self.over_copied, true) {
+            let max = self.limits.max_expansion_bytes;
+            self.diags.push(
+                Diagnostic::new(format!("this rule expands past {max} bytes of copies when compiled (the expansion limit)"), span)
+                    .with_hint("an object member with several names copies its expression per name, a static symbol its value per use; nested, copies multiply"),
+            );
+        }
         Err(())
     }
 
@@ -176,7 +286,7 @@ impl Checker<'_> {
         if !t.name.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'.') {
             return self.err("a static name uses letters, digits, `_` and `.`", t.span);
         }
-        if self.statics.iter().any(|(n, _)| *n == t.name) {
+        if self.statics.contains_key(&t.name) {
             return self.err(format!("duplicate static binding `{}`", t.name), t.span);
         }
         let ty = self.ty(&t.ty)?;
@@ -195,7 +305,16 @@ impl Checker<'_> {
             ctx.expr(&expr, &name).map(|v| const_of(&crate::value::convert(v, &ty)))
         };
         if let Some(c) = value {
-            self.statics.push((name, c));
+            let max = self.limits.max_depth;
+            if const_depth(&c) > max as usize {
+                return self.err_hint(
+                    format!("static `{name}` holds a value nested deeper than {max} levels (the depth limit)"),
+                    t.span,
+                    "a static built from other statics nests them: flatten it",
+                );
+            }
+            let size = const_bytes(&c);
+            self.statics.insert(name, (c, size));
         }
         Ok(())
     }
@@ -249,8 +368,11 @@ impl Checker<'_> {
     }
 
     fn static_ref(&mut self, name: &str, span: Span) -> CResult<Const> {
-        match self.statics.iter().find(|(n, _)| n == name) {
-            Some((_, c)) => Ok(c.clone()),
+        match self.statics.get(name).map(|(_, size)| *size) {
+            Some(size) => {
+                self.copy(size, span)?;
+                self.statics.get(name).map(|(c, _)| c.clone()).ok_or(())
+            }
             None => self.err_hint(
                 format!("`{name}` is not a static symbol"),
                 span,
@@ -260,6 +382,9 @@ impl Checker<'_> {
     }
 
     fn access(&mut self, a: ast::Access, key_of: &str) -> CResult<Access> {
+        if a.key.is_none() {
+            self.copy(key_of.len(), a.span)?;
+        }
         let default = match a.default {
             Some(d) => Some(Box::new(self.expr(*d, key_of, false)?)),
             None => None,
@@ -346,10 +471,21 @@ impl Checker<'_> {
                 let mut out = Vec::new();
                 for m in members {
                     let ty = self.ty(&m.ty)?;
-                    // `a, b = read()` gives each name its own member, keyed by it.
-                    for name in m.names {
-                        let expr = self.expr(m.expr.clone(), &name, false)?;
-                        out.push(Member { name, ty: ty.clone(), expr });
+                    // `a, b = read()` gives each name its own member, keyed by
+                    // it: each name but the last lowers a copy.
+                    let (copies, span) = (m.names.len(), m.expr.span());
+                    let mut expr = Some(m.expr);
+                    for (i, name) in m.names.into_iter().enumerate() {
+                        let e = if i + 1 < copies {
+                            self.copy((span.end - span.start) as usize, span)?;
+                            expr.clone()
+                        } else {
+                            expr.take()
+                        };
+                        if let Some(e) = e {
+                            let expr = self.expr(e, &name, false)?;
+                            out.push(Member { name, ty: ty.clone(), expr });
+                        }
                     }
                 }
                 Expr::Object(out)
@@ -369,7 +505,7 @@ impl Checker<'_> {
     // ----- SQL -----------------------------------------------------------------
 
     fn sql(&mut self, q: ast::Sql) -> CResult<Lookup> {
-        let mut b = SqlBuilder { sql: String::new(), names: Vec::new(), params: Vec::new() };
+        let mut b = SqlBuilder::default();
         self.sql_cond(q.cond, &mut b)?;
         let sql = format!("select {} from {} where {}", q.columns.join(","), q.table, b.sql);
         let (line, column) = crate::diag::line_col(self.text, q.span.start as usize);
@@ -382,16 +518,14 @@ impl Checker<'_> {
             line,
             column,
         };
-        let id = match self
-            .program
-            .statements
-            .iter()
-            .position(|s| s.sql == stmt.sql && s.params == stmt.params)
-        {
-            Some(i) => i,
+        let key = (stmt.sql.clone(), stmt.params.clone());
+        let id = match self.statement_ids.get(&key) {
+            Some(&i) => i,
             None => {
                 self.program.statements.push(stmt);
-                self.program.statements.len() - 1
+                let i = self.program.statements.len() - 1;
+                self.statement_ids.insert(key, i);
+                i
             }
         };
         Ok(Lookup { statement: id as u32, params: b.params })
@@ -556,14 +690,22 @@ impl Checker<'_> {
     }
 }
 
+#[derive(Default)]
 struct SqlBuilder {
     sql: String,
     names: Vec<String>,
     params: Vec<Param>,
+    /// `names`, for lookup.
+    taken: alloc::collections::BTreeSet<String>,
+    /// Per base name, the suffix to try first: every smaller one is taken.
+    next: BTreeMap<String, usize>,
 }
 
 impl SqlBuilder {
-    /// Adds a parameter with a unique name derived from `hint`.
+    /// Adds a parameter with a unique name derived from `hint`: the base
+    /// name, else the first free of `base_2`, `base_3`, … (each base
+    /// remembers where its search stopped, so many parameters with one hint
+    /// cost n·log n, not n³).
     fn bind(&mut self, hint: &str, value: Param) -> String {
         let base: String = hint
             .chars()
@@ -571,11 +713,17 @@ impl SqlBuilder {
             .collect();
         let base = if base.is_empty() { "p".to_string() } else { base };
         let mut name = base.clone();
-        let mut n = 2;
-        while self.names.contains(&name) {
-            name = format!("{base}_{n}");
-            n += 1;
+        if self.taken.contains(&name) {
+            let n = self.next.entry(base.clone()).or_insert(2);
+            loop {
+                name = format!("{base}_{n}");
+                *n += 1;
+                if !self.taken.contains(&name) {
+                    break;
+                }
+            }
         }
+        self.taken.insert(name.clone());
         self.names.push(name.clone());
         self.params.push(value);
         name
@@ -664,6 +812,23 @@ pub fn fmt_pieces(format: &str) -> Vec<FmtPiece> {
         pieces.push(FmtPiece::Text(text));
     }
     pieces
+}
+
+/// How deeply a constant nests (a scalar is 0).
+fn const_depth(c: &Const) -> usize {
+    match c {
+        Const::Obj(m) | Const::Array(m) => 1 + m.iter().map(|(_, c)| const_depth(c)).max().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// About how many bytes of rule text a constant stands for.
+fn const_bytes(c: &Const) -> usize {
+    match c {
+        Const::Chars(s) => 1 + s.len(),
+        Const::Obj(m) | Const::Array(m) => 1 + m.iter().map(|(n, c)| n.len() + const_bytes(c)).sum::<usize>(),
+        _ => 1,
+    }
 }
 
 /// The constant form of a value computed at compile time.

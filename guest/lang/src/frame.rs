@@ -267,14 +267,13 @@ impl<'a> Reader<'a> {
             Raw::Obj(n) | Raw::Array(n) => {
                 let mut members = Vec::with_capacity((n as usize).min(self.nodes.len()));
                 for _ in 0..n {
-                    let m = self.tree(read, depth + 1)?;
-                    if matches!(raw, Raw::Obj(_)) {
-                        crate::value::obj_insert(&mut members, m);
-                    } else {
-                        members.push(m);
-                    }
+                    members.push(self.tree(read, depth + 1)?);
                 }
-                if matches!(raw, Raw::Obj(_)) { Value::Obj(members.into()) } else { Value::Array(members.into()) }
+                if matches!(raw, Raw::Obj(_)) {
+                    Value::Obj(crate::value::obj_from(members).into())
+                } else {
+                    Value::Array(members.into())
+                }
             }
         };
         Ok(Field::new(name, value))
@@ -351,6 +350,26 @@ mod tests {
         let mut long = good.clone();
         long.push(0);
         assert_eq!(Reader::new(&long).err(), Some("frame length does not match its header"));
+    }
+
+    #[test]
+    fn a_wide_object_is_read_in_n_log_n() {
+        // Members in reverse name order, one duplicate: reading used to
+        // insert each into the sorted members (O(n²) moves, minutes).
+        let n = 200_000;
+        let names: Vec<String> = (0..n).map(|i| alloc::format!("m{i:06}")).collect();
+        let mut members: Vec<Field<'_>> = names.iter().rev().map(|s| Field::new(s.as_str(), Value::Digit(1))).collect();
+        members.push(Field::new("m000007", Value::Digit(2)));
+        let mut w = Writer::default();
+        w.record(&[Field::new("o", Value::Obj(Box::new(members)))]);
+        let bytes = w.finish();
+        let mut r = Reader::new(&bytes).unwrap();
+        let size = r.size(0).unwrap();
+        let fields = r.fields(size).unwrap();
+        let Value::Obj(m) = &fields[0].value else { panic!("not an object") };
+        assert_eq!(m.len(), n);
+        assert!(m.windows(2).all(|w| w[0].name < w[1].name));
+        assert_eq!(m[7].value, Value::Digit(2), "the last of a name wins");
     }
 
     #[test]

@@ -8,6 +8,10 @@
 //! serialised into the component by `omlet build` ([`ir::Program::to_bytes`]);
 //! [`eval::evaluate`] runs one model of it over one record, asking an
 //! [`eval::Host`] for SQL lookups and the clock.
+//!
+//! Compiling is bounded by [`Limits`] (nesting depth, source and pattern
+//! size, expansion), so that no rule text can exhaust the compiler's or the
+//! guest's stack, memory or time.
 #![cfg_attr(not(test), no_std)]
 #![forbid(unsafe_code)]
 
@@ -19,15 +23,17 @@ pub mod diag;
 pub mod eval;
 pub mod frame;
 pub mod ir;
+pub mod limits;
 pub mod parse;
 pub mod pipes;
 pub mod route;
 pub mod time;
 pub mod value;
 
-pub use compile::{FileErrors, Source, compile};
+pub use compile::{FileErrors, Source, compile, compile_with_limits};
 pub use diag::Diagnostic;
 pub use eval::{Cell, EvalError, Host, QueryError, evaluate};
 pub use ir::{IR_VERSION, IrError, Program};
+pub use limits::Limits;
 pub use route::{Route, RouteError};
 pub use value::{Field, Kind, Value};

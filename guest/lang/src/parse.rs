@@ -8,7 +8,15 @@
 //! reports every broken statement.
 //!
 //! Comments: line-leading `//` (CORE), and, as spec §2.2 recommends, `//`,
-//! `#` and `/* … */` anywhere whitespace may stand.
+//! `#` and `/* … */` anywhere whitespace may stand, except in the pattern
+//! list of `rule :`, where `/` starts a pattern: `rule : /*` is the catch-all
+//! pattern (§3.1), not a comment.
+//!
+//! Nesting is bounded ([`Limits::max_depth`]): every recursive path of the
+//! parser (expressions in objects, match arms and default bodies; SQL
+//! groups, `not` and calls) goes through `Parser::nest`, so no input can
+//! overflow the stack, and the tree it builds is as shallow for the checker,
+//! the IR and the evaluator that recurse over it.
 
 use alloc::boxed::Box;
 use alloc::format;
@@ -18,6 +26,7 @@ use alloc::vec::Vec;
 use crate::ast::*;
 use crate::diag::{Diagnostic, Span};
 use crate::ir::{Cond, Const, Helper, NowFn, PathPart, PipeFn, UrlPart};
+use crate::limits::Limits;
 use crate::time::{self, TsUnit};
 use crate::value;
 
@@ -28,6 +37,12 @@ pub struct Parser<'s> {
     b: &'s [u8],
     pos: usize,
     pub diags: Vec<Diagnostic>,
+    limits: Limits,
+    /// How many recursive constructs enclose the cursor.
+    depth: u32,
+    /// The last error was the depth limit: recovery restarts from the
+    /// statement's start, since the cursor is deep inside brackets.
+    too_deep: bool,
 }
 
 // The character classes of the name kinds (spec §2.3); `omlet fmt` reads
@@ -60,9 +75,15 @@ pub const MATCH_FNS: &[&str] = &[
     "in_range",
 ];
 
-/// Parses one rule file.
+/// Parses one rule file, with the default [`Limits`].
 pub fn parse(src: &str) -> (Option<Rule>, Vec<Diagnostic>) {
-    let mut p = Parser { src, b: src.as_bytes(), pos: 0, diags: Vec::new() };
+    parse_with_limits(src, Limits::default())
+}
+
+/// Parses one rule file; nesting deeper than `limits.max_depth` or a `rule :`
+/// pattern longer than `limits.max_pattern_bytes` is an error.
+pub fn parse_with_limits(src: &str, limits: Limits) -> (Option<Rule>, Vec<Diagnostic>) {
+    let mut p = Parser { src, b: src.as_bytes(), pos: 0, diags: Vec::new(), limits, depth: 0, too_deep: false };
     let rule = p.rule().ok();
     let mut diags = p.diags;
     for d in &mut diags {
@@ -106,6 +127,60 @@ impl<'s> Parser<'s> {
                 }
             } else {
                 break;
+            }
+        }
+    }
+
+    /// Skips whitespace, `#` and `//` comments, but not `/* … */`: in the
+    /// pattern list of `rule :` a `/` starts a pattern (`/*`, `/*/access`).
+    fn pattern_ws(&mut self) {
+        loop {
+            let c = self.peek();
+            if c.is_ascii_whitespace() {
+                self.pos += 1;
+            } else if c == b'#' || (c == b'/' && self.peek_at(1) == b'/') {
+                while !self.at_end() && self.peek() != b'\n' {
+                    self.pos += 1;
+                }
+            } else {
+                break;
+            }
+        }
+    }
+
+    /// Enters one level of nesting, or reports that the limit is passed
+    /// here. Every recursive path of the parser calls it (paired with
+    /// `self.depth -= 1` on the way out).
+    fn nest(&mut self) -> PResult<()> {
+        if self.depth >= self.limits.max_depth {
+            self.too_deep = true;
+            self.ws();
+            let span = self.here();
+            let max = self.limits.max_depth;
+            return self.err_hint(
+                format!("nesting deeper than {max} levels (the parser's depth limit)"),
+                span,
+                "flatten the rule: compute inner parts in earlier statements, into temporary `__name` fields",
+            );
+        }
+        self.depth += 1;
+        Ok(())
+    }
+
+    /// A statement, or `None` after reporting its error and skipping it.
+    fn statement_or_skip(&mut self) -> Option<Statement> {
+        let start = self.pos;
+        self.depth = 0;
+        match self.statement() {
+            Ok(s) => Some(s),
+            Err(()) => {
+                if core::mem::take(&mut self.too_deep) {
+                    // The cursor is inside the nesting: skip the whole
+                    // statement from its start, brackets balanced.
+                    self.pos = start;
+                }
+                self.recover();
+                None
             }
         }
     }
@@ -262,8 +337,11 @@ impl<'s> Parser<'s> {
                 self.expect(b':', "`:` after `rule`")?;
                 patterns.clear();
                 pattern_spans.clear();
+                // Where a pattern starting with `/*` stands: with a later one
+                // ending in `*/`, the two were meant as a block comment.
+                let mut opened: Option<usize> = None;
                 loop {
-                    self.ws();
+                    self.pattern_ws();
                     if self.rest().starts_with("---") || self.at_word("enable") || self.at_word("rule")
                         || self.at_end()
                     {
@@ -277,6 +355,26 @@ impl<'s> Parser<'s> {
                             "invalid rule pattern: use letters, digits, `_`, `/`, `*` and `?`",
                             span,
                         );
+                    }
+                    let max = self.limits.max_pattern_bytes;
+                    if pat.len() > max {
+                        let span = Span::new(ps, self.pos);
+                        return self.err_hint(
+                            format!("rule pattern is {} bytes long, more than the limit of {max}", pat.len()),
+                            span,
+                            "rule paths are short: match the long part with `*`",
+                        );
+                    }
+                    if let Some(open) = opened.filter(|_| pat.ends_with("*/")) {
+                        let span = Span::new(open, self.pos);
+                        return self.err_hint(
+                            "`/* … */` is not a comment in a `rule :` pattern list: `/*` is the catch-all pattern",
+                            span,
+                            "comment with `#` or `//` here",
+                        );
+                    }
+                    if pat.starts_with("/*") {
+                        opened = opened.or(Some(ps));
                     }
                     patterns.push(pat.to_string());
                     pattern_spans.push(Span::new(ps, self.pos));
@@ -345,9 +443,8 @@ impl<'s> Parser<'s> {
                 self.recover_block();
                 continue;
             }
-            match self.statement() {
-                Ok(s) => stmts.push(s),
-                Err(()) => self.recover(),
+            if let Some(s) = self.statement_or_skip() {
+                stmts.push(s);
             }
         }
         if stmts.is_empty() && self.diags.is_empty() {
@@ -400,9 +497,8 @@ impl<'s> Parser<'s> {
                 let span = self.here();
                 return self.err("unclosed static block: expected `}`", span);
             }
-            match self.statement() {
-                Ok(s) => out.push(s),
-                Err(()) => self.recover(),
+            if let Some(s) = self.statement_or_skip() {
+                out.push(s);
             }
         }
     }
@@ -482,6 +578,13 @@ impl<'s> Parser<'s> {
 
     /// Any expression. `top` allows SQL lookups.
     fn expr(&mut self, top: bool) -> PResult<Expr> {
+        self.nest()?;
+        let e = self.expr_at(top);
+        self.depth -= 1;
+        e
+    }
+
+    fn expr_at(&mut self, top: bool) -> PResult<Expr> {
         self.ws();
         let start = self.pos;
         if self.at_word("match") {
@@ -1167,6 +1270,13 @@ impl<'s> Parser<'s> {
     }
 
     fn sql_unary(&mut self) -> PResult<SqlCond> {
+        self.nest()?;
+        let c = self.sql_unary_at();
+        self.depth -= 1;
+        c
+    }
+
+    fn sql_unary_at(&mut self) -> PResult<SqlCond> {
         self.ws();
         if self.at_word_ci("not") {
             self.pos += 3;
@@ -1197,6 +1307,13 @@ impl<'s> Parser<'s> {
     }
 
     fn sql_operand(&mut self) -> PResult<SqlOperand> {
+        self.nest()?;
+        let o = self.sql_operand_at();
+        self.depth -= 1;
+        o
+    }
+
+    fn sql_operand_at(&mut self) -> PResult<SqlOperand> {
         self.ws();
         let start = self.pos;
         let c = self.peek();

@@ -373,3 +373,52 @@ pub fn obj_insert<'a>(members: &mut Vec<Field<'a>>, field: Field<'a>) {
         Err(i) => members.insert(i, field),
     }
 }
+
+/// Makes an object of members in any order: sorted by name, and of equal
+/// names the last one kept, as inserting them one by one with [`obj_insert`]
+/// would, but in n·log n (inserting into the middle of a vector is linear,
+/// so a 200 000-member object would take minutes).
+pub fn obj_from<'a>(mut members: Vec<Field<'a>>) -> Vec<Field<'a>> {
+    // A stable sort: equal names keep their order, the last written last.
+    members.sort_by(|a, b| a.name.as_bytes().cmp(b.name.as_bytes()));
+    // `dedup_by` keeps the first of a run; swapping moves the later one in.
+    members.dedup_by(|later, kept| {
+        let same = later.name == kept.name;
+        if same {
+            core::mem::swap(later, kept);
+        }
+        same
+    });
+    members
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn obj_from_is_repeated_obj_insert() {
+        let names = ["b", "a", "c", "a", "", "b", "é", "a", "e", "c"];
+        for len in 0..=names.len() {
+            let fields: Vec<Field<'_>> =
+                names[..len].iter().enumerate().map(|(i, n)| Field::new(*n, Value::Digit(i as i64))).collect();
+            let mut want = Vec::new();
+            for f in fields.clone() {
+                obj_insert(&mut want, f);
+            }
+            assert_eq!(obj_from(fields), want);
+        }
+    }
+
+    #[test]
+    fn an_object_of_200_000_members_is_sorted_in_n_log_n() {
+        // Inserting each member into a sorted vector moves half of it: for
+        // members arriving in reverse order, about n²/2 moves (minutes).
+        let n = 200_000;
+        let names: Vec<String> = (0..n).map(|i| alloc::format!("m{i:06}")).collect();
+        let members: Vec<Field<'_>> = names.iter().rev().map(|s| Field::new(s.as_str(), Value::Null)).collect();
+        let obj = obj_from(members);
+        assert_eq!(obj.len(), n);
+        assert!(obj.windows(2).all(|w| w[0].name < w[1].name));
+    }
+}
