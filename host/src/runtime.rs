@@ -221,7 +221,7 @@ impl Engine {
         let pre = bindings::RulePre::new(pre).map_err(|e| Error::load("component", e))?;
         let shared = Arc::new(Shared { knowledge, statements: Vec::new() });
         let mut inst = Instance::new(self, &pre, shared.clone()).await?;
-        inst.arm(&self.config);
+        inst.arm(&self.config, 0);
         let info = inst.bindings.omlet_rule_meta().call_info(&mut inst.store).await;
         let info = match info {
             Ok(Ok(info)) => RuleInfo::from(info),
@@ -350,6 +350,8 @@ pub(crate) struct StoreState {
     call_started: Instant,
     in_host: Duration,
     call_deadline: Duration,
+    /// The knowledge generation of the current call: its lookups use it.
+    generation: u64,
 }
 
 impl wasmtime::ResourceLimiter for StoreState {
@@ -401,6 +403,7 @@ impl Instance {
             call_started: Instant::now(),
             in_host: Duration::ZERO,
             call_deadline: cfg.call_deadline,
+            generation: 0,
         };
         let mut store = Store::new(&engine.inner, state);
         store.limiter(|s| s as &mut dyn wasmtime::ResourceLimiter);
@@ -424,8 +427,9 @@ impl Instance {
     }
 
     /// Resets the per-call state before a call.
-    fn arm(&mut self, cfg: &EngineConfig) {
+    fn arm(&mut self, cfg: &EngineConfig, generation: u64) {
         let s = self.store.data_mut();
+        s.generation = generation;
         s.limit = None;
         s.call_started = Instant::now();
         s.in_host = Duration::ZERO;
@@ -477,13 +481,14 @@ impl Rule {
         self.shared.knowledge.as_ref().map(|k| k.generation()).unwrap_or(0)
     }
 
-    async fn checkout(&self) -> Result<Instance> {
+    /// An instance armed for one call at knowledge `generation`.
+    async fn checkout(&self, generation: u64) -> Result<Instance> {
         let idle = self.idle.lock().ok().and_then(|mut v| v.pop());
         let mut inst = match idle {
             Some(i) => i,
             None => Instance::new(&self.engine, &self.pre, self.shared.clone()).await?,
         };
-        inst.arm(&self.engine.config);
+        inst.arm(&self.engine.config, generation);
         Ok(inst)
     }
 
@@ -513,11 +518,12 @@ impl Rule {
     pub async fn evaluate_on(&self, route: Route<'_>, record: &Record) -> Result<Record> {
         let input = wire::encode_record(record);
         self.check_size(&input)?;
-        let mut inst = self.checkout().await?;
+        let generation = self.generation();
+        let mut inst = self.checkout(generation).await?;
         let out = inst
             .bindings
             .omlet_rule_evaluator()
-            .call_evaluate(&mut inst.store, self.generation(), &wit_route(route), &input)
+            .call_evaluate(&mut inst.store, generation, &wit_route(route), &input)
             .await;
         match out {
             Ok(r) => {
@@ -582,11 +588,12 @@ impl Rule {
     /// One `evaluate-batch` call: `Ok(Err(_))` when the guest trapped or
     /// reached a limit (the instance is then dropped).
     async fn call_batch(&self, route: Route<'_>, frame: &Vec<u8>, n: usize) -> Result<Result<Vec<Result<Record>>>> {
-        let mut inst = self.checkout().await?;
+        let generation = self.generation();
+        let mut inst = self.checkout(generation).await?;
         let out = inst
             .bindings
             .omlet_rule_evaluator()
-            .call_evaluate_batch(&mut inst.store, self.generation(), &wit_route(route), frame)
+            .call_evaluate_batch(&mut inst.store, generation, &wit_route(route), frame)
             .await;
         let out = match out {
             Ok(out) => out,
@@ -683,7 +690,7 @@ impl wk::Host for StoreState {
         let params: Vec<Cell> = params.into_iter().map(to_lang).collect();
         // Waiting for the lookup is not the guest's computing time.
         let waited = Instant::now();
-        let answer = k.query(stmt, &params).await;
+        let answer = k.query_at(self.generation, stmt, &params).await;
         self.in_host += waited.elapsed();
         Ok(match answer {
             Ok(row) => {

@@ -656,13 +656,21 @@ impl Knowledge {
     /// guest's, in the order of the rule's parameters. `Ok(None)` is "no
     /// row"; `Err` carries the database's message or the timeout.
     pub async fn query(&self, stmt: &BoundStatement, params: &[Cell]) -> Result<Option<Vec<Cell>>, LookupError> {
+        self.query_at(self.generation(), stmt, params).await
+    }
+
+    /// [`Knowledge::query`] within one generation: the shared cache is read
+    /// and written under `generation`, the one its call started with, so
+    /// that every lookup of one record uses one generation even when
+    /// [`Knowledge::reload`] runs in the middle of the call.
+    pub async fn query_at(&self, generation: u64, stmt: &BoundStatement, params: &[Cell]) -> Result<Option<Vec<Cell>>, LookupError> {
         self.stats.lookups.fetch_add(1, Ordering::Relaxed);
         let bound: Vec<Cell> = stmt.order.iter().map(|&i| params.get(i).cloned().unwrap_or(Cell::Null)).collect();
         let Some(cache) = &self.cache else {
             return self.miss(stmt, bound).await;
         };
         let started = Instant::now();
-        let key = CacheKey { generation: self.generation(), sql: stmt.sql.clone(), params: encode(&bound) };
+        let key = CacheKey { generation, sql: stmt.sql.clone(), params: encode(&bound) };
         if let Some(row) = cache.get(&key).await {
             self.stats.hits.fetch_add(1, Ordering::Relaxed);
             self.stats.hit_latency.record(started.elapsed());
