@@ -8,7 +8,7 @@ use std::sync::Arc;
 use omlet::conformance::{Mode, TestDb, read_cases, run_case_on, run_file_on};
 use omlet::knowledge::{CacheMode, KnowledgeConfig, OnLookupError};
 use omlet::{Engine, Knowledge};
-use omlet_testdb::{MariaDb, Postgres};
+use omlet_testdb::{Fault, FaultProxy, MariaDb, Postgres};
 
 fn root() -> &'static std::path::Path {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap()
@@ -676,4 +676,74 @@ async fn read_only_role_serves_lookups(url: &str) {
         Ok(rule) => rule.evaluate(&rec(1)).await.map(|r| omlet::record::to_json_string(&r) == "{}").unwrap_or(true),
     };
     assert!(refused, "the role must not read `secrets`");
+}
+
+// ----- faults between omlet and the database -------------------------------------
+
+/// Latency, stalls and resets between omlet and the server, under both
+/// failure policies: a fault within the timeout costs time only; past it,
+/// every lookup ends within the timeout (absent, or the record fails); after
+/// a reset, lookups recover. Prints one `FAULT` line per cell (RELIABILITY.md).
+async fn fault_matrix(db: &str, url: &str, server_port: u16) {
+    let admin = KnowledgeConfig::for_url(url).open().await.unwrap();
+    perf_table(&admin, 3).await;
+    let proxy = FaultProxy::start(server_port);
+    for policy in [OnLookupError::Absent, OnLookupError::Fail] {
+        let mut c = outage_config(&proxy.url(url, server_port), policy);
+        c.query_timeout_ms = 500;
+        c.connect_timeout_ms = 500;
+        let k = c.open().await.unwrap();
+        let rule = Engine::new().unwrap().load_source("t.oml", PERF_RULE, Some(k.clone())).await.unwrap();
+        let cells: [(Fault, &str, bool); 6] = [
+            (Fault::Pass, "pass", true),
+            (Fault::Latency(50), "latency 50 ms", true),
+            (Fault::Latency(2000), "latency 2 s", false),
+            (Fault::Stall, "stall", false),
+            (Fault::Reset, "reset", false),
+            (Fault::Pass, "pass again", true),
+        ];
+        for (fault, name, answered) in cells {
+            proxy.set(fault);
+            let started = std::time::Instant::now();
+            // After a fault, the first lookup may find its connection dead: give it a few tries.
+            let mut got = rule.evaluate(&rec(2)).await;
+            if answered {
+                for _ in 0..20 {
+                    if got.as_ref().is_ok_and(|r| omlet::record::to_json_string(r).contains("v2")) {
+                        break;
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    got = rule.evaluate(&rec(2)).await;
+                }
+            }
+            let ms = started.elapsed().as_millis();
+            let outcome = match &got {
+                Ok(r) if omlet::record::to_json_string(r).contains("v2") => "answered",
+                Ok(_) => "absent",
+                Err(_) => "record failed",
+            };
+            eprintln!("FAULT {db} | {name} | {policy:?} | {outcome} | {ms} ms");
+            let want = match (answered, policy) {
+                (true, _) => "answered",
+                (false, OnLookupError::Absent) => "absent",
+                (false, OnLookupError::Fail) => "record failed",
+            };
+            assert_eq!(outcome, want, "{db}, {name}, {policy:?}: {got:?}");
+            // No lookup waits forever: query timeout plus connect timeout, with room.
+            assert!(ms < 4000, "{db}, {name}, {policy:?}: {ms} ms");
+        }
+        proxy.set(Fault::Pass);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn faults_between_omlet_and_postgres() {
+    let pg = Postgres::start();
+    fault_matrix("PostgreSQL", &pg.url(), pg.port).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn faults_between_omlet_and_mariadb() {
+    let m = MariaDb::start();
+    fault_matrix("MariaDB", &m.url(), m.port).await;
 }

@@ -251,3 +251,126 @@ impl Drop for MariaDb {
     }
 }
 
+
+/// What a [`FaultProxy`] does to the traffic passing through it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Bytes pass as they come.
+    Pass,
+    /// Every chunk waits this many milliseconds before it is passed on.
+    Latency(u64),
+    /// Bytes are held: nothing passes in either direction, and nothing is closed.
+    Stall,
+    /// Every open connection is cut, and new ones are cut at once.
+    Reset,
+}
+
+/// A TCP proxy on loopback between a client and a database server, whose
+/// [`Fault`] can be changed while connections are open: latency, stalls and
+/// resets on demand, for tests of timeouts and failure policies.
+pub struct FaultProxy {
+    pub port: u16,
+    fault: std::sync::Arc<std::sync::Mutex<Fault>>,
+    /// Bumped by every `Reset`: connections opened before it close.
+    epoch: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl FaultProxy {
+    /// Starts a proxy to `127.0.0.1:target`, passing traffic.
+    pub fn start(target: u16) -> FaultProxy {
+        use std::sync::atomic::{AtomicBool, AtomicU64};
+        use std::sync::{Arc, Mutex};
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let fault = Arc::new(Mutex::new(Fault::Pass));
+        let epoch = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (f, e, s) = (fault.clone(), epoch.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !s.load(std::sync::atomic::Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((client, _)) => {
+                        if *f.lock().unwrap() == Fault::Reset {
+                            drop(client);
+                            continue;
+                        }
+                        let Ok(server) = std::net::TcpStream::connect(("127.0.0.1", target)) else { continue };
+                        let born = e.load(std::sync::atomic::Ordering::SeqCst);
+                        for (from, to) in [(client.try_clone().unwrap(), server.try_clone().unwrap()), (server, client)] {
+                            let (f, e, s) = (f.clone(), e.clone(), s.clone());
+                            std::thread::spawn(move || pipe(from, to, born, &f, &e, &s));
+                        }
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        FaultProxy { port, fault, epoch, stop }
+    }
+
+    /// Changes what the proxy does from now on.
+    pub fn set(&self, fault: Fault) {
+        *self.fault.lock().unwrap() = fault;
+        if fault == Fault::Reset {
+            self.epoch.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    /// `url` with its port replaced by the proxy's.
+    pub fn url(&self, url: &str, server_port: u16) -> String {
+        url.replace(&format!(":{server_port}/"), &format!(":{}/", self.port))
+    }
+}
+
+impl Drop for FaultProxy {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.epoch.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Copies `from` to `to` under the proxy's current fault, until either side
+/// closes, a reset cuts the connection, or the proxy stops.
+fn pipe(
+    mut from: std::net::TcpStream,
+    mut to: std::net::TcpStream,
+    born: u64,
+    fault: &std::sync::Mutex<Fault>,
+    epoch: &std::sync::atomic::AtomicU64,
+    stop: &std::sync::atomic::AtomicBool,
+) {
+    use std::io::{Read, Write};
+    let _ = from.set_read_timeout(Some(Duration::from_millis(20)));
+    let mut buf = vec![0u8; 16 << 10];
+    let cut = || epoch.load(std::sync::atomic::Ordering::SeqCst) != born || stop.load(std::sync::atomic::Ordering::Relaxed);
+    loop {
+        if cut() {
+            break;
+        }
+        let n = match from.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => continue,
+            Err(_) => break,
+        };
+        // Hold the chunk while stalled; wait out the latency; give up on a reset.
+        loop {
+            let f = *fault.lock().unwrap();
+            match f {
+                Fault::Stall if !cut() => std::thread::sleep(Duration::from_millis(10)),
+                Fault::Latency(ms) => {
+                    std::thread::sleep(Duration::from_millis(ms));
+                    break;
+                }
+                _ => break,
+            }
+        }
+        if cut() || to.write_all(&buf[..n]).is_err() {
+            break;
+        }
+    }
+    let _ = from.shutdown(std::net::Shutdown::Both);
+    let _ = to.shutdown(std::net::Shutdown::Both);
+}
