@@ -101,9 +101,15 @@ fn tokens(sql: &str) -> Result<Vec<Tok<'_>>, String> {
                 }
                 out.push(Tok::Number);
             }
-            b'=' => {
+            b'=' | b'(' | b')' | b',' | b'*' => {
                 i += 1;
-                out.push(Tok::Op);
+                out.push(match c {
+                    b'(' => Tok::Open,
+                    b')' => Tok::Close,
+                    b',' => Tok::Comma,
+                    b'*' => Tok::Star,
+                    _ => Tok::Op,
+                });
             }
             b'!' | b'<' | b'>' => {
                 i += 1;
@@ -113,22 +119,6 @@ fn tokens(sql: &str) -> Result<Vec<Tok<'_>>, String> {
                     return Err("`!` alone".into());
                 }
                 out.push(Tok::Op);
-            }
-            b'(' => {
-                i += 1;
-                out.push(Tok::Open);
-            }
-            b')' => {
-                i += 1;
-                out.push(Tok::Close);
-            }
-            b',' => {
-                i += 1;
-                out.push(Tok::Comma);
-            }
-            b'*' => {
-                i += 1;
-                out.push(Tok::Star);
             }
             c if c.is_ascii_alphabetic() || c == b'_' => {
                 while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_' || b[i] == b'.') {

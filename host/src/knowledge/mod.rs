@@ -597,14 +597,15 @@ impl Knowledge {
         let mut out = Vec::with_capacity(statements.len());
         let policy = guard::Policy { tables: self.config.tables.clone(), functions: self.config.functions.clone() };
         for s in statements {
-            // What the rule may reach, before anything goes to the database.
-            let checked = guard::check(&s.sql, &policy).map_err(|message| Error::Statement {
+            let refused = |message| Error::Statement {
                 file: s.file.clone(),
                 line: s.line,
                 column: s.column,
                 sql: s.sql.clone(),
                 message,
-            })?;
+            };
+            // What the rule may reach, before anything goes to the database.
+            let checked = guard::check(&s.sql, &policy).map_err(refused)?;
             // The batch form is built from what the SQL reads, never from the
             // component's own account of its table and columns.
             let s = &SqlStatement { table: checked.table, columns: checked.columns, ..s.clone() };
@@ -612,13 +613,7 @@ impl Knowledge {
             // a placeholder per occurrence.
             let sql = self.provider.rewrite_sql(s.sql.clone());
             let (sql, order) = rewrite_placeholders(&sql, &s.params, self.provider.placeholders());
-            let prepared = self.provider.prepare(&sql).await.map_err(|message| Error::Statement {
-                file: s.file.clone(),
-                line: s.line,
-                column: s.column,
-                sql: s.sql.clone(),
-                message,
-            })?;
+            let prepared = self.provider.prepare(&sql).await.map_err(refused)?;
             let stats = {
                 let mut st = self.stats.statements.lock().map_err(|_| Error::Knowledge("stats poisoned".into()))?;
                 match st.iter().position(|x| x.sql == sql) {

@@ -1,0 +1,313 @@
+#!/usr/bin/env python3
+"""Writes RELIABILITY.md from runs on this machine.
+
+    python3 benches/reliability.py [--omlet PATH] [--skip-db]
+
+1. Hostile inputs: each probe of the sandbox issue runs through the omlet CLI
+   (default `target/debug/omlet`, built first with `cargo build -p omlet`),
+   with records in, records out, error lines, exit code, time and a verdict.
+2. Limits: the table of docs/deployment.md (one source).
+3. Fuzzing: `target/fuzz-summary.txt`, written by scripts/fuzz.sh.
+4. Faults: `cargo test -p omlet --test databases faults -- --nocapture`, whose
+   FAULT lines are the matrix (latency, stall, reset under both policies).
+5. Soak: `target/soak/summary.json` and `samples.csv`, written by
+   `cargo run -p omlet-benches --bin soak`, with an RSS plot (matplotlib; the
+   script installs it with pip when it is missing, as report.py does).
+
+Probes that need a database (SQL) are the named tests of host/tests/databases.rs,
+run here and reported pass/fail.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TRIVIAL = "name : t\n---\nseq = read(seq) ;\nm = read(m) ;\n"
+SLOW_REGEX = "name : t\n---\nv = match read(m) {\n    regex_match('[a-z]{1,300}X') => chars(yes),\n    _ => chars(no),\n};\n"
+
+
+def sh(cmd, **kw):
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, errors="replace", **kw)
+
+
+class Probe:
+    def __init__(self, issue, name, expect):
+        self.issue, self.name, self.expect = issue, name, expect
+        self.records_in = self.out = self.errors = self.code = None
+        self.seconds = 0.0
+        self.verdict = "?"
+        self.note = ""
+
+
+def run_cli(omlet, args, stdin_bytes=None, timeout=600):
+    t = time.time()
+    p = subprocess.run([omlet] + args, cwd=ROOT, input=stdin_bytes, capture_output=True, timeout=timeout)
+    return p, time.time() - t
+
+
+def count_lines(b):
+    return len([l for l in b.split(b"\n") if l.strip()])
+
+
+def error_lines(stderr):
+    return len([l for l in stderr.split(b"\n") if l.startswith(b"{") and b'"record"' in l])
+
+
+def probes(omlet, work):
+    out = []
+
+    def file(name, data):
+        p = os.path.join(work, name)
+        with open(p, "wb") as f:
+            f.write(data if isinstance(data, bytes) else data.encode())
+        return p
+
+    trivial = file("trivial.oml", TRIVIAL)
+
+    def run_probe(issue, name, expect_out, expect_err, args, records_in, stdin=None, check=None):
+        pr = Probe(issue, name, f"{expect_out} out, {expect_err} error lines")
+        pr.records_in = records_in
+        p, pr.seconds = run_cli(omlet, args, stdin)
+        pr.out, pr.errors, pr.code = count_lines(p.stdout), error_lines(p.stderr), p.returncode
+        summary = [l for l in p.stderr.decode(errors="replace").splitlines() if " records in " in l]
+        ok = pr.out == expect_out and pr.errors == expect_err and p.returncode in (0, 1) and summary
+        if check:
+            ok = ok and check(p)
+        pr.verdict = "holds" if ok else "FAILS"
+        pr.note = summary[0] if summary else p.stderr.decode(errors="replace")[-300:]
+        out.append(pr)
+
+    big = b"".join(b'{"seq":%d,"m":"%s"}\n' % (i, b"M" * 70000) for i in range(600))
+    run_probe(1, "600 records of 70 KB, batches of 256", 600, 0, ["run", trivial, "-i", file("r.jsonl", big), "-q"], 600)
+    huge = b'{"seq":1,"m":"ok"}\n{"seq":2,"m":"%s"}\n{"seq":3,"m":"ok"}\n' % (b"M" * 20_000_000)
+    run_probe(1, "a 20 MB record between two small ones", 2, 1, ["run", trivial, "-i", file("huge.jsonl", huge), "-q"], 3)
+    fmt_rule = file("fmt.oml", "name : t\n---\nv = fmt(\"" + "{}" * 400 + "\", " + ", ".join(["read(m)"] * 400) + ") ;\n")
+    fmt_in = b'{"m":"%s"}\n{"m":"small"}\n' % (b"x" * 100_000)
+    run_probe(1, "`fmt` repeating a 100 KB field 400 times", 1, 1, ["run", fmt_rule, "-i", file("fmt.jsonl", fmt_in), "-q"], 2)
+    run_probe(2, "a JSONL line that is not UTF-8", 2, 1, ["run", trivial, "-q"], 3, stdin=b'{"a":1}\n{"a":"\xff"}\n{"a":2}\n')
+    many = b"".join(b'{"seq":%d}\n' % i for i in range(20000))
+    pr = Probe(3, "`--concurrency 300`", "refused with a usage error")
+    p, pr.seconds = run_cli(omlet, ["run", trivial, "-i", file("many.jsonl", many), "--concurrency", "300", "-q"])
+    pr.records_in, pr.out, pr.errors, pr.code = 20000, count_lines(p.stdout), error_lines(p.stderr), p.returncode
+    pr.verdict = "holds" if p.returncode == 2 and b"256" in p.stderr else "FAILS"
+    pr.note = p.stderr.decode(errors="replace").strip().splitlines()[0] if p.stderr else ""
+    out.append(pr)
+    run_probe(3, "`--concurrency 256`, 20,000 records, batches of 8", 20000, 0,
+              ["run", trivial, "-i", os.path.join(work, "many.jsonl"), "--concurrency", "256", "--batch", "8", "-q"], 20000)
+    rows = ["seq,m"] + [f'{i},"never closed' if i == 11 else f"{i},x" for i in range(1, 100_001)]
+    run_probe(5, "CSV: an unbalanced quote in row 11 of 100,000", 99_999, 1,
+              ["run", trivial, "-i", file("q.csv", "\n".join(rows) + "\n"), "-q"], 100_000)
+    slow = file("slow.oml", SLOW_REGEX)
+    run_probe(11, "`regex_match('[a-z]{1,300}X')` on a 5 MB field (deadline 5 s)", 1, 1,
+              ["run", slow, "-q"], 2, stdin=b'{"m":"%s"}\n{"m":"abcX"}\n' % (b"a" * 5_000_000))
+    wide = b"{" + b",".join(b'"f%d":%d' % (i, i) for i in range(200_000)) + b"}\n"
+    run_probe(11, "a record of 200,000 fields", 1, 0, ["run", trivial, "-q"], 1, stdin=wide)
+
+    def compile_probe(issue, name, text, want, cmd="check"):
+        pr = Probe(issue, name, want)
+        path = file(f"p{len(out)}.oml", text)
+        args = [cmd, path] + (["-o", os.path.join(work, "o.wasm")] if cmd == "build" else [])
+        p, pr.seconds = run_cli(omlet, args)
+        pr.code = p.returncode
+        err = p.stderr.decode(errors="replace")
+        pr.note = (err.strip().splitlines() or [""])[0][:160]
+        pr.verdict = "holds" if want(p, err) else "FAILS"
+        pr.expect = want.__doc__
+        out.append(pr)
+
+    def clean_error(p, err):
+        """a compile or limit error (exit 1), no crash"""
+        return p.returncode == 1 and ("error" in err.lower() or "limit" in err.lower())
+
+    deep = "name : t\n---\nv = " + "object { a = " * 3000 + "chars(x)" + " ; }" * 3000 + " ;\n"
+    compile_probe(12, "a rule nested 3,000 deep (6 KB)", deep, clean_error)
+    line = "name : t\n---\n" + " ".join("x = ;" for _ in range(2000)) + "\n"
+
+    def capped(p, err):
+        """at most 50 errors printed, no panic"""
+        return p.returncode == 1 and err.count("error") <= 60 and len(err) < 200_000
+
+    compile_probe(13, "2,000 errors on one 33 KB line", line, capped)
+    compile_probe(14, "a 10 MB literal", "name : t\n---\nv = chars(" + "x" * 10_000_000 + ") ;\n", clean_error, "build")
+    arms = "".join(f"    chars(k{i}) => chars(v{i}),\n" for i in range(200_000))
+    compile_probe(14, "a 200,000-arm match", "name : t\n---\nv = match read(k) {\n" + arms + "};\n", clean_error, "build")
+    pat = "/" + "a*" * 30000
+    compile_probe(15, "a 60 KB `rule :` pattern", f"name : a\nrule : {pat}\n---\nv = read(v) ;\n", clean_error)
+
+    def builds(p, err):
+        """builds"""
+        return p.returncode == 0
+
+    compile_probe(16, "`rule : /*` (catch-all)", "name : t\nrule : /*\n---\nv = read(v) ;\n", builds, "build")
+    return out
+
+
+SQL_TESTS = [
+    (4, "one NUL key in a batched PostgreSQL lookup", "a_refused_key_fails_only_its_own_lookup_in_a_batch_on_postgres"),
+    (6, "a `'\\'` literal on MariaDB", "a_backslash_in_a_literal_is_a_character_on_mariadb"),
+    (7, "`pg_read_file`, `load_file`, `sleep` in a lookup", "rules_reach_only_their_tables_on"),
+    (8, "`pg_catalog.pg_authid`, `mysql.user`, tables outside `tables`", "rules_reach_only_their_tables_on"),
+    (8, "the read-only role of docs/deployment.md", "read_only_role_serves_lookups_on"),
+    (9, "a lookup cut by the timeout keeps running in the server", "timed_out_lookups_stop_in_the_server_on"),
+]
+
+
+def run_db_tests():
+    """Runs the SQL probes and the fault matrix; returns (sql rows, fault lines)."""
+    names = sorted({t for _, _, t in SQL_TESTS}) + ["faults_between"]
+    p = sh(["cargo", "test", "-j2", "-p", "omlet", "--test", "databases", "--"] + names + ["--nocapture", "--test-threads=2"])
+    text = p.stdout + p.stderr
+    results = {}
+    for l in text.splitlines():
+        if l.startswith("test ") and (" ... ok" in l or " ... FAILED" in l):
+            results[l.split()[1]] = l.endswith("ok")
+    rows = []
+    for issue, name, test in SQL_TESTS:
+        hits = {k: v for k, v in results.items() if k.startswith(test)}
+        verdict = "holds" if hits and all(hits.values()) else "FAILS"
+        rows.append((issue, name, ", ".join(sorted(hits)) or test, verdict))
+    faults = [l[len("FAULT "):].split(" | ") for l in text.splitlines() if l.startswith("FAULT ")]
+    return rows, faults
+
+
+def limits_table():
+    text = open(os.path.join(ROOT, "docs/deployment.md")).read()
+    start = text.index("## Limits")
+    table = [l for l in text[start:].split("\n## ")[0].splitlines() if l.startswith("|")]
+    return "\n".join(table)
+
+
+def rss_plot(samples):
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        print("reliability.py: installing matplotlib for the RSS plot", file=sys.stderr)
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "matplotlib"], check=False)
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    xs = [s[0] for s in samples]
+    fig, ax = plt.subplots(figsize=(8, 3))
+    ax.plot(xs, [s[1] / 1024 for s in samples], label="RSS (MiB)")
+    ax.set_xlabel("second")
+    ax.set_ylabel("RSS (MiB)")
+    ax.set_ylim(bottom=0)
+    ax.set_title("soak: 64 callers, PostgreSQL, reload every 10 s, one restart")
+    fig.tight_layout()
+    path = os.path.join(ROOT, "benches/plots/soak_rss.png")
+    fig.savefig(path, dpi=100)
+    return "benches/plots/soak_rss.png"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--omlet", default=os.path.join(ROOT, "target/debug/omlet"))
+    ap.add_argument("--skip-db", action="store_true")
+    a = ap.parse_args()
+    if a.omlet.endswith("target/debug/omlet"):
+        b = sh(["cargo", "build", "-j2", "-p", "omlet"])
+        if b.returncode != 0:
+            sys.exit(b.stderr)
+
+    with tempfile.TemporaryDirectory() as work:
+        rows = probes(a.omlet, work)
+    sql_rows, faults = ([], []) if a.skip_db else run_db_tests()
+
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+    mem = next((l.split()[1] for l in open("/proc/meminfo") if l.startswith("MemTotal")), "0")
+    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    commit = sh(["git", "rev-parse", "--short", "HEAD"]).stdout.strip()
+    md = [
+        "# Reliability",
+        "",
+        f"Generated by `python3 benches/reliability.py` on {when} at {commit}: {os.cpu_count()} cores ({cpu}), "
+        f"{int(mem) // 1024 // 1024} GiB, Linux {platform.release()}. The CLI is `{os.path.relpath(a.omlet, ROOT)}`.",
+        "",
+        "omlet's promise: every input record yields exactly one output or one error line naming it, whatever the",
+        "input, the rule or the database does; limits end a record or a rule with a typed error, never the run.",
+        "",
+        "## Hostile inputs",
+        "",
+        "The probes of the sandbox issue (its numbers in the first column), through `omlet run`/`check`/`build`.",
+        "`out` counts output lines, `errors` error lines naming a record.",
+        "",
+        "| # | probe | records in | out | errors | exit | seconds | expected | verdict | what omlet said |",
+        "|---|---|---:|---:|---:|---:|---:|---|---|---|",
+    ]
+    for r in rows:
+        note = r.note.replace("|", "\\|").replace("\n", " ")[:140]
+        md.append(
+            f"| {r.issue} | {r.name} | {r.records_in if r.records_in is not None else '–'} | "
+            f"{r.out if r.out is not None else '–'} | {r.errors if r.errors is not None else '–'} | {r.code} | "
+            f"{r.seconds:.1f} | {r.expect} | {r.verdict} | {note} |"
+        )
+    if sql_rows:
+        md += ["", "Probes that need a database, as tests on real PostgreSQL 15 and MariaDB 10.11 (host/tests/databases.rs):", "",
+               "| # | probe | tests | verdict |", "|---|---|---|---|"]
+        for issue, name, tests, verdict in sql_rows:
+            md.append(f"| {issue} | {name} | `{tests}` | {verdict} |")
+    md += ["", "Secrets: an unsupported or unreachable knowledge URL is reported with its password as `***` (#10; unit tests",
+           "`passwords_are_redacted_from_urls_and_messages`, `an_unsupported_url_is_reported_without_its_password`).", ""]
+    md += ["## Limits", "", "Every limit, its default and what crossing it does (from docs/deployment.md):", "", limits_table(), ""]
+
+    md += ["## Fuzzing", ""]
+    fz = os.path.join(ROOT, "target/fuzz-summary.txt")
+    if os.path.exists(fz):
+        md += ["`scripts/fuzz.sh` (cargo-fuzz, libFuzzer), the summary it wrote:", "", "```", open(fz).read().strip(), "```", ""]
+    else:
+        md += ["Not run for this page: `scripts/fuzz.sh` writes `target/fuzz-summary.txt`.", ""]
+
+    md += ["## Faults between omlet and the database", ""]
+    if faults:
+        md += ["A loopback proxy (`omlet_testdb::FaultProxy`) between omlet and the server; query and connect timeouts 500 ms,",
+               "cache bypassed. Time is for one record with one lookup.", "",
+               "| database | fault | policy | outcome | time |", "|---|---|---|---|---:|"]
+        md += [f"| {' | '.join(f)} |" for f in faults]
+        md.append("")
+    else:
+        md += ["Not run for this page (`--skip-db`).", ""]
+
+    md += ["## Soak", ""]
+    sj = os.path.join(ROOT, "target/soak/summary.json")
+    if os.path.exists(sj):
+        s = json.load(open(sj))
+        samples = []
+        for l in open(os.path.join(ROOT, "target/soak/samples.csv")).read().splitlines()[1:]:
+            samples.append([int(x) for x in l.split(",")])
+        plot = rss_plot(samples)
+        lost = s["records_in"] - s["records_out"]
+        md += [
+            f"`cargo run -p omlet-benches --bin soak -- {s['seconds']}`: {s['callers']} callers, batches of {s['batch']}, lookups against",
+            f"PostgreSQL 15 (half the keys miss), a reload every 10 s ({s['reloads']} in all), the server stopped for 3 s at second",
+            f"{s['restart_at_second']} (with a reload, so lookups met the outage).",
+            "",
+            "| records in | records out | lost | record errors | lookups absent | lookup errors | database queries | RSS first / last / max |",
+            "|---:|---:|---:|---:|---:|---:|---:|---|",
+            f"| {s['records_in']:,} | {s['records_out']:,} | {lost} | {s['errors']} | {s['absent']:,} | {s['lookup_errors']} | "
+            f"{s['queries']:,} | {s['rss_first_kib'] // 1024} / {s['rss_last_kib'] // 1024} / {s['rss_max_kib'] // 1024} MiB |",
+            "",
+        ]
+        if plot:
+            md += [f"![RSS each second]({plot})", ""]
+    else:
+        md += ["Not run for this page: `cargo run -p omlet-benches --bin soak` writes `target/soak/`.", ""]
+
+    with open(os.path.join(ROOT, "RELIABILITY.md"), "w") as f:
+        f.write("\n".join(md))
+    failed = [r for r in rows if r.verdict != "holds"] + [r for r in sql_rows if r[3] != "holds"]
+    print(f"RELIABILITY.md written; {len(failed)} probes failing", file=sys.stderr)
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
