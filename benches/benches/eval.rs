@@ -96,7 +96,14 @@ fn native(program: &Program, host: &mut dyn Host, records: &[Record], iters: u64
 
 /// The native evaluator with lookups through `Knowledge` (its shared cache,
 /// then the provider), on a plain thread (the native host blocks on each lookup).
-fn native_lookups(rt: &Runtime, prog: &Program, k: &Arc<Knowledge>, bound: &[BoundStatement], records: &[Record], n: u64) -> Duration {
+fn native_lookups(
+    rt: &Runtime,
+    prog: &Program,
+    k: &Arc<Knowledge>,
+    bound: &[BoundStatement],
+    records: &[Record],
+    n: u64,
+) -> Duration {
     let (prog, k, bound, records) = (prog.clone(), k.clone(), bound.to_vec(), records.to_vec());
     let handle = rt.handle().clone();
     std::thread::spawn(move || {
@@ -160,7 +167,14 @@ fn concurrent(rt: &Runtime, rule: &Arc<Rule>, records: &Arc<Vec<Record>>, c: usi
 }
 
 /// `c` tasks share the rule and make `iters` calls in all, each a batch.
-fn concurrent_batched(rt: &Runtime, rule: &Arc<Rule>, batches: &Arc<Vec<Vec<Record>>>, c: usize, iters: u64, id: &str) -> Duration {
+fn concurrent_batched(
+    rt: &Runtime,
+    rule: &Arc<Rule>,
+    batches: &Arc<Vec<Vec<Record>>>,
+    c: usize,
+    iters: u64,
+    id: &str,
+) -> Duration {
     fan_out!(rt, c, iters, id, (rule, batches), |k| rule.evaluate_batch(&batches[k % batches.len()]).await.unwrap())
 }
 
@@ -188,7 +202,11 @@ impl Provider for InFlight {
     fn prepare<'a>(&'a self, sql: &'a str) -> BoxFuture<'a, Result<Prepared, String>> {
         self.inner.prepare(sql)
     }
-    fn query_first<'a>(&'a self, stmt: &'a BoundStatement, params: Vec<Cell>) -> BoxFuture<'a, Result<Option<Vec<Cell>>, String>> {
+    fn query_first<'a>(
+        &'a self,
+        stmt: &'a BoundStatement,
+        params: Vec<Cell>,
+    ) -> BoxFuture<'a, Result<Option<Vec<Cell>>, String>> {
         Box::pin(async move {
             let n = self.now.fetch_add(1, Ordering::SeqCst) + 1;
             self.peak.fetch_max(n, Ordering::SeqCst);
@@ -206,7 +224,13 @@ impl Provider for InFlight {
     fn create_table_sql(&self, table: &str, columns: &[String], types: &[String]) -> String {
         self.inner.create_table_sql(table, columns, types)
     }
-    fn insert_rows<'a>(&'a self, table: &'a str, columns: &'a [String], rows: &'a [Vec<Cell>], skip_bad: bool) -> BoxFuture<'a, omlet::Result<(u64, u64)>> {
+    fn insert_rows<'a>(
+        &'a self,
+        table: &'a str,
+        columns: &'a [String],
+        rows: &'a [Vec<Cell>],
+        skip_bad: bool,
+    ) -> BoxFuture<'a, omlet::Result<(u64, u64)>> {
         self.inner.insert_rows(table, columns, rows, skip_bad)
     }
     fn drop_table<'a>(&'a self, table: &'a str) -> BoxFuture<'a, omlet::Result<()>> {
@@ -228,8 +252,8 @@ impl Provider for InFlight {
 /// evaluations holds its own instance while it waits; VmRSS before (the
 /// rule loaded, its first instance warm) and after 64 were pooled.
 fn instance_memory(rt: &Runtime, engine: &Engine, sizes: &Sizes, records: &Arc<Vec<Record>>) {
-    use omlet::knowledge::{CacheMode, KnowledgeConfig};
     use omlet::knowledge::sqlite::SqliteProvider;
+    use omlet::knowledge::{CacheMode, KnowledgeConfig};
     let db = rt.block_on(SqliteProvider::memory()).unwrap();
     let data: Vec<Vec<Cell>> =
         (1..=sizes.rows as i64).map(|i| vec![Cell::Integer(i), Cell::Text(format!("value-{i}"))]).collect();
@@ -308,9 +332,7 @@ fn benches(c: &mut Criterion) {
     let bound = rt.block_on(perf.bind(&lookup_prog.statements)).unwrap();
     let mut g = c.benchmark_group("lookup");
     g.throughput(Throughput::Elements(1));
-    g.bench_function("native_shared_cache", |b| {
-        b.iter_custom(|n| native_lookups(&rt, &lookup_prog, &perf, &bound, &records, n))
-    });
+    g.bench_function("native_shared_cache", |b| b.iter_custom(|n| native_lookups(&rt, &lookup_prog, &perf, &bound, &records, n)));
     g.bench_function("wasm_single_guest_cache", |b| b.iter_custom(|n| wasm_single(&rt, &lookup, &records, n)));
     g.throughput(Throughput::Elements(256));
     g.bench_function("wasm_batch_256_guest_cache", |b| {
@@ -393,8 +415,7 @@ fn benches(c: &mut Criterion) {
     }
 
     // --- concurrency, batched: c tasks each evaluating 256 records per call ----------
-    let batches: Arc<Vec<Vec<Record>>> =
-        Arc::new(records.chunks(256).filter(|c| c.len() == 256).map(|c| c.to_vec()).collect());
+    let batches: Arc<Vec<Vec<Record>>> = Arc::new(records.chunks(256).filter(|c| c.len() == 256).map(|c| c.to_vec()).collect());
     for (name, rule) in [("concurrency_pure_batched", &pure), ("concurrency_lookup_batched", &lookup)] {
         let mut g = c.benchmark_group(name);
         g.throughput(Throughput::Elements(256));
@@ -488,8 +509,13 @@ fn providers(c: &mut Criterion) {
         let data: Vec<Vec<Cell>> =
             (1..=sizes.rows as i64).map(|i| vec![Cell::Integer(i), Cell::Text(format!("value-{i}"))]).collect();
         let _ = rt.block_on(admin.provider().drop_table("perf"));
-        rt.block_on(admin.provider().load_table("perf", &["id".into(), "value".into()], &["INTEGER PRIMARY KEY".into(), "TEXT".into()], &data))
-            .unwrap();
+        rt.block_on(admin.provider().load_table(
+            "perf",
+            &["id".into(), "value".into()],
+            &["INTEGER PRIMARY KEY".into(), "TEXT".into()],
+            &data,
+        ))
+        .unwrap();
         let bypass = rt.block_on(config(CacheMode::Bypass).open()).unwrap();
         // The per-row baseline: bypass with miss batching off, one query per lookup.
         let per_row = {
@@ -548,9 +574,8 @@ fn providers(c: &mut Criterion) {
             });
         }
         // Every key asked once (ids past the table's rows find no row): all misses.
-        let cold: Arc<Vec<Record>> = Arc::new(
-            (1..=400_000).map(|i| omlet::record::from_json_str(&format!("{{\"id\":{i}}}")).unwrap()).collect(),
-        );
+        let cold: Arc<Vec<Record>> =
+            Arc::new((1..=400_000).map(|i| omlet::record::from_json_str(&format!("{{\"id\":{i}}}")).unwrap()).collect());
         g.bench_function("cold_c64_batched", |b| {
             b.iter_custom(|n| {
                 shared.reload();
@@ -614,9 +639,9 @@ fn db_tool(name: &str, url: &str, sizes: &Sizes, dir: &std::path::Path) {
 /// Timed once, from opening the input to the last output, as `omlet run`
 /// times itself (rule load and knowdb not included).
 fn omlet_run(_: &mut Criterion) {
-    use std::io::{BufRead, BufReader, Write};
     use omlet::knowledge::sqlite::SqliteProvider;
     use omlet::stream::{Counting, Format, Outcome, RouteBy};
+    use std::io::{BufRead, BufReader, Write};
     if !side_wanted("run/nginx") {
         return;
     }

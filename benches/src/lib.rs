@@ -58,11 +58,8 @@ pub fn id_records(sizes: &Sizes) -> Vec<Record> {
 /// The `perf(id, value)` table with `rows` rows, in in-memory SQLite.
 pub async fn perf_knowledge(rows: usize) -> Arc<Knowledge> {
     let db = SqliteProvider::memory().await.unwrap();
-    let data: Vec<Vec<Cell>> =
-        (1..=rows as i64).map(|i| vec![Cell::Integer(i), Cell::Text(format!("value-{i}"))]).collect();
-    db.load_table("perf", &["id".into(), "value".into()], &["INTEGER PRIMARY KEY".into(), "TEXT".into()], &data)
-        .await
-        .unwrap();
+    let data: Vec<Vec<Cell>> = (1..=rows as i64).map(|i| vec![Cell::Integer(i), Cell::Text(format!("value-{i}"))]).collect();
+    db.load_table("perf", &["id".into(), "value".into()], &["INTEGER PRIMARY KEY".into(), "TEXT".into()], &data).await.unwrap();
     Arc::new(Knowledge::new(Arc::new(db)))
 }
 
@@ -101,11 +98,11 @@ pub fn nginx_jsonl(path: &std::path::Path, n: usize) -> std::io::Result<()> {
     let address = |k: u64| -> String {
         let (a, b) = ((k / 5) % 256, (k / 1280) % 256);
         match k % 5 {
-            0 => format!("10.0.0.{a}"),              // dmz
-            1 => format!("10.0.1.{a}"),              // office
-            2 => format!("192.168.{b}.{a}"),         // lab
+            0 => format!("10.0.0.{a}"),                  // dmz
+            1 => format!("10.0.1.{a}"),                  // office
+            2 => format!("192.168.{b}.{a}"),             // lab
             3 => format!("172.{}.{b}.{a}", 16 + a % 16), // core
-            _ => format!("203.0.113.{a}"),           // no zone
+            _ => format!("203.0.113.{a}"),               // no zone
         }
     };
     let mut out = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(path)?);
@@ -140,9 +137,24 @@ pub fn rss_kib() -> (u64, u64) {
 /// (a substring match, where criterion takes a regex).
 pub fn side_wanted(id: &str) -> bool {
     const WITH_VALUE: &[&str] = &[
-        "--save-baseline", "-s", "--baseline", "-b", "--baseline-lenient", "--load-baseline", "--sample-size",
-        "--warm-up-time", "--measurement-time", "--nresamples", "--noise-threshold", "--confidence-level",
-        "--significance-level", "--profile-time", "--plotting-backend", "--output-format", "--color", "-c",
+        "--save-baseline",
+        "-s",
+        "--baseline",
+        "-b",
+        "--baseline-lenient",
+        "--load-baseline",
+        "--sample-size",
+        "--warm-up-time",
+        "--measurement-time",
+        "--nresamples",
+        "--noise-threshold",
+        "--confidence-level",
+        "--significance-level",
+        "--profile-time",
+        "--plotting-backend",
+        "--output-format",
+        "--color",
+        "-c",
         "--format",
     ];
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -390,9 +402,24 @@ pub fn pgbench(url: &DbUrl, clients: usize, secs: u64, hot: usize, dir: &std::pa
         .map_err(|e| e.to_string())?;
     let exe = first_existing(&["/usr/lib/postgresql/15/bin/pgbench", "pgbench"]);
     let args: Vec<String> = [
-        "-h", &url.host, "-p", &url.port.to_string(), "-U", &url.user, "-M", "prepared", "-n", "-f",
-        &script.display().to_string(), "-c", &clients.to_string(), "-j", &clients.min(2).to_string(), "-T",
-        &secs.to_string(), &url.db,
+        "-h",
+        &url.host,
+        "-p",
+        &url.port.to_string(),
+        "-U",
+        &url.user,
+        "-M",
+        "prepared",
+        "-n",
+        "-f",
+        &script.display().to_string(),
+        "-c",
+        &clients.to_string(),
+        "-j",
+        &clients.min(2).to_string(),
+        "-T",
+        &secs.to_string(),
+        &url.db,
     ]
     .iter()
     .map(|s| s.to_string())

@@ -109,8 +109,7 @@ const MAX_RENDERED: usize = 50;
 
 /// Compiles rule sources to a program, with rendered diagnostics on failure.
 pub fn compile(sources: &[RuleSource]) -> Result<Program> {
-    let srcs: Vec<omlet_lang::Source<'_>> =
-        sources.iter().map(|s| omlet_lang::Source { file: &s.file, text: &s.text }).collect();
+    let srcs: Vec<omlet_lang::Source<'_>> = sources.iter().map(|s| omlet_lang::Source { file: &s.file, text: &s.text }).collect();
     let mut program = omlet_lang::compile(&srcs, crate::clock::now()).map_err(|errors| {
         // The rendering is bounded: the first errors, not thousands of them.
         let mut rendered = String::new();
@@ -205,7 +204,10 @@ pub fn splice_ir(core: &[u8], ir: &[u8]) -> Result<Vec<u8>> {
     let ir_addr = min_pages * PAGE;
     let new_min = min_pages + (ir.len() as u64).div_ceil(PAGE).max(1);
     if new_min * PAGE > u32::MAX as u64 {
-        return Err(Error::limit(Limit::RuleBytes, format!("the compiled rule takes {} bytes, more than fit in the guest's memory", ir.len())));
+        return Err(Error::limit(
+            Limit::RuleBytes,
+            format!("the compiled rule takes {} bytes, more than fit in the guest's memory", ir.len()),
+        ));
     }
 
     // Pass 2: copy, with the memory, data count and data sections rewritten.

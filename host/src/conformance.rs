@@ -102,8 +102,8 @@ pub struct Outcome {
 /// Fails with [`Error::Io`], or [`Error::Input`] for bad TOML.
 pub fn read_cases(path: &Path) -> Result<Vec<Case>> {
     let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
-    let f: CaseFile = toml::from_str(&text)
-        .map_err(|e| Error::Input { what: path.display().to_string(), message: e.to_string() })?;
+    let f: CaseFile =
+        toml::from_str(&text).map_err(|e| Error::Input { what: path.display().to_string(), message: e.to_string() })?;
     Ok(f.case)
 }
 
@@ -375,7 +375,9 @@ fn input_record(json: &str, types: &std::collections::BTreeMap<String, String>) 
         let text = f.value.raw_text().into_owned();
         f.value = match ty.as_str() {
             "ip" => Value::Ip(text.parse().map_err(|_| format!("input {}: not an IP: {text}", f.name))?),
-            "time" => Value::Time(omlet_lang::time::parse_time(&text).ok_or_else(|| format!("input {}: not a time: {text}", f.name))?),
+            "time" => {
+                Value::Time(omlet_lang::time::parse_time(&text).ok_or_else(|| format!("input {}: not a time: {text}", f.name))?)
+            }
             "digit" => Value::Digit(text.parse().map_err(|_| format!("input {}: not a digit: {text}", f.name))?),
             "float" => Value::Float(text.parse().map_err(|_| format!("input {}: not a float: {text}", f.name))?),
             "bool" => Value::Bool(text == "true"),

@@ -47,9 +47,8 @@ use omlet_lang::{Program, Source};
 pub fn format_source(text: &str) -> Result<String, String> {
     let before = compile(text)?;
     let out = Walker::new(text).rule()?;
-    let after = compile(&out).map_err(|e| {
-        format!("formatter bug: the formatted rule does not compile ({e}); please report it")
-    })?;
+    let after =
+        compile(&out).map_err(|e| format!("formatter bug: the formatted rule does not compile ({e}); please report it"))?;
     if fingerprint(&before) != fingerprint(&after) {
         return Err("formatter bug: the formatted rule compiles to a different program; please report it".into());
     }
@@ -555,10 +554,7 @@ impl<'s> Walker<'s> {
     }
 
     fn patterns_end(&self, p: usize) -> bool {
-        p >= self.b.len()
-            || self.src[p..].starts_with("---")
-            || self.at_word_at(p, "enable")
-            || self.at_word_at(p, "rule")
+        p >= self.b.len() || self.src[p..].starts_with("---") || self.at_word_at(p, "enable") || self.at_word_at(p, "rule")
     }
 
     fn count_patterns(&self) -> usize {

@@ -22,9 +22,7 @@ pub const SOURCE_SECTION: &str = "omlet-guest-source";
 /// The guest core module in use: `$OMLET_GUEST` if set, else the embedded one.
 pub fn core_module() -> crate::Result<Cow<'static, [u8]>> {
     match std::env::var_os("OMLET_GUEST") {
-        Some(p) if !p.is_empty() => {
-            std::fs::read(&p).map(Cow::Owned).map_err(|e| crate::Error::io(p, e))
-        }
+        Some(p) if !p.is_empty() => std::fs::read(&p).map(Cow::Owned).map_err(|e| crate::Error::io(p, e)),
         _ => Ok(Cow::Borrowed(EMBEDDED)),
     }
 }

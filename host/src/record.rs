@@ -145,9 +145,9 @@ pub fn value_from_json(v: &Json) -> Value<'static> {
             None => Value::Float(n.as_f64().unwrap_or(f64::NAN)),
         },
         Json::String(s) => Value::Chars(Cow::Owned(s.clone())),
-        Json::Array(items) => Value::Array(Box::new(
-            items.iter().map(|i| Field::new(Cow::Borrowed(""), value_from_json(i))).collect(),
-        )),
+        Json::Array(items) => {
+            Value::Array(Box::new(items.iter().map(|i| Field::new(Cow::Borrowed(""), value_from_json(i))).collect()))
+        }
         Json::Object(m) => {
             let members = m.iter().map(|(k, v)| Field::new(Cow::Owned(k.clone()), value_from_json(v))).collect();
             Value::Obj(Box::new(obj_from(members)))

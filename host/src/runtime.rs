@@ -14,15 +14,15 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use omlet_lang::Cell;
-use wasmtime::component::{Component, HasSelf, Linker};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Config, Engine as WtEngine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, UpdateDeadline};
 
 use crate::build::{self, RuleSource};
+use crate::error::Limit;
 use crate::knowledge::{BoundStatement, Knowledge};
 use crate::record::Record;
 use crate::wire;
-use crate::error::Limit;
 use crate::{Error, Result};
 
 mod bindings {
@@ -520,11 +520,8 @@ impl Rule {
         self.check_size(&input)?;
         let generation = self.generation();
         let mut inst = self.checkout(generation).await?;
-        let out = inst
-            .bindings
-            .omlet_rule_evaluator()
-            .call_evaluate(&mut inst.store, generation, &wit_route(route), &input)
-            .await;
+        let out =
+            inst.bindings.omlet_rule_evaluator().call_evaluate(&mut inst.store, generation, &wit_route(route), &input).await;
         match out {
             Ok(r) => {
                 self.checkin(inst);
@@ -590,11 +587,8 @@ impl Rule {
     async fn call_batch(&self, route: Route<'_>, frame: &Vec<u8>, n: usize) -> Result<Result<Vec<Result<Record>>>> {
         let generation = self.generation();
         let mut inst = self.checkout(generation).await?;
-        let out = inst
-            .bindings
-            .omlet_rule_evaluator()
-            .call_evaluate_batch(&mut inst.store, generation, &wit_route(route), frame)
-            .await;
+        let out =
+            inst.bindings.omlet_rule_evaluator().call_evaluate_batch(&mut inst.store, generation, &wit_route(route), frame).await;
         let out = match out {
             Ok(out) => out,
             Err(e) => return Ok(Err(call_error(&inst.store, e))),

@@ -254,11 +254,7 @@ impl Csv {
             }
             let mut taken: Vec<(u64, Line)> = Vec::new();
             while quote_open(&text) {
-                let next = if taken.len() + 1 < self.max_lines && text.len() <= self.max_bytes {
-                    self.next_line()
-                } else {
-                    None
-                };
+                let next = if taken.len() + 1 < self.max_lines && text.len() <= self.max_bytes { self.next_line() } else { None };
                 match next {
                     Some(Ok((n, Line::Text(t)))) => {
                         text.push('\n');

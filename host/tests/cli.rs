@@ -15,8 +15,7 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-const KNOWDBS: [&str; 4] =
-    ["--knowdb", "examples/nginx/knowdb/knowdb.toml", "--knowdb", "examples/apt/knowdb/knowdb.toml"];
+const KNOWDBS: [&str; 4] = ["--knowdb", "examples/nginx/knowdb/knowdb.toml", "--knowdb", "examples/apt/knowdb/knowdb.toml"];
 
 #[test]
 fn build_and_inspect_a_rule_set() {
@@ -34,7 +33,13 @@ fn build_and_inspect_a_rule_set() {
     let models = info["models"].as_array().unwrap();
     let summary: Vec<(String, String, usize)> = models
         .iter()
-        .map(|m| (m["name"].as_str().unwrap().into(), m["patterns"][0].as_str().unwrap().into(), m["statements"].as_array().unwrap().len()))
+        .map(|m| {
+            (
+                m["name"].as_str().unwrap().into(),
+                m["patterns"][0].as_str().unwrap().into(),
+                m["statements"].as_array().unwrap().len(),
+            )
+        })
         .collect();
     assert_eq!(
         summary,
@@ -71,7 +76,10 @@ fn run_routes_by_field_and_accounts_for_every_record() {
     // The summary, machine-readable, is the last line of standard error.
     let stderr = text(&out.stderr);
     let summary: serde_json::Value = serde_json::from_str(stderr.lines().last().unwrap()).unwrap();
-    assert_eq!((summary["records"].as_u64(), summary["written"].as_u64(), summary["unrouted"].as_u64()), (Some(11), Some(10), Some(1)));
+    assert_eq!(
+        (summary["records"].as_u64(), summary["written"].as_u64(), summary["unrouted"].as_u64()),
+        (Some(11), Some(10), Some(1))
+    );
     assert!(summary["records_per_second"].as_f64().unwrap() > 0.0);
     assert!(summary["lookups"].as_u64().unwrap() > 0);
     // Piped, there is no progress bar: standard error is the summary alone.
@@ -83,7 +91,8 @@ fn run_routes_by_field_and_accounts_for_every_record() {
     assert_eq!(second["event_type"], "process_create");
 
     // With `--unrouted pass`, the unclaimed record is written out unchanged.
-    let mut args = vec!["run", "examples", "-i", "examples/ruleset/records.jsonl", "--rule-path-field", "rule_path", "--unrouted", "pass"];
+    let mut args =
+        vec!["run", "examples", "-i", "examples/ruleset/records.jsonl", "--rule-path-field", "rule_path", "--unrouted", "pass"];
     args.extend(KNOWDBS);
     let out = omlet(&args);
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -95,8 +104,13 @@ fn run_routes_by_field_and_accounts_for_every_record() {
 fn run_reads_csv_and_numbers_bad_records() {
     let dir = tempfile::tempdir().unwrap();
     let csv = dir.path().join("access.csv");
-    std::fs::write(&csv, "client_ip,status,method,request_uri\n10.0.0.7,200,GET,/a.js\n10.0.1.9,oops\n10.0.1.20,404,GET,/x.html\n").unwrap();
-    let mut args = vec!["run", "examples/nginx/nginx.oml", "-i", csv.to_str().unwrap(), "--knowdb", "examples/nginx/knowdb/knowdb.toml"];
+    std::fs::write(
+        &csv,
+        "client_ip,status,method,request_uri\n10.0.0.7,200,GET,/a.js\n10.0.1.9,oops\n10.0.1.20,404,GET,/x.html\n",
+    )
+    .unwrap();
+    let mut args =
+        vec!["run", "examples/nginx/nginx.oml", "-i", csv.to_str().unwrap(), "--knowdb", "examples/nginx/knowdb/knowdb.toml"];
     args.extend(["--rule-path", "/nginx/access_log"]);
     let out = omlet(&args);
     assert_eq!(out.status.code(), Some(1));
@@ -124,10 +138,8 @@ fn concurrent_runs_keep_input_order() {
     std::fs::write(&input, text_in).unwrap();
     let out = omlet(&["run", rule.to_str().unwrap(), "-i", input.to_str().unwrap(), "--concurrency", "8", "--batch", "64"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let ns: Vec<i64> = text(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["n"].as_i64().unwrap())
-        .collect();
+    let ns: Vec<i64> =
+        text(&out.stdout).lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["n"].as_i64().unwrap()).collect();
     assert_eq!(ns, (0..20_000).collect::<Vec<_>>());
 }
 

@@ -40,11 +40,8 @@ fn component_imports_only_omlets_interfaces() {
     for (name, item) in ty.imports(&engine) {
         names.push(name.to_string());
         let ComponentItem::ComponentInstance(inst) = item.ty else { panic!("unexpected import kind: {name}") };
-        let funcs: Vec<String> = inst
-            .exports(&engine)
-            .filter(|(_, e)| !matches!(e.ty, ComponentItem::Type(_)))
-            .map(|(n, _)| n.to_string())
-            .collect();
+        let funcs: Vec<String> =
+            inst.exports(&engine).filter(|(_, e)| !matches!(e.ty, ComponentItem::Type(_))).map(|(n, _)| n.to_string()).collect();
         match name {
             "omlet:rule/knowledge@0.2.0" => assert_eq!(funcs, ["query", "columns"]),
             "omlet:rule/clock@0.2.0" => assert_eq!(funcs, ["now"]),
@@ -161,7 +158,8 @@ fn committed_guest_is_built_from_the_current_sources() {
 
 #[tokio::test]
 async fn a_rule_compiled_for_another_ir_version_is_refused_clearly() {
-    let program = omlet::build::compile(&[RuleSource { file: "t.oml".into(), text: "name : t\n---\nx = chars(1) ;\n".into() }]).unwrap();
+    let program =
+        omlet::build::compile(&[RuleSource { file: "t.oml".into(), text: "name : t\n---\nx = chars(1) ;\n".into() }]).unwrap();
     let mut ir = program.to_bytes();
     ir[6..10].copy_from_slice(&999u32.to_le_bytes());
     let core = omlet::guest::core_module().unwrap();

@@ -31,7 +31,8 @@ async fn sql_cases_pass(url: &str) {
         }
     }
     for ex in ["nginx", "apt"] {
-        for o in run_file_on(&root().join("examples").join(ex).join("tests.toml"), Mode::Wasm, &engine, Some(&db)).await.unwrap() {
+        for o in run_file_on(&root().join("examples").join(ex).join("tests.toml"), Mode::Wasm, &engine, Some(&db)).await.unwrap()
+        {
             match o.failure {
                 None => passed += 1,
                 Some(e) => failures.push(format!("{ex} {}: {e}", o.name)),
@@ -61,9 +62,7 @@ async fn perf_table(k: &Knowledge, rows: i64) {
     let p = k.provider();
     let data: Vec<Vec<omlet_lang::Cell>> =
         (1..=rows).map(|i| vec![omlet_lang::Cell::Integer(i), omlet_lang::Cell::Text(format!("v{i}"))]).collect();
-    p.load_table("perf", &["id".into(), "value".into()], &["INTEGER PRIMARY KEY".into(), "TEXT".into()], &data)
-        .await
-        .unwrap();
+    p.load_table("perf", &["id".into(), "value".into()], &["INTEGER PRIMARY KEY".into(), "TEXT".into()], &data).await.unwrap();
 }
 
 fn rec(id: i64) -> omlet::Record {
@@ -469,7 +468,8 @@ async fn rules_reach_only_their_tables(url: &str, catalogue: &str, file_fn: &str
     perf_table(&k, 3).await;
     let m = load_err(k.clone(), &format!("name : t\n---\nv = select value from {catalogue} where id = read(id) ;\n")).await;
     assert!(m.starts_with("evil.oml:3:5:") && m.contains("schema-qualified"), "{m}");
-    let m = load_err(k.clone(), &format!("name : t\n---\nv = select value from perf where value = {file_fn}(read(path)) ;\n")).await;
+    let m =
+        load_err(k.clone(), &format!("name : t\n---\nv = select value from perf where value = {file_fn}(read(path)) ;\n")).await;
     assert!(m.contains(&format!("the function `{file_fn}` is not allowed")), "{m}");
     let m = load_err(k.clone(), "name : t\n---\nv = select value from perf where 1 = sleep(read(s)) ;\n").await;
     assert!(m.contains("`sleep` is not allowed"), "{m}");
@@ -538,7 +538,9 @@ async fn timed_out_lookups_stop_in_the_server(url: &str, slow_fn: &str, running:
     let tasks: Vec<_> = (0..4)
         .map(|i| {
             let rule = rule.clone();
-            tokio::spawn(async move { rule.evaluate(&omlet::record::from_json_str(&format!("{{\"k\":\"v{i}\"}}")).unwrap()).await })
+            tokio::spawn(
+                async move { rule.evaluate(&omlet::record::from_json_str(&format!("{{\"k\":\"v{i}\"}}")).unwrap()).await },
+            )
         })
         .collect();
     for t in tasks {

@@ -79,7 +79,11 @@ async fn lookup_against_a_missing_table_fails_the_load_with_file_and_line() {
     let knowledge = example_knowledge().await;
     let engine = Engine::new().unwrap();
     let err = engine
-        .load_source("bad.oml", "name : t\n---\na = chars(x) ;\nz = select zone from nowhere where ip = read(ip) ;\n", Some(knowledge))
+        .load_source(
+            "bad.oml",
+            "name : t\n---\na = chars(x) ;\nz = select zone from nowhere where ip = read(ip) ;\n",
+            Some(knowledge),
+        )
         .await
         .err()
         .expect("load must fail");

@@ -169,10 +169,7 @@ async fn example_rule_set_gives_the_same_output_under_node_as_under_omlet() {
     let omlet = omlet_outcome(&rule, &std::fs::read_to_string(&records).unwrap()).await;
     // The example set: ten records claimed by the three models, one path no model claims.
     assert_eq!(omlet.lines.len(), 10, "omlet's own output changed: {:#?}", omlet);
-    assert_eq!(
-        omlet.lost,
-        vec![(11, "unrouted".to_string(), "no enabled model claims rule path `/firewall/deny`".to_string())]
-    );
+    assert_eq!(omlet.lost, vec![(11, "unrouted".to_string(), "no enabled model claims rule path `/firewall/deny`".to_string())]);
     // The lookups ran: zones from ip_zone, actors from apt_groups.
     assert!(omlet.lines[0].contains(r#""zone":"dmz","owner":"web-team""#), "{}", omlet.lines[0]);
     assert!(omlet.lines[2].contains(r#""actor_cn":"海莲花","country":"越南""#), "{}", omlet.lines[2]);

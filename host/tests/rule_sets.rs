@@ -42,7 +42,9 @@ async fn each_record_goes_to_the_model_claiming_its_rule_path() {
     assert!(s.sql.contains("ip_zone") && s.file.ends_with("nginx.oml"), "{s:?}");
     assert!(set.info().models[2].statements.is_empty());
 
-    let nginx_in = record(r#"{"client_ip":"10.0.1.20","status":"404","method":"GET","request_uri":"/missing.html","user_agent":"Googlebot/2.1"}"#);
+    let nginx_in = record(
+        r#"{"client_ip":"10.0.1.20","status":"404","method":"GET","request_uri":"/missing.html","user_agent":"Googlebot/2.1"}"#,
+    );
     let out = set.evaluate_on(Route::Path("/nginx/access_log"), &nginx_in).await.unwrap();
     assert!(json(&out).contains(r#""zone":"office","owner":"it-desk""#), "{}", json(&out));
     // The same record by model name gives the same output.
@@ -107,7 +109,12 @@ fn overlapping_claims_fail_the_build_naming_both_files() {
     let err = omlet::build::build_component(&sources).err().expect("the build must fail");
     let text = err.to_string();
     let (fa, fb) = (a.display().to_string(), b.display().to_string());
-    assert!(text.contains(&format!("{fb}:3:5: error: rule path `/nginx/access_log` is claimed both by this model and by model `all` in {fa}")), "{text}");
+    assert!(
+        text.contains(&format!(
+            "{fb}:3:5: error: rule path `/nginx/access_log` is claimed both by this model and by model `all` in {fa}"
+        )),
+        "{text}"
+    );
     // Disabling one of them makes a valid set.
     std::fs::write(&a, "name : all\nrule : /nginx/*\nenable : false\n---\nx = chars(1) ;\n").unwrap();
     let sources = RuleSource::collect(&[PathBuf::from(dir.path())]).unwrap();

@@ -14,7 +14,8 @@ const TRIVIAL: &str = "name : t\n---\nseq = read(seq) ;\nm = read(m) ;\n";
 
 /// A rule whose regex costs time proportional to the field's length times
 /// the repetition bound: minutes on a few megabytes.
-const SLOW_REGEX: &str = "name : t\n---\nv = match read(m) {\n    regex_match('[a-z]{1,300}X') => chars(yes),\n    _ => chars(no),\n};\n";
+const SLOW_REGEX: &str =
+    "name : t\n---\nv = match read(m) {\n    regex_match('[a-z]{1,300}X') => chars(yes),\n    _ => chars(no),\n};\n";
 
 fn rec(json: &str) -> Record {
     omlet::record::from_json_str(json).unwrap()

@@ -20,7 +20,7 @@ use alloc::vec::Vec;
 
 use omlet_lang::eval::{self, Cell, QueryError};
 use omlet_lang::frame::{Reader, Writer};
-use omlet_lang::ir::{Program, IR_VERSION};
+use omlet_lang::ir::{IR_VERSION, Program};
 use omlet_lang::{Route, RouteError};
 
 #[cfg(target_arch = "wasm32")]
@@ -120,9 +120,7 @@ impl meta::Guest for Guest {
                     patterns: m.patterns.clone(),
                     enabled: m.enabled,
                     file: m.file.clone(),
-                    statements: (0..p.statements.len() as u32)
-                        .filter(|&i| p.statements[i as usize].file == m.file)
-                        .collect(),
+                    statements: (0..p.statements.len() as u32).filter(|&i| p.statements[i as usize].file == m.file).collect(),
                 })
                 .collect(),
             statements: p

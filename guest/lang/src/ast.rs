@@ -45,11 +45,19 @@ pub enum Expr {
     /// `@name`
     At(String, Span),
     Now(NowFn, Span),
-    Pipe { source: Box<Expr>, fns: Vec<PipeFn>, span: Span },
+    Pipe {
+        source: Box<Expr>,
+        fns: Vec<PipeFn>,
+        span: Span,
+    },
     Match(Box<Match>),
     Object(Vec<Member>, Span),
     Collect(Box<Expr>, Span),
-    Fmt { format: String, args: Vec<Expr>, span: Span },
+    Fmt {
+        format: String,
+        args: Vec<Expr>,
+        span: Span,
+    },
     Sql(Box<Sql>),
     /// A bare name: must be a static symbol.
     Ident(String, Span),
@@ -147,5 +155,10 @@ pub enum SqlOperand {
     /// An accessor, `@name` or built-in: a bound parameter.
     Value(Expr),
     Literal(Const),
-    Call { name: String, helper: Option<Helper>, args: Vec<SqlOperand>, span: Span },
+    Call {
+        name: String,
+        helper: Option<Helper>,
+        args: Vec<SqlOperand>,
+        span: Span,
+    },
 }

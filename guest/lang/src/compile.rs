@@ -39,11 +39,7 @@ pub fn compile(sources: &[Source<'_>], now: (i64, i32)) -> Result<Program, Vec<F
 /// [`compile`] within `limits`, which apply to each file (and
 /// [`Limits::max_overlap_work`] to the whole set): a file past one of them
 /// fails with a diagnostic where the limit is passed.
-pub fn compile_with_limits(
-    sources: &[Source<'_>],
-    now: (i64, i32),
-    limits: Limits,
-) -> Result<Program, Vec<FileErrors>> {
+pub fn compile_with_limits(sources: &[Source<'_>], now: (i64, i32), limits: Limits) -> Result<Program, Vec<FileErrors>> {
     let mut program = Program { source_hash: String::new(), names: Vec::new(), models: Vec::new(), statements: Vec::new() };
     let mut errors = Vec::new();
     // Per compiled model: its source, and where its name and patterns stand.
@@ -173,7 +169,9 @@ fn check_set(
                             ),
                             *span,
                         )
-                        .with_hint("each record goes to one model: make the patterns disjoint, or set `enable : false` on one model"),
+                        .with_hint(
+                            "each record goes to one model: make the patterns disjoint, or set `enable : false` on one model",
+                        ),
                     );
                 }
             }
@@ -347,11 +345,7 @@ impl Checker<'_> {
                 let lookup = self.sql(*q)?;
                 Ok(Stmt::Lookup { targets, lookup })
             }
-            ast::Expr::At(_, span) => self.err_hint(
-                "`@name` cannot be a whole statement",
-                span,
-                "write `x = read(name) ;`",
-            ),
+            ast::Expr::At(_, span) => self.err_hint("`@name` cannot be a whole statement", span, "write `x = read(name) ;`"),
             expr => {
                 let target = targets.remove(0);
                 let expr = self.expr(expr, &target.name, true)?;
@@ -434,9 +428,7 @@ impl Checker<'_> {
                 self.uses_clock = true;
                 Expr::Now(f)
             }
-            ast::Expr::Pipe { source, fns, .. } => {
-                Expr::Pipe { source: self.var_access(*source, key_of)?, fns }
-            }
+            ast::Expr::Pipe { source, fns, .. } => Expr::Pipe { source: self.var_access(*source, key_of)?, fns },
             ast::Expr::Match(m) => {
                 let m = *m;
                 let mut sources = Vec::new();
@@ -509,15 +501,8 @@ impl Checker<'_> {
         self.sql_cond(q.cond, &mut b)?;
         let sql = format!("select {} from {} where {}", q.columns.join(","), q.table, b.sql);
         let (line, column) = crate::diag::line_col(self.text, q.span.start as usize);
-        let stmt = SqlStatement {
-            sql,
-            params: b.names,
-            table: q.table,
-            columns: q.columns,
-            file: self.file.to_string(),
-            line,
-            column,
-        };
+        let stmt =
+            SqlStatement { sql, params: b.names, table: q.table, columns: q.columns, file: self.file.to_string(), line, column };
         let key = (stmt.sql.clone(), stmt.params.clone());
         let id = match self.statement_ids.get(&key) {
             Some(&i) => i,
@@ -560,17 +545,12 @@ impl Checker<'_> {
         Ok(())
     }
 
-    fn sql_cmp(
-        &mut self,
-        left: SqlOperand,
-        op: &'static str,
-        right: SqlOperand,
-        span: Span,
-        b: &mut SqlBuilder,
-    ) -> CResult<()> {
+    fn sql_cmp(&mut self, left: SqlOperand, op: &'static str, right: SqlOperand, span: Span, b: &mut SqlBuilder) -> CResult<()> {
         // `1 = ip4_between(read(x), lo_col, hi_col)`, either side (EXTENDED).
-        let between = |o: &SqlOperand| matches!(o, SqlOperand::Call { helper: Some(Helper::Ip4Between), args, .. }
-            if args.len() == 3 && matches!(args[1], SqlOperand::Column(_)) && matches!(args[2], SqlOperand::Column(_)));
+        let between = |o: &SqlOperand| {
+            matches!(o, SqlOperand::Call { helper: Some(Helper::Ip4Between), args, .. }
+            if args.len() == 3 && matches!(args[1], SqlOperand::Column(_)) && matches!(args[2], SqlOperand::Column(_)))
+        };
         let one = |o: &SqlOperand| matches!(o, SqlOperand::Literal(Const::Digit(1)));
         if op == "=" && ((between(&left) && one(&right)) || (one(&left) && between(&right))) {
             let call = if between(&left) { left } else { right };
@@ -682,9 +662,7 @@ impl Checker<'_> {
                 }
                 Ok(Param::Helper(h, vals))
             }
-            SqlOperand::Call { name, .. } => {
-                self.err(format!("`{name}(…)` cannot be computed as a parameter here"), span)
-            }
+            SqlOperand::Call { name, .. } => self.err(format!("`{name}(…)` cannot be computed as a parameter here"), span),
             SqlOperand::Column(c) => self.err(format!("column `{c}` where a value was expected"), span),
         }
     }
@@ -707,10 +685,7 @@ impl SqlBuilder {
     /// remembers where its search stopped, so many parameters with one hint
     /// cost n·log n, not n³).
     fn bind(&mut self, hint: &str, value: Param) -> String {
-        let base: String = hint
-            .chars()
-            .map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' })
-            .collect();
+        let base: String = hint.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect();
         let base = if base.is_empty() { "p".to_string() } else { base };
         let mut name = base.clone();
         if self.taken.contains(&name) {

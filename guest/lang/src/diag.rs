@@ -63,7 +63,8 @@ impl Diagnostic {
                 })
                 .unwrap_or(1)
                 .max(1);
-            let pad: String = text.chars().take((self.column as usize).saturating_sub(1)).map(|c| if c == '\t' { '\t' } else { ' ' }).collect();
+            let pad: String =
+                text.chars().take((self.column as usize).saturating_sub(1)).map(|c| if c == '\t' { '\t' } else { ' ' }).collect();
             let _ = writeln!(out, "{:w$} | {pad}{}", "", "^".repeat(width), w = gutter.len());
         }
         if let Some(hint) = &self.hint {

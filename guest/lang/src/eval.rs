@@ -348,11 +348,7 @@ impl<'a, 'h> Ctx<'a, 'h> {
             }
         } else {
             for p in &a.keys {
-                let hit = self
-                    .dst
-                    .iter()
-                    .chain(self.src.iter().flatten())
-                    .find(|f| wildcard(p, f.name.trim()));
+                let hit = self.dst.iter().chain(self.src.iter().flatten()).find(|f| wildcard(p, f.name.trim()));
                 if let Some(f) = hit {
                     items.push(f.clone());
                 }
@@ -556,12 +552,8 @@ pub fn const_value(c: &Const) -> Value<'_> {
         Const::Time(t) => Value::Time(*t),
         Const::Null => Value::Null,
         Const::Ignore => Value::Ignore,
-        Const::Obj(m) => Value::Obj(Box::new(
-            m.iter().map(|(n, c)| Field::new(n.as_str(), const_value(c))).collect(),
-        )),
-        Const::Array(m) => Value::Array(Box::new(
-            m.iter().map(|(n, c)| Field::new(n.as_str(), const_value(c))).collect(),
-        )),
+        Const::Obj(m) => Value::Obj(Box::new(m.iter().map(|(n, c)| Field::new(n.as_str(), const_value(c))).collect())),
+        Const::Array(m) => Value::Array(Box::new(m.iter().map(|(n, c)| Field::new(n.as_str(), const_value(c))).collect())),
     }
 }
 
@@ -653,7 +645,8 @@ mod tests {
         let program = compile(&[Source { file: "t.oml", text: src }], (0, 0)).unwrap();
         let n = 200_000;
         let names: Vec<String> = (0..n).map(|i| format!("f{i}")).collect();
-        let mut input: Vec<Field<'_>> = names.iter().enumerate().map(|(i, s)| Field::new(s.as_str(), Value::Digit(i as i64))).collect();
+        let mut input: Vec<Field<'_>> =
+            names.iter().enumerate().map(|(i, s)| Field::new(s.as_str(), Value::Digit(i as i64))).collect();
         // Duplicates: of an unknown name (compared by name) and of a target
         // (compared by slot), which the batch statement does not move.
         input.push(Field::new("f3", Value::Digit(-3)));

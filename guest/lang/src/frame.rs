@@ -300,7 +300,10 @@ mod tests {
             Field::new(
                 "o",
                 Value::Obj(Box::new(vec![
-                    Field::new("a", Value::Array(Box::new(vec![Field::new("", Value::Digit(1)), Field::new("", Value::Chars("x".into()))]))),
+                    Field::new(
+                        "a",
+                        Value::Array(Box::new(vec![Field::new("", Value::Digit(1)), Field::new("", Value::Chars("x".into()))])),
+                    ),
                     Field::new("z", Value::Null),
                 ])),
             ),

@@ -163,9 +163,7 @@ impl RegexCond {
     }
 
     pub fn is_match(&self, text: &str) -> bool {
-        let re = self.compiled.get_or_init(|| {
-            alloc::boxed::Box::new(regex_automata::meta::Regex::new(&self.pattern).ok())
-        });
+        let re = self.compiled.get_or_init(|| alloc::boxed::Box::new(regex_automata::meta::Regex::new(&self.pattern).ok()));
         re.as_ref().is_some_and(|re| re.is_match(text))
     }
 }
@@ -214,7 +212,10 @@ pub enum PipeFn {
     JsonEscape,
     JsonUnescape,
     StrEscape,
-    ToTs { zone_hours: i64, unit: TsUnit },
+    ToTs {
+        zone_hours: i64,
+        unit: TsUnit,
+    },
     /// `|z| >= 24`: the value passes unchanged.
     ToTsNoop,
     Nth(u64),

@@ -70,10 +70,8 @@ pub fn is_field_key(c: u8) -> bool {
 }
 
 /// The match functions (§8.7.4), which look like calls inside match arms.
-pub const MATCH_FNS: &[&str] = &[
-    "starts_with", "ends_with", "contains", "iequals", "is_empty", "regex_match", "gt", "lt", "eq",
-    "in_range",
-];
+pub const MATCH_FNS: &[&str] =
+    &["starts_with", "ends_with", "contains", "iequals", "is_empty", "regex_match", "gt", "lt", "eq", "in_range"];
 
 /// Parses one rule file, with the default [`Limits`].
 pub fn parse(src: &str) -> (Option<Rule>, Vec<Diagnostic>) {
@@ -113,14 +111,8 @@ impl<'s> Parser<'s> {
     /// Skips whitespace and comments.
     fn ws(&mut self) {
         loop {
-            let c = self.peek();
-            if c.is_ascii_whitespace() {
-                self.pos += 1;
-            } else if c == b'#' || (c == b'/' && self.peek_at(1) == b'/') {
-                while !self.at_end() && self.peek() != b'\n' {
-                    self.pos += 1;
-                }
-            } else if c == b'/' && self.peek_at(1) == b'*' {
+            self.pattern_ws();
+            if self.peek() == b'/' && self.peek_at(1) == b'*' {
                 match self.rest()[2..].find("*/") {
                     Some(i) => self.pos += i + 4,
                     None => self.pos = self.b.len(),
@@ -238,9 +230,7 @@ impl<'s> Parser<'s> {
 
     fn at_word_ci(&self, w: &str) -> bool {
         let r = self.rest().as_bytes();
-        r.len() >= w.len()
-            && r[..w.len()].eq_ignore_ascii_case(w.as_bytes())
-            && !is_target(self.peek_at(w.len()))
+        r.len() >= w.len() && r[..w.len()].eq_ignore_ascii_case(w.as_bytes()) && !is_target(self.peek_at(w.len()))
     }
 
     fn take_while(&mut self, f: impl Fn(u8) -> bool) -> &'s str {
@@ -294,11 +284,7 @@ impl<'s> Parser<'s> {
         self.ws();
         if !self.at_word("name") {
             let span = self.here();
-            return self.err_hint(
-                "a rule must start with its name",
-                span,
-                "write `name : my/model` on the first line",
-            );
+            return self.err_hint("a rule must start with its name", span, "write `name : my/model` on the first line");
         }
         self.pos += 4;
         self.expect(b':', "`:` after `name`")?;
@@ -342,19 +328,14 @@ impl<'s> Parser<'s> {
                 let mut opened: Option<usize> = None;
                 loop {
                     self.pattern_ws();
-                    if self.rest().starts_with("---") || self.at_word("enable") || self.at_word("rule")
-                        || self.at_end()
-                    {
+                    if self.rest().starts_with("---") || self.at_word("enable") || self.at_word("rule") || self.at_end() {
                         break;
                     }
                     let ps = self.pos;
                     let pat = self.take_while(is_pattern);
                     if pat.is_empty() || !(self.at_end() || self.peek().is_ascii_whitespace()) {
                         let span = Span::new(ps, self.pos + 1);
-                        return self.err(
-                            "invalid rule pattern: use letters, digits, `_`, `/`, `*` and `?`",
-                            span,
-                        );
+                        return self.err("invalid rule pattern: use letters, digits, `_`, `/`, `*` and `?`", span);
                     }
                     let max = self.limits.max_pattern_bytes;
                     if pat.len() > max {
@@ -628,11 +609,7 @@ impl<'s> Parser<'s> {
             let at = self.at_name()?;
             if self.peek_after_ws() == b'|' {
                 let span = at.span();
-                return self.err_hint(
-                    "a pipe from `@name` needs the `pipe` keyword",
-                    span,
-                    "write `pipe @name | …`",
-                );
+                return self.err_hint("a pipe from `@name` needs the `pipe` keyword", span, "write `pipe @name | …`");
             }
             return Ok(at);
         }
@@ -757,14 +734,7 @@ impl<'s> Parser<'s> {
         let take = self.rest().starts_with("take");
         self.pos += 4;
         self.expect(b'(', "`(`")?;
-        let mut acc = Access {
-            take,
-            key: None,
-            options: Vec::new(),
-            keys: Vec::new(),
-            default: None,
-            span: Span::default(),
-        };
+        let mut acc = Access { take, key: None, options: Vec::new(), keys: Vec::new(), default: None, span: Span::default() };
         loop {
             self.ws();
             if self.eat(b')') {
@@ -846,11 +816,7 @@ impl<'s> Parser<'s> {
 
     fn set_key(&mut self, acc: &mut Access, key: String, span: Span) -> PResult<()> {
         if acc.key.is_some() {
-            return self.err_hint(
-                "read/take takes one field name",
-                span,
-                "use `option:[a, b]` to try several names",
-            );
+            return self.err_hint("read/take takes one field name", span, "use `option:[a, b]` to try several names");
         }
         acc.key = Some(key);
         Ok(())
@@ -1070,11 +1036,7 @@ impl<'s> Parser<'s> {
             } else {
                 if tuple {
                     let span = self.here();
-                    return self.err_hint(
-                        "a multi-source match needs tuple arms",
-                        span,
-                        "write `(cond1, cond2) => …`",
-                    );
+                    return self.err_hint("a multi-source match needs tuple arms", span, "write `(cond1, cond2) => …`");
                 }
                 let mut v = Vec::new();
                 v.push(self.cond()?);
@@ -1204,11 +1166,7 @@ impl<'s> Parser<'s> {
                 break;
             }
             let span = self.here();
-            return self.err_hint(
-                "strict SQL: columns must be plain identifiers",
-                span,
-                "expected `,` or `from` after a column",
-            );
+            return self.err_hint("strict SQL: columns must be plain identifiers", span, "expected `,` or `from` after a column");
         }
         if columns.len() > 1 && columns.iter().any(|c| c == "*") {
             let span = Span::new(start, self.pos);
@@ -1230,11 +1188,7 @@ impl<'s> Parser<'s> {
         self.ws();
         if !self.at_word_ci("where") {
             let span = self.here();
-            return self.err_hint(
-                "SQL lookup needs `where`",
-                span,
-                "write `select col from table where key = read(field)`",
-            );
+            return self.err_hint("SQL lookup needs `where`", span, "write `select col from table where key = read(field)`");
         }
         self.pos += 5;
         let cond = self.sql_or()?;
@@ -1292,9 +1246,7 @@ impl<'s> Parser<'s> {
         let start = self.pos;
         let left = self.sql_operand()?;
         self.ws();
-        let op = ["!=", "<>", "<=", ">=", "=", "<", ">"]
-            .into_iter()
-            .find(|op| self.rest().starts_with(op));
+        let op = ["!=", "<>", "<=", ">=", "=", "<", ">"].into_iter().find(|op| self.rest().starts_with(op));
         let Some(op) = op else {
             let found = self.found();
             let span = self.here();
@@ -1421,12 +1373,8 @@ fn literal_body(raw: &str) -> String {
 pub fn literal_value(ty: &str, body: &str) -> Result<Const, String> {
     Ok(match ty {
         "chars" | "symbol" => Const::Chars(body.to_string()),
-        "digit" => Const::Digit(
-            value::parse_digit(body).ok_or_else(|| format!("digit literal does not parse: `{body}`"))?,
-        ),
-        "float" => Const::Float(
-            value::parse_float(body).ok_or_else(|| format!("float literal does not parse: `{body}`"))?,
-        ),
+        "digit" => Const::Digit(value::parse_digit(body).ok_or_else(|| format!("digit literal does not parse: `{body}`"))?),
+        "float" => Const::Float(value::parse_float(body).ok_or_else(|| format!("float literal does not parse: `{body}`"))?),
         "bool" => match body {
             "true" => Const::Bool(true),
             "false" => Const::Bool(false),
@@ -1437,13 +1385,9 @@ pub fn literal_value(ty: &str, body: &str) -> Result<Const, String> {
             Ok(core::net::IpAddr::V6(v6)) => Const::Ipv6(u128::from(v6)),
             Err(_) => return Err(format!("ip literal does not parse: `{body}`")),
         },
-        "time" => Const::Time(
-            time::parse_time(body).ok_or_else(|| format!("time literal does not parse: `{body}`"))?,
-        ),
+        "time" => Const::Time(time::parse_time(body).ok_or_else(|| format!("time literal does not parse: `{body}`"))?),
         other => {
-            return Err(format!(
-                "`{other}(…)` is not a literal: literals are chars, digit, float, bool, ip, time and symbol"
-            ));
+            return Err(format!("`{other}(…)` is not a literal: literals are chars, digit, float, bool, ip, time and symbol"));
         }
     })
 }
@@ -1467,9 +1411,7 @@ fn pipe_fn(name: &str, args: Option<&str>) -> Result<PipeFn, FnError> {
         "base64_decode" => match arg {
             None | Some("") | Some("Utf8") => PipeFn::Base64Decode,
             Some(enc) => {
-                return Err(plain(format!(
-                    "base64_decode encoding `{enc}` is not supported (EXTENDED): only Utf8"
-                )));
+                return Err(plain(format!("base64_decode encoding `{enc}` is not supported (EXTENDED): only Utf8")));
             }
         },
         "html_escape" => no_args(PipeFn::HtmlEscape)?,
@@ -1530,19 +1472,17 @@ fn pipe_fn(name: &str, args: Option<&str>) -> Result<PipeFn, FnError> {
             Some("path") => Some(UrlPart::Path),
             Some("params") => Some(UrlPart::Params),
             Some(o) => {
-                return Err((
-                    format!("unknown url part `{o}`"),
-                    Some("url parts are domain, host, uri, path and params"),
-                ));
+                return Err((format!("unknown url part `{o}`"), Some("url parts are domain, host, uri, path and params")));
             }
         }),
         "ip4_to_int" => no_args(PipeFn::Ip4ToInt)?,
         "to_json" => no_args(PipeFn::ToJson)?,
         "to_str" => no_args(PipeFn::ToStr)?,
         "skip_empty" => no_args(PipeFn::SkipEmpty)?,
-        "starts_with" => PipeFn::StartsWith(quoted(arg.unwrap_or("")).ok_or_else(|| {
-            (String::from("starts_with needs a quoted string"), Some("write starts_with('prefix')"))
-        })?),
+        "starts_with" => PipeFn::StartsWith(
+            quoted(arg.unwrap_or(""))
+                .ok_or_else(|| (String::from("starts_with needs a quoted string"), Some("write starts_with('prefix')")))?,
+        ),
         "map_to" => {
             let a = arg.unwrap_or("");
             let c = if let Some(s) = quoted(a) {
@@ -1568,10 +1508,7 @@ fn pipe_fn(name: &str, args: Option<&str>) -> Result<PipeFn, FnError> {
             return Err(plain(format!("`{name}` is not a pipe function")));
         }
         _ => {
-            return Err((
-                format!("unknown pipe function `{name}`"),
-                Some("see the pipe catalogue in the OML spec §9"),
-            ));
+            return Err((format!("unknown pipe function `{name}`"), Some("see the pipe catalogue in the OML spec §9")));
         }
     })
 }

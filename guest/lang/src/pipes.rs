@@ -40,9 +40,7 @@ pub fn apply<'a>(f: &'a PipeFn, v: Value<'a>) -> Value<'a> {
             None => Value::Chars(s),
         },
         (PipeFn::StrEscape, Value::Chars(s)) => Value::Chars(Cow::Owned(str_escape(&s))),
-        (PipeFn::ToTs { zone_hours, unit }, Value::Time(t)) => {
-            Value::Digit(time::to_timestamp(t, *zone_hours, *unit))
-        }
+        (PipeFn::ToTs { zone_hours, unit }, Value::Time(t)) => Value::Digit(time::to_timestamp(t, *zone_hours, *unit)),
         (PipeFn::Nth(i), Value::Array(items)) => match usize::try_from(*i).ok().filter(|i| *i < items.len()) {
             Some(i) => items.into_iter().nth(i).map(|f| f.value).unwrap_or(Value::Null),
             None => Value::Array(items),
@@ -68,7 +66,11 @@ pub fn apply<'a>(f: &'a PipeFn, v: Value<'a>) -> Value<'a> {
             if empty { Value::Ignore } else { v }
         }
         (PipeFn::StartsWith(p), Value::Chars(s)) => {
-            if s.starts_with(p.as_str()) { Value::Chars(s) } else { Value::Ignore }
+            if s.starts_with(p.as_str()) {
+                Value::Chars(s)
+            } else {
+                Value::Ignore
+            }
         }
         (PipeFn::StartsWith(_), _) => Value::Ignore,
         (PipeFn::MapTo(c), _) => const_value(c),
@@ -116,7 +118,11 @@ fn path_part<'a>(s: Cow<'a, str>, part: Option<PathPart>) -> Value<'a> {
     let out = match part {
         PathPart::Name => name,
         PathPart::Path => {
-            if parent.is_empty() && trimmed.starts_with('/') { "/" } else { parent }
+            if parent.is_empty() && trimmed.starts_with('/') {
+                "/"
+            } else {
+                parent
+            }
         }
     };
     Value::Chars(Cow::Owned(out.to_string()))
@@ -292,15 +298,58 @@ fn html_escape(s: &str) -> String {
 
 /// Named references decoded by `html_unescape`: the common HTML ones.
 const ENTITIES: &[(&str, char)] = &[
-    ("amp", '&'), ("lt", '<'), ("gt", '>'), ("quot", '"'), ("apos", '\''), ("nbsp", '\u{a0}'),
-    ("copy", '©'), ("reg", '®'), ("trade", '™'), ("hellip", '…'), ("mdash", '—'), ("ndash", '–'),
-    ("lsquo", '‘'), ("rsquo", '’'), ("ldquo", '“'), ("rdquo", '”'), ("laquo", '«'), ("raquo", '»'),
-    ("euro", '€'), ("pound", '£'), ("yen", '¥'), ("cent", '¢'), ("sect", '§'), ("deg", '°'),
-    ("plusmn", '±'), ("times", '×'), ("divide", '÷'), ("middot", '·'), ("para", '¶'), ("bull", '•'),
-    ("iexcl", '¡'), ("iquest", '¿'), ("shy", '\u{ad}'), ("micro", 'µ'), ("frac12", '½'),
-    ("frac14", '¼'), ("frac34", '¾'), ("sup2", '²'), ("sup3", '³'), ("acute", '´'), ("uml", '¨'),
-    ("larr", '←'), ("rarr", '→'), ("uarr", '↑'), ("darr", '↓'), ("harr", '↔'), ("ne", '≠'),
-    ("le", '≤'), ("ge", '≥'), ("infin", '∞'), ("minus", '−'), ("asymp", '≈'),
+    ("amp", '&'),
+    ("lt", '<'),
+    ("gt", '>'),
+    ("quot", '"'),
+    ("apos", '\''),
+    ("nbsp", '\u{a0}'),
+    ("copy", '©'),
+    ("reg", '®'),
+    ("trade", '™'),
+    ("hellip", '…'),
+    ("mdash", '—'),
+    ("ndash", '–'),
+    ("lsquo", '‘'),
+    ("rsquo", '’'),
+    ("ldquo", '“'),
+    ("rdquo", '”'),
+    ("laquo", '«'),
+    ("raquo", '»'),
+    ("euro", '€'),
+    ("pound", '£'),
+    ("yen", '¥'),
+    ("cent", '¢'),
+    ("sect", '§'),
+    ("deg", '°'),
+    ("plusmn", '±'),
+    ("times", '×'),
+    ("divide", '÷'),
+    ("middot", '·'),
+    ("para", '¶'),
+    ("bull", '•'),
+    ("iexcl", '¡'),
+    ("iquest", '¿'),
+    ("shy", '\u{ad}'),
+    ("micro", 'µ'),
+    ("frac12", '½'),
+    ("frac14", '¼'),
+    ("frac34", '¾'),
+    ("sup2", '²'),
+    ("sup3", '³'),
+    ("acute", '´'),
+    ("uml", '¨'),
+    ("larr", '←'),
+    ("rarr", '→'),
+    ("uarr", '↑'),
+    ("darr", '↓'),
+    ("harr", '↔'),
+    ("ne", '≠'),
+    ("le", '≤'),
+    ("ge", '≥'),
+    ("infin", '∞'),
+    ("minus", '−'),
+    ("asymp", '≈'),
 ];
 
 fn html_unescape(s: &str) -> String {

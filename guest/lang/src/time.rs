@@ -59,15 +59,7 @@ pub fn parts(t: i64) -> Parts {
     let days = secs.div_euclid(SECS_PER_DAY);
     let sod = secs.rem_euclid(SECS_PER_DAY);
     let (year, month, day) = civil_from_days(days);
-    Parts {
-        year,
-        month,
-        day,
-        hour: (sod / 3600) as u32,
-        minute: (sod / 60 % 60) as u32,
-        second: (sod % 60) as u32,
-        nanos,
-    }
+    Parts { year, month, day, hour: (sod / 3600) as u32, minute: (sod / 60 % 60) as u32, second: (sod % 60) as u32, nanos }
 }
 
 pub fn from_parts(p: &Parts) -> Option<i64> {
@@ -82,20 +74,14 @@ pub fn from_parts(p: &Parts) -> Option<i64> {
         return None;
     }
     let days = days_from_civil(p.year, p.month, p.day);
-    let secs = days
-        .checked_mul(SECS_PER_DAY)?
-        .checked_add(p.hour as i64 * 3600 + p.minute as i64 * 60 + p.second as i64)?;
+    let secs = days.checked_mul(SECS_PER_DAY)?.checked_add(p.hour as i64 * 3600 + p.minute as i64 * 60 + p.second as i64)?;
     secs.checked_mul(NANOS_PER_SEC)?.checked_add(p.nanos as i64)
 }
 
 /// `YYYY-MM-DD HH:MM:SS[.fraction]`, the fraction in 3, 6 or 9 digits as needed.
 pub fn write_time(t: i64, out: &mut String) {
     let p = parts(t);
-    let _ = write!(
-        out,
-        "{:04}-{:02}-{:02} {:02}:{:02}:{:02}",
-        p.year, p.month, p.day, p.hour, p.minute, p.second
-    );
+    let _ = write!(out, "{:04}-{:02}-{:02} {:02}:{:02}:{:02}", p.year, p.month, p.day, p.hour, p.minute, p.second);
     if p.nanos != 0 {
         if p.nanos % 1_000_000 == 0 {
             let _ = write!(out, ".{:03}", p.nanos / 1_000_000);

@@ -105,8 +105,21 @@ pub enum Type {
 
 /// Type names accepted besides the core kinds (spec §4.1, EXTENDED tags).
 const OTHER_TYPES: &[&str] = &[
-    "symbol", "hex", "ip_net", "domain", "email", "url", "id_card", "mobile_phone", "time_iso",
-    "json", "kv", "sn", "peek_str", "bin", "port",
+    "symbol",
+    "hex",
+    "ip_net",
+    "domain",
+    "email",
+    "url",
+    "id_card",
+    "mobile_phone",
+    "time_iso",
+    "json",
+    "kv",
+    "sn",
+    "peek_str",
+    "bin",
+    "port",
 ];
 
 impl Type {
@@ -123,10 +136,7 @@ impl Type {
             "obj" | "object" => Kind::Obj,
             "array" => Kind::Array,
             _ if name.starts_with("array/") => Kind::Array,
-            _ if OTHER_TYPES.contains(&name)
-                || name.starts_with("time/")
-                || name.starts_with("http/") =>
-            {
+            _ if OTHER_TYPES.contains(&name) || name.starts_with("time/") || name.starts_with("http/") => {
                 return Some(Type::Other(name.to_string()));
             }
             _ => return None,
@@ -175,9 +185,7 @@ impl<'a> Value<'a> {
             Value::Ip(ip) => Value::Ip(ip),
             Value::Time(t) => Value::Time(t),
             Value::Obj(m) => Value::Obj(Box::new(m.into_iter().map(Field::into_owned).collect())),
-            Value::Array(m) => {
-                Value::Array(Box::new(m.into_iter().map(Field::into_owned).collect()))
-            }
+            Value::Array(m) => Value::Array(Box::new(m.into_iter().map(Field::into_owned).collect())),
             Value::Null => Value::Null,
             Value::Ignore => Value::Ignore,
         }
@@ -246,9 +254,7 @@ impl<'a> Value<'a> {
             (Value::Ip(a), Value::Ip(b)) => Some(compare_ip(a, b)),
             (Value::Null, Value::Null) => Some(Ordering::Equal),
             (Value::Ignore, Value::Ignore) => Some(Ordering::Equal),
-            (Value::Obj(a), Value::Obj(b)) | (Value::Array(a), Value::Array(b)) => {
-                (a == b).then_some(Ordering::Equal)
-            }
+            (Value::Obj(a), Value::Obj(b)) | (Value::Array(a), Value::Array(b)) => (a == b).then_some(Ordering::Equal),
             _ => None,
         }
     }

@@ -33,8 +33,7 @@ pub fn errors(src: &str) -> Vec<Diagnostic> {
 /// the output as JSON.
 pub fn eval_with(statements: &str, input: Vec<Field<'static>>) -> String {
     let src = format!("name : t\n---\n{statements}\n");
-    let program = compile(&[Source { file: "t.oml", text: &src }], (0, 0))
-        .unwrap_or_else(|e| panic!("{:?}", e[0].diagnostics));
+    let program = compile(&[Source { file: "t.oml", text: &src }], (0, 0)).unwrap_or_else(|e| panic!("{:?}", e[0].diagnostics));
     let out = omlet_lang::evaluate(&program, 0, input, &mut NoKnowledge).unwrap();
     let mut s = String::from("{");
     for (i, f) in out.iter().filter(|f| !matches!(f.value, Value::Ignore)).enumerate() {

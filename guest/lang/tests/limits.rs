@@ -11,8 +11,7 @@ const LIMIT: usize = 64;
 
 fn build(statements: &str) -> Result<Program, Vec<Diagnostic>> {
     let src = format!("name : t\n---\n{statements}\n");
-    compile(&[Source { file: "t.oml", text: &src }], (0, 0))
-        .map_err(|e| e.into_iter().flat_map(|f| f.diagnostics).collect())
+    compile(&[Source { file: "t.oml", text: &src }], (0, 0)).map_err(|e| e.into_iter().flat_map(|f| f.diagnostics).collect())
 }
 
 /// Each recursive path of the parser, `d` levels deep.
@@ -122,7 +121,9 @@ fn a_rule_file_over_the_size_limit_is_an_error() {
     assert!(src.len() > 1 << 20);
     let d = errors(&src);
     assert_eq!(d.len(), 1);
-    assert!(d[0].message.starts_with(&format!("the rule file is {} bytes long, more than the limit of 1048576 bytes", src.len())));
+    assert!(
+        d[0].message.starts_with(&format!("the rule file is {} bytes long, more than the limit of 1048576 bytes", src.len()))
+    );
     assert_eq!(d[0].span.start, 1 << 20);
     // Within a larger limit it compiles.
     let mut limits = Limits::default();

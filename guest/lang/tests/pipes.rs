@@ -18,7 +18,10 @@ fn base64() {
 
 #[test]
 fn html_and_json_escapes() {
-    assert_eq!(pipe("html_escape", chars("<a href='/x'>&</a>")), r#"{"x":"&lt;a href=&#x27;&#x2F;x&#x27;&gt;&amp;&lt;&#x2F;a&gt;"}"#);
+    assert_eq!(
+        pipe("html_escape", chars("<a href='/x'>&</a>")),
+        r#"{"x":"&lt;a href=&#x27;&#x2F;x&#x27;&gt;&amp;&lt;&#x2F;a&gt;"}"#
+    );
     assert_eq!(pipe("html_unescape", chars("&lt;é&#233;&#xE9;&copy;&bogus;")), r#"{"x":"<ééé©&bogus;"}"#);
     assert_eq!(pipe("html_unescape", chars("")), r#"{"x":""}"#);
     assert_eq!(pipe("json_escape", chars("a\"b\\c\n\u{1}é/")), r#"{"x":"a\\\"b\\\\c\\n\\u0001é/"}"#);

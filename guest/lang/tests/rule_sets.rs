@@ -30,10 +30,7 @@ fn records_go_to_the_enabled_model_whose_pattern_matches() {
     assert_eq!(p.route(Route::Model("manual")), Ok(3));
     assert_eq!(p.route(Route::Model("nope")), Err(RouteError::UnknownModel("nope".into())));
     assert_eq!(p.route(Route::Only), Err(RouteError::Ambiguous(4)));
-    assert_eq!(
-        RouteError::Unclaimed("/x".into()).to_string(),
-        "no enabled model claims rule path `/x`"
-    );
+    assert_eq!(RouteError::Unclaimed("/x".into()).to_string(), "no enabled model claims rule path `/x`");
 }
 
 #[test]

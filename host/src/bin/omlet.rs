@@ -1,10 +1,10 @@
 //! The omlet CLI: build, check and run OML rules.
 
 use std::io::{BufRead, BufWriter, IsTerminal, Write};
-use std::sync::atomic::Ordering;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use clap::{Parser, Subcommand};
@@ -241,7 +241,14 @@ fn excerpt(file: &str, text: &str, d: &omlet_lang::diag::Diagnostic, start: usiz
     let window = &text[from..to];
     let caret_at = text[from..start.min(text.len())].chars().count();
     let width = text.get(start..end.min(to).max(start)).map(|s| s.chars().count()).unwrap_or(1).clamp(1, 60);
-    let mut out = format!("{file}:{}:{}: error: {}\n  … {window} …\n    {}{}", d.line, d.column, d.message, " ".repeat(caret_at), "^".repeat(width));
+    let mut out = format!(
+        "{file}:{}:{}: error: {}\n  … {window} …\n    {}{}",
+        d.line,
+        d.column,
+        d.message,
+        " ".repeat(caret_at),
+        "^".repeat(width)
+    );
     if let Some(h) = &d.hint {
         out.push_str(&format!("\n  = hint: {h}"));
     }

@@ -202,8 +202,8 @@ impl KnowledgeConfig {
     /// unclosed `${VAR}`.
     pub fn read(path: &Path) -> Result<KnowledgeConfig> {
         let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
-        let mut c: KnowledgeConfig = toml::from_str(&text)
-            .map_err(|e| Error::Knowledge(format!("{}: {}", path.display(), e.to_string().trim())))?;
+        let mut c: KnowledgeConfig =
+            toml::from_str(&text).map_err(|e| Error::Knowledge(format!("{}: {}", path.display(), e.to_string().trim())))?;
         if let (Some(k), Some(dir)) = (&c.knowdb, path.parent()) {
             c.knowdb = Some(dir.join(k));
         }
@@ -222,13 +222,12 @@ impl KnowledgeConfig {
     /// the knowdb does not load (see [`connect`] and [`knowdb::load`](super::knowdb::load)).
     pub async fn open(self) -> Result<Arc<Knowledge>> {
         if self.cache.ttl_ms == Some(0) && self.cache.mode == CacheMode::Shared {
-            return Err(Error::Knowledge(
-                "cache.ttl_ms = 0 would cache nothing: set cache.mode = \"bypass\" instead".into(),
-            ));
+            return Err(Error::Knowledge("cache.ttl_ms = 0 would cache nothing: set cache.mode = \"bypass\" instead".into()));
         }
-        let provider = connect_with(&self.url, self.pool_size, Duration::from_millis(self.connect_timeout_ms), self.query_timeout())
-            .await?
-            .into_dyn();
+        let provider =
+            connect_with(&self.url, self.pool_size, Duration::from_millis(self.connect_timeout_ms), self.query_timeout())
+                .await?
+                .into_dyn();
         let mut config = self;
         if let Some(k) = &config.knowdb {
             let tables = super::knowdb::load(k, provider.as_ref()).await?;
@@ -269,7 +268,12 @@ pub async fn connect(url: &str, pool_size: u32, connect_timeout: Duration) -> Re
 
 /// [`connect`], with the server-side statement timeout of lookups (for
 /// PostgreSQL and MySQL; the query timeout of [`KnowledgeConfig`]).
-pub async fn connect_with(url: &str, pool_size: u32, connect_timeout: Duration, statement_timeout: Duration) -> Result<AnyProvider> {
+pub async fn connect_with(
+    url: &str,
+    pool_size: u32,
+    connect_timeout: Duration,
+    statement_timeout: Duration,
+) -> Result<AnyProvider> {
     if url == "sqlite::memory:" {
         Ok(AnyProvider::Sqlite(SqliteProvider::memory().await?))
     } else if let Some(path) = url.strip_prefix("sqlite://") {
@@ -369,7 +373,9 @@ mod tests {
 
     #[tokio::test]
     async fn an_unsupported_url_is_reported_without_its_password() {
-        let Err(e) = connect("oracle://scott:tiger@db/x", 1, Duration::from_secs(1)).await else { panic!("oracle is not supported") };
+        let Err(e) = connect("oracle://scott:tiger@db/x", 1, Duration::from_secs(1)).await else {
+            panic!("oracle is not supported")
+        };
         let m = e.to_string();
         assert!(m.contains("oracle://scott:***@db/x") && !m.contains("tiger"), "{m}");
     }

@@ -92,7 +92,10 @@ fn tokens(sql: &str) -> Result<Vec<Tok<'_>>, String> {
             b'0'..=b'9' | b'-' | b'.' => {
                 i += 1;
                 while i < b.len()
-                    && (b[i].is_ascii_digit() || b[i] == b'.' || ((b[i] == b'e' || b[i] == b'E') && i > start) || (matches!(b[i], b'+' | b'-') && matches!(b[i - 1], b'e' | b'E')))
+                    && (b[i].is_ascii_digit()
+                        || b[i] == b'.'
+                        || ((b[i] == b'e' || b[i] == b'E') && i > start)
+                        || (matches!(b[i], b'+' | b'-') && matches!(b[i - 1], b'e' | b'E')))
                 {
                     i += 1;
                 }
@@ -144,8 +147,33 @@ struct Reader<'t, 's> {
 /// Words that are never column names: their appearance means SQL the
 /// compiler does not write.
 const RESERVED: &[&str] = &[
-    "select", "from", "where", "union", "into", "outfile", "dumpfile", "intersect", "except", "join", "limit", "order", "group",
-    "having", "with", "insert", "update", "delete", "drop", "create", "alter", "grant", "exec", "execute", "call", "copy", "load",
+    "select",
+    "from",
+    "where",
+    "union",
+    "into",
+    "outfile",
+    "dumpfile",
+    "intersect",
+    "except",
+    "join",
+    "limit",
+    "order",
+    "group",
+    "having",
+    "with",
+    "insert",
+    "update",
+    "delete",
+    "drop",
+    "create",
+    "alter",
+    "grant",
+    "exec",
+    "execute",
+    "call",
+    "copy",
+    "load",
 ];
 
 fn is(word: &str, keyword: &str) -> bool {
@@ -307,7 +335,9 @@ pub fn check(sql: &str, policy: &Policy) -> Result<Checked, String> {
     let listed = policy.tables.as_ref().map(|t| t.iter().any(|x| x == table));
     match listed {
         Some(true) => Ok(checked),
-        Some(false) => Err(format!("the table `{table}` is not among the knowledge tables this rule may read (`tables` in the knowledge config)")),
+        Some(false) => Err(format!(
+            "the table `{table}` is not among the knowledge tables this rule may read (`tables` in the knowledge config)"
+        )),
         None if table.contains('.') => Err(format!(
             "the schema-qualified table `{table}` is refused: list it in `tables` of the knowledge config to allow it"
         )),

@@ -138,11 +138,7 @@ pub async fn load(path: &Path, db: &dyn Provider) -> Result<Vec<String>> {
         if let Some(n) = t.expected_rows {
             let got = db.count(&t.name).await?;
             if got as u64 != n {
-                return Err(Error::Knowledge(format!(
-                    "{}: table {} has {got} rows, expected {n}",
-                    path.display(),
-                    t.name
-                )));
+                return Err(Error::Knowledge(format!("{}: table {} has {got} rows, expected {n}", path.display(), t.name)));
             }
         }
     }
@@ -192,8 +188,12 @@ fn typed_row(row: &[String], types: &[String]) -> Vec<Cell> {
     row.iter()
         .zip(types)
         .map(|(v, t)| match t.to_ascii_uppercase().as_str() {
-            "INTEGER" | "INT" | "BIGINT" => v.parse().map(Cell::Integer).unwrap_or(if v.is_empty() { Cell::Null } else { Cell::Text(v.clone()) }),
-            "REAL" | "FLOAT" | "DOUBLE" => v.parse().map(Cell::Real).unwrap_or(if v.is_empty() { Cell::Null } else { Cell::Text(v.clone()) }),
+            "INTEGER" | "INT" | "BIGINT" => {
+                v.parse().map(Cell::Integer).unwrap_or(if v.is_empty() { Cell::Null } else { Cell::Text(v.clone()) })
+            }
+            "REAL" | "FLOAT" | "DOUBLE" => {
+                v.parse().map(Cell::Real).unwrap_or(if v.is_empty() { Cell::Null } else { Cell::Text(v.clone()) })
+            }
             _ => Cell::Text(v.clone()),
         })
         .collect()

@@ -40,7 +40,12 @@ pub(crate) struct Lanes<C: Connection> {
 
 impl<C: Connection> Lanes<C> {
     /// Lanes to the database `options` names; nothing is opened yet.
-    pub(crate) fn new(options: <C as Connection>::Options, size: u32, connect_timeout: Duration, setup: Option<Setup<C>>) -> Self {
+    pub(crate) fn new(
+        options: <C as Connection>::Options,
+        size: u32,
+        connect_timeout: Duration,
+        setup: Option<Setup<C>>,
+    ) -> Self {
         Lanes {
             options,
             idle: Mutex::new(Vec::new()),
@@ -59,7 +64,10 @@ impl<C: Connection> Lanes<C> {
     /// Runs `query` on a connection of its own, and once more on a fresh
     /// connection if the first one turns out to be broken. Waiting for a free
     /// lane and opening a connection are bounded by the connect timeout.
-    pub(crate) async fn run<T>(&self, query: impl for<'c> Fn(&'c mut C) -> BoxFuture<'c, Result<T, sqlx::Error>>) -> Result<T, String> {
+    pub(crate) async fn run<T>(
+        &self,
+        query: impl for<'c> Fn(&'c mut C) -> BoxFuture<'c, Result<T, sqlx::Error>>,
+    ) -> Result<T, String> {
         let _permit = tokio::time::timeout(self.connect_timeout, self.permits.acquire())
             .await
             .map_err(|_| format!("no free connection within {:?}", self.connect_timeout))?

@@ -109,7 +109,8 @@ pub trait Provider: Send + Sync + 'static {
     /// Prepares a statement (in this provider's dialect).
     fn prepare<'a>(&'a self, sql: &'a str) -> BoxFuture<'a, Result<Prepared, String>>;
     /// Runs a bound statement and returns its first row.
-    fn query_first<'a>(&'a self, stmt: &'a BoundStatement, params: Vec<Cell>) -> BoxFuture<'a, Result<Option<Vec<Cell>>, String>>;
+    fn query_first<'a>(&'a self, stmt: &'a BoundStatement, params: Vec<Cell>)
+    -> BoxFuture<'a, Result<Option<Vec<Cell>>, String>>;
     /// Runs a batch plan for several keys; returns every matching row, its key first.
     fn query_many<'a>(&'a self, plan: &'a BatchPlan, keys: Vec<Cell>) -> BoxFuture<'a, Result<Vec<Vec<Cell>>, String>>;
     /// Checks that a batch plan runs here (prepares it).
@@ -121,7 +122,13 @@ pub trait Provider: Send + Sync + 'static {
 
     /// Creates `table` and inserts `rows` (all or nothing). Used by the
     /// knowdb loader and `omlet test`.
-    fn load_table<'a>(&'a self, table: &'a str, columns: &'a [String], types: &'a [String], rows: &'a [Vec<Cell>]) -> BoxFuture<'a, Result<()>> {
+    fn load_table<'a>(
+        &'a self,
+        table: &'a str,
+        columns: &'a [String],
+        types: &'a [String],
+        rows: &'a [Vec<Cell>],
+    ) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
             self.execute(&self.create_table_sql(table, columns, types)).await?;
             self.insert_rows(table, columns, rows, false).await.map(|_| ())
@@ -130,7 +137,13 @@ pub trait Provider: Send + Sync + 'static {
     /// Inserts `rows` into an existing table. With `skip_bad`, a row the
     /// database rejects is skipped (and counted) instead of failing the load.
     /// Returns (inserted, skipped).
-    fn insert_rows<'a>(&'a self, table: &'a str, columns: &'a [String], rows: &'a [Vec<Cell>], skip_bad: bool) -> BoxFuture<'a, Result<(u64, u64)>>;
+    fn insert_rows<'a>(
+        &'a self,
+        table: &'a str,
+        columns: &'a [String],
+        rows: &'a [Vec<Cell>],
+        skip_bad: bool,
+    ) -> BoxFuture<'a, Result<(u64, u64)>>;
     /// Drops `table` if it exists.
     fn drop_table<'a>(&'a self, table: &'a str) -> BoxFuture<'a, Result<()>>;
     /// The number of rows in `table`.
@@ -173,14 +186,15 @@ pub fn coerce(c: Cell, ty: ParamType) -> Cell {
     match (ty, c) {
         (ParamType::Any, c) | (_, c @ Cell::Null) => c,
         (ParamType::Int16 | ParamType::Int32 | ParamType::Int64 | ParamType::Bool, c) => {
-            let i = match c {
-                Cell::Integer(i) => Some(i),
-                Cell::Real(f) if f.fract() == 0.0 && f.abs() < 9.2e18 => Some(f as i64),
-                Cell::Text(s) => s.trim().parse::<i64>().ok().or_else(|| {
-                    s.trim().parse::<f64>().ok().filter(|f| f.fract() == 0.0 && f.abs() < 9.2e18).map(|f| f as i64)
-                }),
-                _ => None,
-            };
+            let i =
+                match c {
+                    Cell::Integer(i) => Some(i),
+                    Cell::Real(f) if f.fract() == 0.0 && f.abs() < 9.2e18 => Some(f as i64),
+                    Cell::Text(s) => s.trim().parse::<i64>().ok().or_else(|| {
+                        s.trim().parse::<f64>().ok().filter(|f| f.fract() == 0.0 && f.abs() < 9.2e18).map(|f| f as i64)
+                    }),
+                    _ => None,
+                };
             let fits = |i: i64| match ty {
                 ParamType::Int16 => i16::try_from(i).is_ok(),
                 ParamType::Int32 => i32::try_from(i).is_ok(),
@@ -597,13 +611,8 @@ impl Knowledge {
         let mut out = Vec::with_capacity(statements.len());
         let policy = guard::Policy { tables: self.config.tables.clone(), functions: self.config.functions.clone() };
         for s in statements {
-            let refused = |message| Error::Statement {
-                file: s.file.clone(),
-                line: s.line,
-                column: s.column,
-                sql: s.sql.clone(),
-                message,
-            };
+            let refused =
+                |message| Error::Statement { file: s.file.clone(), line: s.line, column: s.column, sql: s.sql.clone(), message };
             // What the rule may reach, before anything goes to the database.
             let checked = guard::check(&s.sql, &policy).map_err(refused)?;
             // The batch form is built from what the SQL reads, never from the
@@ -658,7 +667,12 @@ impl Knowledge {
     /// and written under `generation`, the one its call started with, so
     /// that every lookup of one record uses one generation even when
     /// [`Knowledge::reload`] runs in the middle of the call.
-    pub async fn query_at(&self, generation: u64, stmt: &BoundStatement, params: &[Cell]) -> Result<Option<Vec<Cell>>, LookupError> {
+    pub async fn query_at(
+        &self,
+        generation: u64,
+        stmt: &BoundStatement,
+        params: &[Cell],
+    ) -> Result<Option<Vec<Cell>>, LookupError> {
         self.stats.lookups.fetch_add(1, Ordering::Relaxed);
         let bound: Vec<Cell> = stmt.order.iter().map(|&i| params.get(i).cloned().unwrap_or(Cell::Null)).collect();
         let Some(cache) = &self.cache else {
@@ -868,9 +882,8 @@ pub fn rewrite_helper_calls(sql: &str, write: &dyn Fn(&str, &[String]) -> String
         if i > 0 && (is_ident(b[i - 1]) || b[i - 1] == b'.') {
             return None;
         }
-        let name = HELPER_FUNCTIONS
-            .iter()
-            .find(|n| sql[i..].starts_with(**n) && sql[i + n.len()..].trim_start().starts_with('('))?;
+        let name =
+            HELPER_FUNCTIONS.iter().find(|n| sql[i..].starts_with(**n) && sql[i + n.len()..].trim_start().starts_with('('))?;
         let open = i + name.len() + (sql[i + name.len()..].len() - sql[i + name.len()..].trim_start().len());
         let (args, end) = call_arguments(sql, open + 1)?;
         let args: Vec<String> = args.iter().map(|a| rewrite_helper_calls(a, write)).collect();
@@ -957,7 +970,12 @@ mod tests {
 
     impl Gated {
         fn new(slots: usize) -> Arc<Gated> {
-            Arc::new(Gated { slots, gate: tokio::sync::Semaphore::new(0), first: AtomicU64::new(0), many: Mutex::new(Vec::new()) })
+            Arc::new(Gated {
+                slots,
+                gate: tokio::sync::Semaphore::new(0),
+                first: AtomicU64::new(0),
+                many: Mutex::new(Vec::new()),
+            })
         }
         async fn pass(&self) {
             self.gate.acquire().await.unwrap().forget();
@@ -977,7 +995,11 @@ mod tests {
         fn prepare<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<Prepared, String>> {
             Box::pin(async { Ok(Prepared { columns: vec!["value".into()], params: Vec::new() }) })
         }
-        fn query_first<'a>(&'a self, _: &'a BoundStatement, params: Vec<Cell>) -> BoxFuture<'a, Result<Option<Vec<Cell>>, String>> {
+        fn query_first<'a>(
+            &'a self,
+            _: &'a BoundStatement,
+            params: Vec<Cell>,
+        ) -> BoxFuture<'a, Result<Option<Vec<Cell>>, String>> {
             Box::pin(async move {
                 self.first.fetch_add(1, Ordering::SeqCst);
                 self.pass().await;
@@ -1004,7 +1026,13 @@ mod tests {
         fn create_table_sql(&self, _: &str, _: &[String], _: &[String]) -> String {
             String::new()
         }
-        fn insert_rows<'a>(&'a self, _: &'a str, _: &'a [String], _: &'a [Vec<Cell>], _: bool) -> BoxFuture<'a, Result<(u64, u64)>> {
+        fn insert_rows<'a>(
+            &'a self,
+            _: &'a str,
+            _: &'a [String],
+            _: &'a [Vec<Cell>],
+            _: bool,
+        ) -> BoxFuture<'a, Result<(u64, u64)>> {
             Box::pin(async { Ok((0, 0)) })
         }
         fn drop_table<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<()>> {
@@ -1060,7 +1088,10 @@ mod tests {
             })
             .collect();
         // Two go to the database at once, alone; the other eight wait for a slot.
-        until(|| p.first.load(Ordering::SeqCst) == 2 && k.pending.lock().unwrap().values().map(|q| q.queue.len()).sum::<usize>() == 8).await;
+        until(|| {
+            p.first.load(Ordering::SeqCst) == 2 && k.pending.lock().unwrap().values().map(|q| q.queue.len()).sum::<usize>() == 8
+        })
+        .await;
         assert!(p.many.lock().unwrap().is_empty());
         p.gate.add_permits(100);
         for l in lookups {
@@ -1135,7 +1166,10 @@ mod tests {
     #[test]
     fn helpers_are_qualified_outside_quotes_only() {
         assert_eq!(
-            qualify_helpers("select a from t where cidr4_contains($1, c) = $2 and n = 'ip4_int(x)' and my_ip4_int(c) = 1", "pg_temp"),
+            qualify_helpers(
+                "select a from t where cidr4_contains($1, c) = $2 and n = 'ip4_int(x)' and my_ip4_int(c) = 1",
+                "pg_temp"
+            ),
             "select a from t where pg_temp.cidr4_contains($1, c) = $2 and n = 'ip4_int(x)' and my_ip4_int(c) = 1"
         );
     }

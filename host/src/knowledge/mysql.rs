@@ -39,7 +39,12 @@ impl MySqlProvider {
     /// escape that ends the compiler's quoting. Lookup connections also carry
     /// a server-side statement timeout equal to `statement_timeout` (MariaDB's
     /// `max_statement_time`, or MySQL's `max_execution_time`).
-    pub async fn connect(url: &str, pool_size: u32, connect_timeout: Duration, statement_timeout: Duration) -> Result<MySqlProvider> {
+    pub async fn connect(
+        url: &str,
+        pool_size: u32,
+        connect_timeout: Duration,
+        statement_timeout: Duration,
+    ) -> Result<MySqlProvider> {
         let err = |e: sqlx::Error| Error::Knowledge(format!("mysql: {}", super::config::redact(&e.to_string())));
         let options: MySqlConnectOptions = url.parse().map_err(err)?;
         let pool = MySqlPoolOptions::new()
@@ -179,9 +184,7 @@ fn cells(row: &MySqlRow) -> Result<Vec<Cell>, String> {
                     Err(b) => Cell::Blob(b.into_bytes()),
                 }
             }
-            _ => Cell::Text(
-                row.try_get_unchecked::<String, _>(i).map_err(|_| format!("column {i}: unsupported type {ty}"))?,
-            ),
+            _ => Cell::Text(row.try_get_unchecked::<String, _>(i).map_err(|_| format!("column {i}: unsupported type {ty}"))?),
         });
     }
     Ok(out)
@@ -206,15 +209,16 @@ impl Provider for MySqlProvider {
 
     fn prepare<'a>(&'a self, sql: &'a str) -> BoxFuture<'a, Result<Prepared, String>> {
         Box::pin(async move {
-            let stmt = (&self.pool)
-                .prepare(AssertSqlSafe(sql.to_string()).into_sql_str())
-                .await
-                .map_err(|e| e.to_string())?;
+            let stmt = (&self.pool).prepare(AssertSqlSafe(sql.to_string()).into_sql_str()).await.map_err(|e| e.to_string())?;
             Ok(Prepared { columns: stmt.columns().iter().map(|c| c.name().to_string()).collect(), params: Vec::new() })
         })
     }
 
-    fn query_first<'a>(&'a self, stmt: &'a super::BoundStatement, params: Vec<Cell>) -> BoxFuture<'a, Result<Option<Vec<Cell>>, String>> {
+    fn query_first<'a>(
+        &'a self,
+        stmt: &'a super::BoundStatement,
+        params: Vec<Cell>,
+    ) -> BoxFuture<'a, Result<Option<Vec<Cell>>, String>> {
         Box::pin(async move {
             let row = self
                 .lanes
@@ -266,7 +270,13 @@ impl Provider for MySqlProvider {
         format!("{create} default charset=utf8mb4 collate=utf8mb4_bin")
     }
 
-    fn insert_rows<'a>(&'a self, table: &'a str, columns: &'a [String], rows: &'a [Vec<Cell>], skip_bad: bool) -> BoxFuture<'a, Result<(u64, u64)>> {
+    fn insert_rows<'a>(
+        &'a self,
+        table: &'a str,
+        columns: &'a [String],
+        rows: &'a [Vec<Cell>],
+        skip_bad: bool,
+    ) -> BoxFuture<'a, Result<(u64, u64)>> {
         Box::pin(async move {
             let (_, insert) = super::table_sql(table, columns, &[], '`', column_type, |_| "?".into());
             let row_err = |n: usize, e: sqlx::Error| Error::Knowledge(format!("table {table}, row {}: {e}", n + 1));
@@ -311,7 +321,10 @@ impl Provider for MySqlProvider {
 
     fn execute<'a>(&'a self, sql: &'a str) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
-            sqlx::raw_sql(AssertSqlSafe(sql.to_string())).execute(&self.pool).await.map_err(|e| Error::Knowledge(format!("`{sql}`: {e}")))?;
+            sqlx::raw_sql(AssertSqlSafe(sql.to_string()))
+                .execute(&self.pool)
+                .await
+                .map_err(|e| Error::Knowledge(format!("`{sql}`: {e}")))?;
             Ok(())
         })
     }

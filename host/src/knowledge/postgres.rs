@@ -46,7 +46,10 @@ fn lookup_setup(statement_timeout: Duration) -> lanes::Setup<PgConnection> {
         Box::pin(async move {
             create_helpers(conn).await;
             let sql = format!("SET statement_timeout = {ms}");
-            sqlx::raw_sql(AssertSqlSafe(sql)).execute(&mut *conn).await.map_err(|e| format!("cannot set statement_timeout: {e}"))?;
+            sqlx::raw_sql(AssertSqlSafe(sql))
+                .execute(&mut *conn)
+                .await
+                .map_err(|e| format!("cannot set statement_timeout: {e}"))?;
             Ok(())
         })
     })
@@ -61,7 +64,12 @@ impl PostgresProvider {
     ///
     /// Lookup connections carry `statement_timeout` (the query timeout): a
     /// lookup cut by omlet's timeout is cancelled by the server too.
-    pub async fn connect(url: &str, pool_size: u32, connect_timeout: Duration, statement_timeout: Duration) -> Result<PostgresProvider> {
+    pub async fn connect(
+        url: &str,
+        pool_size: u32,
+        connect_timeout: Duration,
+        statement_timeout: Duration,
+    ) -> Result<PostgresProvider> {
         let err = |e: sqlx::Error| Error::Knowledge(format!("postgres: {}", super::config::redact(&e.to_string())));
         let options: PgConnectOptions = url.parse().map_err(err)?;
         let pool = PgPoolOptions::new()
@@ -137,9 +145,7 @@ fn cells(row: &PgRow) -> Result<Vec<Cell>, String> {
             "FLOAT8" => Cell::Real(row.try_get::<f64, _>(i).map_err(e)?),
             "BOOL" => Cell::Integer(row.try_get::<bool, _>(i).map_err(e)? as i64),
             "BYTEA" => Cell::Blob(row.try_get::<Vec<u8>, _>(i).map_err(e)?),
-            _ => Cell::Text(
-                row.try_get_unchecked::<String, _>(i).map_err(|_| format!("column {i}: unsupported type {ty}"))?,
-            ),
+            _ => Cell::Text(row.try_get_unchecked::<String, _>(i).map_err(|_| format!("column {i}: unsupported type {ty}"))?),
         });
     }
     Ok(out)
@@ -155,10 +161,19 @@ fn any_query(sql: String, plan: &BatchPlan, keys: &[Cell]) -> PgQuery<'static> {
         ParamType::Int32 => q.bind(ints().map(|i| i as i32).collect::<Vec<_>>()),
         ParamType::Int64 => q.bind(ints().collect::<Vec<_>>()),
         ParamType::Bool => q.bind(ints().map(|i| i != 0).collect::<Vec<_>>()),
-        ParamType::Float => q.bind(keys.iter().filter_map(|k| if let Cell::Real(f) = k { Some(*f) } else { None }).collect::<Vec<_>>()),
-        ParamType::Bytes => q.bind(keys.iter().filter_map(|k| if let Cell::Blob(b) = k { Some(b.clone()) } else { None }).collect::<Vec<_>>()),
+        ParamType::Float => {
+            q.bind(keys.iter().filter_map(|k| if let Cell::Real(f) = k { Some(*f) } else { None }).collect::<Vec<_>>())
+        }
+        ParamType::Bytes => {
+            q.bind(keys.iter().filter_map(|k| if let Cell::Blob(b) = k { Some(b.clone()) } else { None }).collect::<Vec<_>>())
+        }
         ParamType::Text | ParamType::Any => q.bind(
-            keys.iter().filter_map(|k| match coerce(k.clone(), ParamType::Text) { Cell::Text(s) => Some(s), _ => None }).collect::<Vec<_>>(),
+            keys.iter()
+                .filter_map(|k| match coerce(k.clone(), ParamType::Text) {
+                    Cell::Text(s) => Some(s),
+                    _ => None,
+                })
+                .collect::<Vec<_>>(),
         ),
     }
 }
@@ -185,10 +200,7 @@ impl Provider for PostgresProvider {
 
     fn prepare<'a>(&'a self, sql: &'a str) -> BoxFuture<'a, Result<Prepared, String>> {
         Box::pin(async move {
-            let stmt = (&self.pool)
-                .prepare(AssertSqlSafe(sql.to_string()).into_sql_str())
-                .await
-                .map_err(|e| e.to_string())?;
+            let stmt = (&self.pool).prepare(AssertSqlSafe(sql.to_string()).into_sql_str()).await.map_err(|e| e.to_string())?;
             let params = match stmt.parameters() {
                 Some(Either::Left(types)) => types.iter().map(|t| param_type(t.name())).collect(),
                 _ => Vec::new(),
@@ -197,7 +209,11 @@ impl Provider for PostgresProvider {
         })
     }
 
-    fn query_first<'a>(&'a self, stmt: &'a super::BoundStatement, params: Vec<Cell>) -> BoxFuture<'a, Result<Option<Vec<Cell>>, String>> {
+    fn query_first<'a>(
+        &'a self,
+        stmt: &'a super::BoundStatement,
+        params: Vec<Cell>,
+    ) -> BoxFuture<'a, Result<Option<Vec<Cell>>, String>> {
         Box::pin(async move {
             let row = self
                 .lanes
@@ -219,7 +235,10 @@ impl Provider for PostgresProvider {
     fn query_many<'a>(&'a self, plan: &'a BatchPlan, keys: Vec<Cell>) -> BoxFuture<'a, Result<Vec<Vec<Cell>>, String>> {
         Box::pin(async move {
             let sql = format!("{} = ANY($1)", plan.select);
-            let rows = self.lanes.run(lanes::query(|conn: &mut PgConnection| Box::pin(any_query(sql.clone(), plan, &keys).fetch_all(conn)))).await?;
+            let rows = self
+                .lanes
+                .run(lanes::query(|conn: &mut PgConnection| Box::pin(any_query(sql.clone(), plan, &keys).fetch_all(conn))))
+                .await?;
             rows.iter().map(cells).collect()
         })
     }
@@ -235,7 +254,13 @@ impl Provider for PostgresProvider {
         super::table_sql(table, columns, types, '"', column_type, |i| format!("${i}")).0
     }
 
-    fn insert_rows<'a>(&'a self, table: &'a str, columns: &'a [String], rows: &'a [Vec<Cell>], skip_bad: bool) -> BoxFuture<'a, Result<(u64, u64)>> {
+    fn insert_rows<'a>(
+        &'a self,
+        table: &'a str,
+        columns: &'a [String],
+        rows: &'a [Vec<Cell>],
+        skip_bad: bool,
+    ) -> BoxFuture<'a, Result<(u64, u64)>> {
         Box::pin(async move {
             let (_, insert) = super::table_sql(table, columns, &[], '"', column_type, |i| format!("${i}"));
             let row_err = |n: usize, e: sqlx::Error| Error::Knowledge(format!("table {table}, row {}: {e}", n + 1));
@@ -280,7 +305,10 @@ impl Provider for PostgresProvider {
 
     fn execute<'a>(&'a self, sql: &'a str) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
-            sqlx::raw_sql(AssertSqlSafe(sql.to_string())).execute(&self.pool).await.map_err(|e| Error::Knowledge(format!("`{sql}`: {e}")))?;
+            sqlx::raw_sql(AssertSqlSafe(sql.to_string()))
+                .execute(&self.pool)
+                .await
+                .map_err(|e| Error::Knowledge(format!("`{sql}`: {e}")))?;
             Ok(())
         })
     }

@@ -132,10 +132,7 @@ impl Provider for SqliteProvider {
 
     fn prepare<'a>(&'a self, sql: &'a str) -> BoxFuture<'a, Result<Prepared, String>> {
         Box::pin(async move {
-            let stmt = (&self.pool)
-                .prepare(AssertSqlSafe(sql.to_string()).into_sql_str())
-                .await
-                .map_err(|e| e.to_string())?;
+            let stmt = (&self.pool).prepare(AssertSqlSafe(sql.to_string()).into_sql_str()).await.map_err(|e| e.to_string())?;
             Ok(Prepared { columns: stmt.columns().iter().map(|c| c.name().to_string()).collect(), params: Vec::new() })
         })
     }
@@ -171,7 +168,13 @@ impl Provider for SqliteProvider {
         super::table_sql(table, columns, types, '"', str::to_string, |_| "?".into()).0
     }
 
-    fn insert_rows<'a>(&'a self, table: &'a str, columns: &'a [String], rows: &'a [Vec<Cell>], skip_bad: bool) -> BoxFuture<'a, Result<(u64, u64)>> {
+    fn insert_rows<'a>(
+        &'a self,
+        table: &'a str,
+        columns: &'a [String],
+        rows: &'a [Vec<Cell>],
+        skip_bad: bool,
+    ) -> BoxFuture<'a, Result<(u64, u64)>> {
         Box::pin(async move {
             let (_, insert) = super::table_sql(table, columns, &[], '"', str::to_string, |_| "?".into());
             let row_err = |n: usize, e: sqlx::Error| Error::Knowledge(format!("table {table}, row {}: {e}", n + 1));
@@ -216,7 +219,10 @@ impl Provider for SqliteProvider {
 
     fn execute<'a>(&'a self, sql: &'a str) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
-            sqlx::raw_sql(AssertSqlSafe(sql.to_string())).execute(&self.pool).await.map_err(|e| Error::Knowledge(format!("`{sql}`: {e}")))?;
+            sqlx::raw_sql(AssertSqlSafe(sql.to_string()))
+                .execute(&self.pool)
+                .await
+                .map_err(|e| Error::Knowledge(format!("`{sql}`: {e}")))?;
             Ok(())
         })
     }
@@ -236,7 +242,11 @@ impl Provider for SqliteProvider {
         })
     }
 
-    fn query_first<'a>(&'a self, stmt: &'a BoundStatement, params: Vec<Cell>) -> BoxFuture<'a, Result<Option<Vec<Cell>>, String>> {
+    fn query_first<'a>(
+        &'a self,
+        stmt: &'a BoundStatement,
+        params: Vec<Cell>,
+    ) -> BoxFuture<'a, Result<Option<Vec<Cell>>, String>> {
         Box::pin(async move {
             let row = self
                 .lanes
@@ -340,12 +350,8 @@ mod helpers {
             match omlet_lang::pipes::helper(*helper, &args) {
                 Cell::Integer(i) => ffi::sqlite3_result_int64(ctx, i),
                 Cell::Real(f) => ffi::sqlite3_result_double(ctx, f),
-                Cell::Text(s) => {
-                    ffi::sqlite3_result_text(ctx, s.as_ptr().cast(), s.len() as c_int, ffi::SQLITE_TRANSIENT())
-                }
-                Cell::Blob(b) => {
-                    ffi::sqlite3_result_blob(ctx, b.as_ptr().cast(), b.len() as c_int, ffi::SQLITE_TRANSIENT())
-                }
+                Cell::Text(s) => ffi::sqlite3_result_text(ctx, s.as_ptr().cast(), s.len() as c_int, ffi::SQLITE_TRANSIENT()),
+                Cell::Blob(b) => ffi::sqlite3_result_blob(ctx, b.as_ptr().cast(), b.len() as c_int, ffi::SQLITE_TRANSIENT()),
                 Cell::Null => ffi::sqlite3_result_null(ctx),
             }
         }

@@ -251,7 +251,6 @@ impl Drop for MariaDb {
     }
 }
 
-
 /// What a [`FaultProxy`] does to the traffic passing through it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fault {
