@@ -17,6 +17,11 @@ if [ ! -x /usr/lib/postgresql/15/bin/initdb ] || ! command -v mariadbd >/dev/nul
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq postgresql postgresql-contrib mariadb-server mariadb-client >&2
 fi
 
+# The tree stays formatted (rustfmt.toml) and clippy-clean, the guest crate
+# included (checked natively).
+cargo fmt --check
+cargo clippy -j2 --workspace --all-targets -- -D warnings
+
 # Includes the freshness test: the committed guest must carry the hash of
 # the current guest/ and wit/ sources (host/tests/component.rs).
 cargo test -j2 -p omlet-lang -p omlet

@@ -824,7 +824,7 @@ impl<'s> Walker<'s> {
             self.out.sp();
             self.out.tok("{");
             self.ws();
-            if !(self.peek() == b'_' && !is_target(self.byte(self.pos + 1))) {
+            if self.peek() != b'_' || is_target(self.byte(self.pos + 1)) {
                 return self.bug("expected `_` in a default body");
             }
             self.pos += 1;
@@ -1463,12 +1463,12 @@ mod tests {
         let src = "/* leading */\nname : all\nrule : /*\n---\nx = /* inline */ read(x) ;\n/* own line */\n";
         let want = "/* leading */\nname : all\nrule : /*\n---\nx = /* inline */ read(x) ;\n/* own line */\n";
         assert_eq!(fmt_ok(src), want);
-        assert_eq!(compile(&want).unwrap().models[0].patterns, ["/*"]);
+        assert_eq!(compile(want).unwrap().models[0].patterns, ["/*"]);
 
         let src = "name : two /* after the name */\nrule :/a/*   /b/* # why\n// between\nenable:true\n---\n/* c */\ny = take() ;";
         let want = "name : two /* after the name */\nrule :\n    /a/*\n    /b/* # why\n// between\nenable : true\n---\n/* c */\ny = take() ;\n";
         assert_eq!(fmt_ok(src), want);
-        assert_eq!(compile(&want).unwrap().models[0].patterns, ["/a/*", "/b/*"]);
+        assert_eq!(compile(want).unwrap().models[0].patterns, ["/a/*", "/b/*"]);
 
         // A `/*` pattern on the next line of the list, after a comment.
         let src = "name : n\nrule : /a # first\n  /*\n---\nz = take() ;\n";

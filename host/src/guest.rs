@@ -35,10 +35,10 @@ pub fn embedded() -> &'static [u8] {
 /// The source hash stamped into a guest module, if any.
 pub fn stamped_hash(module: &[u8]) -> Option<String> {
     for payload in wasmparser::Parser::new(0).parse_all(module) {
-        if let Ok(wasmparser::Payload::CustomSection(c)) = payload {
-            if c.name() == SOURCE_SECTION {
-                return std::str::from_utf8(c.data()).ok().map(str::to_string);
-            }
+        if let Ok(wasmparser::Payload::CustomSection(c)) = payload
+            && c.name() == SOURCE_SECTION
+        {
+            return std::str::from_utf8(c.data()).ok().map(str::to_string);
         }
     }
     None

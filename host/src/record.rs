@@ -224,6 +224,6 @@ mod tests {
         wide.push_str("\"f0\":\"last\"}");
         let r = from_json_str(&wide).unwrap();
         assert_eq!(r.len(), 200_000);
-        assert_eq!(to_json_string(&r[..1].to_vec()), r#"{"f0":"last"}"#);
+        assert_eq!(to_json_string(&r[..1]), r#"{"f0":"last"}"#);
     }
 }

@@ -230,6 +230,9 @@ struct Csv {
     max_bytes: usize,
 }
 
+/// A CSV record's text, or why its lines are no record and its first line.
+type RecordText = std::result::Result<String, (String, String)>;
+
 impl Csv {
     fn next_line(&mut self) -> Option<std::io::Result<(u64, Line)>> {
         match self.pending.pop_front() {
@@ -239,7 +242,7 @@ impl Csv {
     }
 
     /// The next record's text (lines joined), or a line that is no record.
-    fn next_text(&mut self) -> Option<std::io::Result<(u64, std::result::Result<String, (String, String)>)>> {
+    fn next_text(&mut self) -> Option<std::io::Result<(u64, RecordText)>> {
         loop {
             let (at, first) = match self.next_line()? {
                 Ok(l) => l,

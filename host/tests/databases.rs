@@ -214,7 +214,8 @@ async fn outage(pg: &mut dyn Stoppable, placeholder: &str) {
     let out = strict_rule.evaluate_batch(&batch).await.unwrap();
     assert_eq!(out.len(), 6);
     for (i, r) in out.iter().enumerate() {
-        let e = r.as_ref().err().expect("the record must fail").to_string();
+        let Err(e) = r else { panic!("the record must fail") };
+        let e = e.to_string();
         assert!(e.starts_with(&format!("record {i}: lookup failed: `select value from perf where id = {placeholder}`")), "{e}");
     }
 

@@ -106,7 +106,7 @@ fn overlapping_claims_fail_the_build_naming_both_files() {
     std::fs::write(&a, "name : all\nrule : /nginx/*\n---\nx = chars(1) ;\n").unwrap();
     std::fs::write(&b, "name : access\nrule :\n    /nginx/access_log\n---\nx = chars(2) ;\n").unwrap();
     let sources = RuleSource::collect(&[dir.path().to_path_buf()]).unwrap();
-    let err = omlet::build::build_component(&sources).err().expect("the build must fail");
+    let Err(err) = omlet::build::build_component(&sources) else { panic!("the build must fail") };
     let text = err.to_string();
     let (fa, fb) = (a.display().to_string(), b.display().to_string());
     assert!(

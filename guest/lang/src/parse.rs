@@ -799,7 +799,7 @@ impl<'s> Parser<'s> {
             self.ws();
             self.pos += 1;
             self.ws();
-            if !(self.peek() == b'_' && !is_target(self.peek_at(1))) {
+            if self.peek() != b'_' || is_target(self.peek_at(1)) {
                 let span = self.here();
                 return self.err_hint("expected `_ :` in the default body", span, "write `{ _ : chars(value) }`");
             }
@@ -1038,9 +1038,7 @@ impl<'s> Parser<'s> {
                     let span = self.here();
                     return self.err_hint("a multi-source match needs tuple arms", span, "write `(cond1, cond2) => …`");
                 }
-                let mut v = Vec::new();
-                v.push(self.cond()?);
-                v
+                alloc::vec![self.cond()?]
             };
             self.arrow()?;
             let result = self.expr(false)?;

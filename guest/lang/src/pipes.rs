@@ -90,15 +90,12 @@ fn get_path<'a>(v: Value<'a>, path: &[String]) -> Value<'a> {
             Value::Obj(m) => m.iter().find(|f| f.name == seg.as_str()).map(|f| &f.value),
             _ => None,
         };
-        match next {
-            Some(n) => {
-                at = n;
-                if i + 1 == path.len() {
-                    found_last = true;
-                    cur = n;
-                }
+        if let Some(n) = next {
+            at = n;
+            if i + 1 == path.len() {
+                found_last = true;
+                cur = n;
             }
-            None => {}
         }
     }
     if found_last { cur.clone() } else { at.clone() }
@@ -242,7 +239,7 @@ pub fn base64_encode(bytes: &[u8]) -> String {
 
 pub fn base64_decode(s: &str) -> Option<Vec<u8>> {
     let s = s.trim();
-    if s.len() % 4 != 0 {
+    if !s.len().is_multiple_of(4) {
         return None;
     }
     let mut out = Vec::with_capacity(s.len() / 4 * 3);

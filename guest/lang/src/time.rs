@@ -83,9 +83,9 @@ pub fn write_time(t: i64, out: &mut String) {
     let p = parts(t);
     let _ = write!(out, "{:04}-{:02}-{:02} {:02}:{:02}:{:02}", p.year, p.month, p.day, p.hour, p.minute, p.second);
     if p.nanos != 0 {
-        if p.nanos % 1_000_000 == 0 {
+        if p.nanos.is_multiple_of(1_000_000) {
             let _ = write!(out, ".{:03}", p.nanos / 1_000_000);
-        } else if p.nanos % 1_000 == 0 {
+        } else if p.nanos.is_multiple_of(1_000) {
             let _ = write!(out, ".{:06}", p.nanos / 1_000);
         } else {
             let _ = write!(out, ".{:09}", p.nanos);

@@ -21,6 +21,8 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
+// Parsed once per process: the size of the largest variant does not matter.
+#[allow(clippy::large_enum_variant)]
 enum Cmd {
     /// Compile rules into one self-contained WebAssembly component (a rule set).
     Build {

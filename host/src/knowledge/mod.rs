@@ -641,14 +641,14 @@ impl Knowledge {
                 stats,
                 batch: None,
             };
-            if self.config.batch_misses {
-                if let Some(select) = batch_select(s) {
-                    let key_type = bound.param_types.first().copied().unwrap_or(ParamType::Any);
-                    let plan = BatchPlan { select, key_type };
-                    // A plan the database refuses just means no batching for it.
-                    if self.provider.prepare_many(&plan).await.is_ok() {
-                        bound.batch = Some(plan);
-                    }
+            if self.config.batch_misses
+                && let Some(select) = batch_select(s)
+            {
+                let key_type = bound.param_types.first().copied().unwrap_or(ParamType::Any);
+                let plan = BatchPlan { select, key_type };
+                // A plan the database refuses just means no batching for it.
+                if self.provider.prepare_many(&plan).await.is_ok() {
+                    bound.batch = Some(plan);
                 }
             }
             out.push(bound);
@@ -800,13 +800,13 @@ impl Knowledge {
                 message: format!("query timed out after {:?}", self.config.query_timeout()),
             }),
         };
-        if let Ok(mut st) = self.stats.statements.lock() {
-            if let Some(s) = st.get_mut(stmt.stats) {
-                s.queries += 1;
-                s.latency.record(started.elapsed());
-                if r.is_err() {
-                    s.errors += 1;
-                }
+        if let Ok(mut st) = self.stats.statements.lock()
+            && let Some(s) = st.get_mut(stmt.stats)
+        {
+            s.queries += 1;
+            s.latency.record(started.elapsed());
+            if r.is_err() {
+                s.errors += 1;
             }
         }
         if let Err(e) = &r {
