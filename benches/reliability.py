@@ -88,9 +88,9 @@ def probes(omlet, work):
     run_probe(1, "600 records of 70 KB, batches of 256", 600, 0, ["run", trivial, "-i", file("r.jsonl", big), "-q"], 600)
     huge = b'{"seq":1,"m":"ok"}\n{"seq":2,"m":"%s"}\n{"seq":3,"m":"ok"}\n' % (b"M" * 20_000_000)
     run_probe(1, "a 20 MB record between two small ones", 2, 1, ["run", trivial, "-i", file("huge.jsonl", huge), "-q"], 3)
-    fmt_rule = file("fmt.oml", "name : t\n---\nv = fmt(\"" + "{}" * 400 + "\", " + ", ".join(["read(m)"] * 400) + ") ;\n")
+    fmt_rule = file("fmt.oml", "name : t\n---\nv = fmt(\"" + "{}" * 1000 + "\", " + ", ".join(["read(m)"] * 1000) + ") ;\n")
     fmt_in = b'{"m":"%s"}\n{"m":"small"}\n' % (b"x" * 100_000)
-    run_probe(1, "`fmt` repeating a 100 KB field 400 times", 1, 1, ["run", fmt_rule, "-i", file("fmt.jsonl", fmt_in), "-q"], 2)
+    run_probe(1, "`fmt` repeating a 100 KB field 1,000 times (100 MB)", 1, 1, ["run", fmt_rule, "-i", file("fmt.jsonl", fmt_in), "-q"], 2)
     run_probe(2, "a JSONL line that is not UTF-8", 2, 1, ["run", trivial, "-q"], 3, stdin=b'{"a":1}\n{"a":"\xff"}\n{"a":2}\n')
     many = b"".join(b'{"seq":%d}\n' % i for i in range(20000))
     pr = Probe(3, "`--concurrency 300`", "refused with a usage error")
@@ -128,7 +128,7 @@ def probes(omlet, work):
 
     deep = "name : t\n---\nv = " + "object { a = " * 3000 + "chars(x)" + " ; }" * 3000 + " ;\n"
     compile_probe(12, "a rule nested 3,000 deep (6 KB)", deep, clean_error)
-    line = "name : t\n---\n" + " ".join("x = ;" for _ in range(2000)) + "\n"
+    line = "name : t\n---\n" + " ".join("field_name_x = ;" for _ in range(2000)) + "\n"
 
     def capped(p, err):
         """at most 50 errors printed, no panic"""
