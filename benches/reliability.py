@@ -8,13 +8,13 @@
    with records in, records out, error lines, exit code, time and a verdict.
 2. Limits: the table of docs/deployment.md (one source).
 3. Fuzzing: `target/fuzz-summary.txt`, written by scripts/fuzz.sh.
-4. Faults: `cargo test -p omlet --test databases faults -- --nocapture`, whose
+4. Faults: `cargo test -p omlet --test all databases::faults -- --nocapture`, whose
    FAULT lines are the matrix (latency, stall, reset under both policies).
 5. Soak: `target/soak/summary.json` and `samples.csv`, written by
    `cargo run -p omlet-benches --bin soak`, with an RSS plot (matplotlib; the
    script installs it with pip when it is missing, as report.py does).
 
-Probes that need a database (SQL) are the named tests of host/tests/databases.rs,
+Probes that need a database (SQL) are the named tests of host/tests/all/databases.rs,
 run here and reported pass/fail.
 """
 
@@ -161,13 +161,13 @@ SQL_TESTS = [
 
 def run_db_tests():
     """Runs the SQL probes and the fault matrix; returns (sql rows, fault lines)."""
-    names = sorted({t for _, _, t in SQL_TESTS}) + ["faults_between"]
-    p = sh(["cargo", "test", "-j2", "-p", "omlet", "--test", "databases", "--"] + names + ["--nocapture", "--test-threads=2"])
+    names = ["databases::" + t for t in sorted({t for _, _, t in SQL_TESTS})] + ["databases::faults_between"]
+    p = sh(["cargo", "test", "-j2", "-p", "omlet", "--test", "all", "--"] + names + ["--nocapture", "--test-threads=2"])
     text = p.stdout + p.stderr
     results = {}
     for l in text.splitlines():
         if l.startswith("test ") and (" ... ok" in l or " ... FAILED" in l):
-            results[l.split()[1]] = l.endswith("ok")
+            results[l.split()[1].removeprefix("databases::")] = l.endswith("ok")
     rows = []
     for issue, name, test in SQL_TESTS:
         hits = {k: v for k, v in results.items() if k.startswith(test)}
@@ -252,7 +252,7 @@ def main():
             f"{r.seconds:.1f} | {r.expect} | {r.verdict} | {note} |"
         )
     if sql_rows:
-        md += ["", "Probes that need a database, as tests on real PostgreSQL 15 and MariaDB 10.11 (host/tests/databases.rs):", "",
+        md += ["", "Probes that need a database, as tests on real PostgreSQL 15 and MariaDB 10.11 (host/tests/all/databases.rs):", "",
                "| # | probe | tests | verdict |", "|---|---|---|---|"]
         for issue, name, tests, verdict in sql_rows:
             md.append(f"| {issue} | {name} | `{tests}` | {verdict} |")

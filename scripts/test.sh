@@ -23,7 +23,7 @@ cargo fmt --check
 cargo clippy -j2 --workspace --all-targets -- -D warnings
 
 # Includes the freshness test: the committed guest must carry the hash of
-# the current guest/ and wit/ sources (host/tests/component.rs).
+# the current guest/ and wit/ sources (host/tests/all/component.rs).
 cargo test -j2 -p omlet-lang -p omlet
 
 have_wasm_toolchain() {

@@ -1,0 +1,15 @@
+//! omlet's integration tests, as one test binary (as wasmtime does): each
+//! module was its own binary, and every one of them linked wasmtime and sqlx.
+//! Run one module with `cargo test -p omlet --test all MODULE::`.
+
+mod cache;
+mod cli;
+mod component;
+mod conformance;
+mod databases;
+mod differential;
+mod e2e;
+mod knowdb;
+mod portable;
+mod rule_sets;
+mod sandbox;
