@@ -16,22 +16,15 @@ use alloc::boxed::Box;
 use alloc::collections::BTreeSet;
 use alloc::string::String;
 use alloc::vec::Vec;
-use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crate::ir::*;
 use crate::pipes;
 use crate::time;
 use crate::value::{Field, NO_SYM, Str, Type, Value, convert, obj_from};
 
-/// A SQL value crossing to or from the knowledge provider.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Cell {
-    Null,
-    Integer(i64),
-    Real(f64),
-    Text(String),
-    Blob(Vec<u8>),
-}
+use crate::cell::value_of_cell;
+pub use crate::cell::{Cell, cell_of, push_cells_key};
+pub use crate::ir::const_value;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct QueryError {
@@ -538,73 +531,6 @@ pub fn wildcard(pattern: &str, name: &str) -> bool {
         pi += 1;
     }
     pi == p.len()
-}
-
-/// A constant as a value, borrowing its text from the program.
-pub fn const_value(c: &Const) -> Value<'_> {
-    match c {
-        Const::Chars(s) => Value::Chars(Cow::Borrowed(s)),
-        Const::Digit(d) => Value::Digit(*d),
-        Const::Float(f) => Value::Float(*f),
-        Const::Bool(b) => Value::Bool(*b),
-        Const::Ipv4(a) => Value::Ip(IpAddr::V4(Ipv4Addr::from(*a))),
-        Const::Ipv6(a) => Value::Ip(IpAddr::V6(Ipv6Addr::from(*a))),
-        Const::Time(t) => Value::Time(*t),
-        Const::Null => Value::Null,
-        Const::Ignore => Value::Ignore,
-        Const::Obj(m) => Value::Obj(Box::new(m.iter().map(|(n, c)| Field::new(n.as_str(), const_value(c))).collect())),
-        Const::Array(m) => Value::Array(Box::new(m.iter().map(|(n, c)| Field::new(n.as_str(), const_value(c))).collect())),
-    }
-}
-
-/// Parameter mapping (spec §8.11.2).
-pub fn cell_of(v: &Value<'_>) -> Cell {
-    match v {
-        Value::Digit(d) => Cell::Integer(*d),
-        Value::Float(f) => Cell::Real(*f),
-        Value::Bool(b) => Cell::Integer(*b as i64),
-        Value::Null | Value::Ignore => Cell::Null,
-        other => Cell::Text(other.raw_text().into_owned()),
-    }
-}
-
-/// Appends an exact byte key for a parameter list, for lookup caches (the
-/// guest's and the host's).
-pub fn push_cells_key(params: &[Cell], out: &mut Vec<u8>) {
-    for p in params {
-        match p {
-            Cell::Null => out.push(0),
-            Cell::Integer(i) => {
-                out.push(1);
-                out.extend_from_slice(&i.to_le_bytes());
-            }
-            Cell::Real(f) => {
-                out.push(2);
-                out.extend_from_slice(&f.to_bits().to_le_bytes());
-            }
-            Cell::Text(s) => {
-                out.push(3);
-                out.extend_from_slice(&(s.len() as u32).to_le_bytes());
-                out.extend_from_slice(s.as_bytes());
-            }
-            Cell::Blob(b) => {
-                out.push(4);
-                out.extend_from_slice(&(b.len() as u32).to_le_bytes());
-                out.extend_from_slice(b);
-            }
-        }
-    }
-}
-
-/// Column mapping (spec §8.11.3).
-pub fn value_of_cell(c: Cell) -> Value<'static> {
-    match c {
-        Cell::Null => Value::Null,
-        Cell::Integer(i) => Value::Digit(i),
-        Cell::Real(f) => Value::Float(f),
-        Cell::Text(s) => Value::Chars(Cow::Owned(s)),
-        Cell::Blob(b) => Value::Chars(Cow::Owned(String::from_utf8_lossy(&b).into_owned())),
-    }
 }
 
 #[cfg(test)]

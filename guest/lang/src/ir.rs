@@ -7,13 +7,16 @@
 //! parsed, SQL lookups are numbered statements with their parameter
 //! expressions. It is serialised with postcard behind a versioned header.
 
+use alloc::borrow::Cow;
+use alloc::boxed::Box;
 use alloc::string::String;
 use alloc::vec::Vec;
+use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use serde::{Deserialize, Serialize};
 
 use crate::time::TsUnit;
-use crate::value::Type;
+use crate::value::{Field, Type, Value};
 
 /// Bumped on every change to these types' serialised form.
 pub const IR_VERSION: u32 = 2;
@@ -442,6 +445,23 @@ impl Program {
 
     pub fn uses_clock(&self) -> bool {
         self.models.iter().any(|m| m.uses_clock)
+    }
+}
+
+/// A constant as a value, borrowing its text from the program.
+pub fn const_value(c: &Const) -> Value<'_> {
+    match c {
+        Const::Chars(s) => Value::Chars(Cow::Borrowed(s)),
+        Const::Digit(d) => Value::Digit(*d),
+        Const::Float(f) => Value::Float(*f),
+        Const::Bool(b) => Value::Bool(*b),
+        Const::Ipv4(a) => Value::Ip(IpAddr::V4(Ipv4Addr::from(*a))),
+        Const::Ipv6(a) => Value::Ip(IpAddr::V6(Ipv6Addr::from(*a))),
+        Const::Time(t) => Value::Time(*t),
+        Const::Null => Value::Null,
+        Const::Ignore => Value::Ignore,
+        Const::Obj(m) => Value::Obj(Box::new(m.iter().map(|(n, c)| Field::new(n.as_str(), const_value(c))).collect())),
+        Const::Array(m) => Value::Array(Box::new(m.iter().map(|(n, c)| Field::new(n.as_str(), const_value(c))).collect())),
     }
 }
 

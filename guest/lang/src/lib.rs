@@ -18,6 +18,7 @@
 extern crate alloc;
 
 pub mod ast;
+pub mod cell;
 pub mod compile;
 pub mod diag;
 pub mod eval;

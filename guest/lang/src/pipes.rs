@@ -10,8 +10,8 @@ use alloc::vec::Vec;
 use core::fmt::Write;
 use core::net::{IpAddr, Ipv4Addr};
 
-use crate::eval::{Cell, const_value};
-use crate::ir::{Helper, PathPart, PipeFn, UrlPart};
+use crate::cell::Cell;
+use crate::ir::{Helper, PathPart, PipeFn, UrlPart, const_value};
 use crate::time;
 use crate::value::{JsonFloat, Value};
 

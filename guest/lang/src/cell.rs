@@ -1,0 +1,110 @@
+//! SQL cells: the values that cross to and from the knowledge provider,
+//! how a value becomes one, and the exact byte key of a parameter list that
+//! the lookup caches (the guest's and the host's) use.
+
+use alloc::borrow::Cow;
+use alloc::string::String;
+use alloc::vec::Vec;
+
+use crate::value::Value;
+
+/// A SQL value crossing to or from the knowledge provider.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Cell {
+    Null,
+    Integer(i64),
+    Real(f64),
+    Text(String),
+    Blob(Vec<u8>),
+}
+
+/// Parameter mapping (spec §8.11.2).
+pub fn cell_of(v: &Value<'_>) -> Cell {
+    match v {
+        Value::Digit(d) => Cell::Integer(*d),
+        Value::Float(f) => Cell::Real(*f),
+        Value::Bool(b) => Cell::Integer(*b as i64),
+        Value::Null | Value::Ignore => Cell::Null,
+        other => Cell::Text(other.raw_text().into_owned()),
+    }
+}
+
+/// Appends an exact byte key for a parameter list, for lookup caches (the
+/// guest's and the host's).
+pub fn push_cells_key(params: &[Cell], out: &mut Vec<u8>) {
+    for p in params {
+        match p {
+            Cell::Null => out.push(0),
+            Cell::Integer(i) => {
+                out.push(1);
+                out.extend_from_slice(&i.to_le_bytes());
+            }
+            Cell::Real(f) => {
+                out.push(2);
+                out.extend_from_slice(&f.to_bits().to_le_bytes());
+            }
+            Cell::Text(s) => {
+                out.push(3);
+                out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+                out.extend_from_slice(s.as_bytes());
+            }
+            Cell::Blob(b) => {
+                out.push(4);
+                out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+                out.extend_from_slice(b);
+            }
+        }
+    }
+}
+
+/// Column mapping (spec §8.11.3).
+pub fn value_of_cell(c: Cell) -> Value<'static> {
+    match c {
+        Cell::Null => Value::Null,
+        Cell::Integer(i) => Value::Digit(i),
+        Cell::Real(f) => Value::Float(f),
+        Cell::Text(s) => Value::Chars(Cow::Owned(s)),
+        Cell::Blob(b) => Value::Chars(Cow::Owned(String::from_utf8_lossy(&b).into_owned())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::vec;
+
+    fn key(params: &[Cell]) -> Vec<u8> {
+        let mut k = Vec::new();
+        push_cells_key(params, &mut k);
+        k
+    }
+
+    #[test]
+    fn keys_tell_kinds_and_boundaries_apart() {
+        // The same bytes under different kinds, or split differently, are different keys.
+        let keys = [
+            key(&[Cell::Integer(1)]),
+            key(&[Cell::Real(1.0)]),
+            key(&[Cell::Text("1".into())]),
+            key(&[Cell::Blob(b"1".to_vec())]),
+            key(&[Cell::Null]),
+            key(&[Cell::Text("ab".into()), Cell::Text("c".into())]),
+            key(&[Cell::Text("a".into()), Cell::Text("bc".into())]),
+        ];
+        for (i, a) in keys.iter().enumerate() {
+            for b in &keys[i + 1..] {
+                assert_ne!(a, b);
+            }
+        }
+        assert_eq!(key(&[Cell::Integer(7), Cell::Null]), key(&[Cell::Integer(7), Cell::Null]));
+    }
+
+    #[test]
+    fn values_map_to_cells_as_the_spec_says() {
+        assert_eq!(cell_of(&Value::Digit(3)), Cell::Integer(3));
+        assert_eq!(cell_of(&Value::Bool(true)), Cell::Integer(1));
+        assert_eq!(cell_of(&Value::Null), Cell::Null);
+        assert_eq!(cell_of(&Value::Chars("x".into())), Cell::Text("x".into()));
+        assert_eq!(value_of_cell(Cell::Blob(vec![b'h', b'i'])), Value::Chars("hi".into()));
+    }
+}
