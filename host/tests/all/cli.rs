@@ -210,3 +210,69 @@ fn run_reads_csv_from_standard_input() {
     assert_eq!((rec["event_id"].as_i64(), rec["event_type"].as_str()), (Some(3), Some("network_connect")));
     assert_eq!(rec["process_name"], "curl.exe");
 }
+
+// ----- the sandbox, from the command line ------------------------------------------
+
+fn omlet_with_input(args: &[&str], input: &[u8]) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_omlet"))
+        .args(args)
+        .current_dir(root())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// Thousands of errors on one very long line: the first 50 are printed, as
+/// excerpts, and nothing panics (miette used to, past column 65,535).
+#[test]
+fn a_flood_of_errors_on_one_long_line_is_capped() {
+    let dir = tempfile::tempdir().unwrap();
+    let rule = dir.path().join("flood.oml");
+    let line: Vec<String> = (0..8000).map(|i| format!("field_{i:05} = ;")).collect();
+    std::fs::write(&rule, format!("name : t\n---\n{}\n", line.join(" "))).unwrap();
+    let out = omlet(&["check", rule.to_str().unwrap()]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{}", &err[..err.len().min(2000)]);
+    assert!(err.len() < 100_000, "{} bytes of errors", err.len());
+    assert!(err.contains("more errors"), "{}", &err[err.len().saturating_sub(500)..]);
+    assert!(err.contains(":3:"), "the errors name their line");
+}
+
+#[test]
+fn a_rule_nested_thousands_deep_is_a_compile_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let rule = dir.path().join("deep.oml");
+    std::fs::write(&rule, format!("name : t\n---\nv = {}chars(x){} ;\n", "object { a = ".repeat(3000), " ; }".repeat(3000))).unwrap();
+    for cmd in ["check", "fmt"] {
+        let out = omlet(&[cmd, rule.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(1), "{cmd}: {}", text(&out.stderr));
+        assert!(text(&out.stderr).contains("nesting deeper than"), "{cmd}: {}", text(&out.stderr));
+    }
+}
+
+#[test]
+fn concurrency_past_the_instance_limit_is_refused() {
+    let out = omlet(&["run", "examples/nginx/nginx.oml", "-i", "examples/nginx/access.jsonl", "--concurrency", "300"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("1..=256"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn a_line_that_is_not_utf8_costs_one_error_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let rule = dir.path().join("t.oml");
+    std::fs::write(&rule, "name : t\n---\na = read(a) ;\n").unwrap();
+    let out = omlet_with_input(&["run", rule.to_str().unwrap(), "-q"], b"{\"a\":1}\n{\"a\":\"\xff\"}\n{\"a\":2}\n");
+    assert_eq!(text(&out.stdout), "{\"a\":1}\n{\"a\":2}\n");
+    let errors: Vec<serde_json::Value> =
+        text(&out.stderr).lines().filter(|l| l.starts_with('{')).map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(errors.len(), 1);
+    assert_eq!(errors[0]["record"], 2);
+    assert!(errors[0]["error"].as_str().unwrap().contains("not UTF-8"));
+    assert_eq!(out.status.code(), Some(1));
+}
