@@ -4,7 +4,7 @@
     python3 benches/reliability.py [--omlet PATH] [--skip-db]
 
 1. Hostile inputs: each probe of the sandbox issue runs through the omlet CLI
-   (default `target/debug/omlet`, built first with `cargo build -p omlet`),
+   (default `target/debug/omlet`, built first with `cargo build -p omlet-cli`),
    with records in, records out, error lines, exit code, time and a verdict.
 2. Limits: the table of docs/deployment.md (one source).
 3. Fuzzing: `target/fuzz-summary.txt`, written by scripts/fuzz.sh.
@@ -215,7 +215,7 @@ def main():
     ap.add_argument("--skip-db", action="store_true")
     a = ap.parse_args()
     if a.omlet.endswith("target/debug/omlet"):
-        b = sh(["cargo", "build", "-j2", "-p", "omlet"])
+        b = sh(["cargo", "build", "-j2", "-p", "omlet-cli"])
         if b.returncode != 0:
             sys.exit(b.stderr)
 

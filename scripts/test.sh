@@ -24,7 +24,7 @@ cargo clippy -j2 --workspace --all-targets -- -D warnings
 
 # Includes the freshness test: the committed guest must carry the hash of
 # the current guest/ and wit/ sources (host/tests/all/component.rs).
-cargo test -j2 -p omlet-lang -p omlet
+cargo test -j2 -p omlet-lang -p omlet -p omlet-cli
 
 have_wasm_toolchain() {
     if command -v rustup >/dev/null 2>&1 && rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknown; then
@@ -37,7 +37,7 @@ if have_wasm_toolchain; then
     fresh=target/fresh-guest/omlet_guest.wasm
     scripts/build-guest.sh "$fresh"
     echo "test.sh: running the host tests again against the freshly built guest"
-    OMLET_GUEST=$PWD/$fresh cargo test -j2 -p omlet
+    OMLET_GUEST=$PWD/$fresh cargo test -j2 -p omlet -p omlet-cli
 else
     echo "test.sh: no wasm toolchain here; tested the committed guest only"
 fi

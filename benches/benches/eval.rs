@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use omlet::build::RuleSource;
-use omlet::conformance::NativeHost;
 use omlet::knowledge::{BatchPlan, BoundStatement, BoxFuture, Placeholders, Prepared, Provider};
 use omlet::{Engine, Knowledge, Record, Rule};
 use omlet_benches::*;
+use omlet_cli::conformance::NativeHost;
 use omlet_lang::eval::{Cell, Host, QueryError};
 use omlet_lang::ir::Program;
 use tokio::runtime::Runtime;

@@ -17,7 +17,6 @@
 //!
 //! Modules, one job each:
 //! - [`build`]: OML source → component bytes (`omlet build`);
-//! - [`fmt`]: the canonical layout of rule files (`omlet fmt`);
 //! - [`guest`]: the prebuilt guest module and its freshness stamp;
 //! - [`runtime`]: engine, rules, instance pool, the host side of the imports;
 //! - [`knowledge`]: providers answering lookups (SQLite; knowdb loader);
@@ -29,9 +28,7 @@
 
 pub mod build;
 pub mod clock;
-pub mod conformance;
 pub mod error;
-pub mod fmt;
 pub mod guest;
 pub mod knowledge;
 pub mod record;

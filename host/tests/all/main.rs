@@ -3,11 +3,8 @@
 //! Run one module with `cargo test -p omlet --test all MODULE::`.
 
 mod cache;
-mod cli;
 mod component;
-mod conformance;
 mod databases;
-mod differential;
 mod e2e;
 mod knowdb;
 mod portable;

@@ -1285,7 +1285,7 @@ mod tests {
 
     #[test]
     fn conformance_rules_format_to_the_same_program() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/conformance");
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/conformance");
         let mut files: Vec<_> = std::fs::read_dir(&dir)
             .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
             .map(|e| e.unwrap().path())
@@ -1314,8 +1314,8 @@ mod tests {
 
     #[test]
     fn examples_format_to_the_same_program() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
-        let files = crate::build::oml_files(&[dir]).unwrap();
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+        let files = omlet::build::oml_files(&[dir]).unwrap();
         assert!(!files.is_empty());
         for f in files {
             let text = std::fs::read_to_string(&f).unwrap();
@@ -1481,7 +1481,7 @@ mod tests {
     /// program, idempotently (`format_source` checks the program).
     #[test]
     fn comments_anywhere_in_an_example() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/nginx/nginx.oml");
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/nginx/nginx.oml");
         let rule = std::fs::read_to_string(path).unwrap();
         let bytes = rule.as_bytes();
         let mut checked = 0;

@@ -324,7 +324,7 @@ async fn inspect(component: &Path, json: bool) -> omlet::Result<ExitCode> {
 }
 
 async fn test(files: &[PathBuf], native: bool, knowledge: Option<&str>) -> omlet::Result<ExitCode> {
-    use omlet::conformance::{Mode, TestDb, run_file_on};
+    use omlet_cli::conformance::{Mode, TestDb, run_file_on};
     let engine = Engine::new()?;
     let mode = if native { Mode::Native } else { Mode::Wasm };
     let db = match knowledge {
@@ -357,7 +357,7 @@ fn fmt(paths: &[PathBuf], check: bool) -> omlet::Result<ExitCode> {
     let (mut differ, mut failed) = (0, 0);
     for f in omlet::build::oml_files(paths)? {
         let text = std::fs::read_to_string(&f).map_err(|e| Error::Io { path: f.clone(), source: e })?;
-        let formatted = match omlet::fmt::format_source(&text) {
+        let formatted = match omlet_cli::fmt::format_source(&text) {
             Ok(t) => t,
             Err(e) => {
                 failed += 1;
@@ -373,7 +373,7 @@ fn fmt(paths: &[PathBuf], check: bool) -> omlet::Result<ExitCode> {
         differ += 1;
         if check {
             println!("would reformat {}", f.display());
-            print!("{}", omlet::fmt::first_difference(&text, &formatted, 3));
+            print!("{}", omlet_cli::fmt::first_difference(&text, &formatted, 3));
         } else {
             std::fs::write(&f, formatted).map_err(|e| Error::Io { path: f.clone(), source: e })?;
             println!("{}", f.display());

@@ -10,11 +10,11 @@ use omlet_lang::{Cell, Host, QueryError};
 use serde::Deserialize;
 use serde_json::Value as Json;
 
-use crate::build::RuleSource;
-use crate::knowledge::sqlite::SqliteProvider;
-use crate::knowledge::{BoundStatement, Knowledge, Provider};
-use crate::record::{self, Record};
-use crate::{Engine, Error, Result};
+use omlet::build::RuleSource;
+use omlet::knowledge::sqlite::SqliteProvider;
+use omlet::knowledge::{BoundStatement, Knowledge, Provider};
+use omlet::record::{self, Record};
+use omlet::{Engine, Error, Result};
 
 #[derive(Debug, Deserialize)]
 struct CaseFile {
@@ -101,7 +101,7 @@ pub struct Outcome {
 /// resolved; keys it does not know, such as `class` or `source`, ignored).
 /// Fails with [`Error::Io`], or [`Error::Input`] for bad TOML.
 pub fn read_cases(path: &Path) -> Result<Vec<Case>> {
-    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    let text = std::fs::read_to_string(path).map_err(|e| Error::Io { path: path.into(), source: e })?;
     let f: CaseFile =
         toml::from_str(&text).map_err(|e| Error::Input { what: path.display().to_string(), message: e.to_string() })?;
     Ok(f.case)
@@ -126,7 +126,7 @@ pub async fn run_file_on(path: &Path, mode: Mode, engine: &Engine, db: Option<&T
         }
         if let Some(f) = &case.oml_file {
             let p = dir.join(f);
-            case.oml = std::fs::read_to_string(&p).map_err(|e| Error::io(&p, e))?;
+            case.oml = std::fs::read_to_string(&p).map_err(|e| Error::Io { path: p.clone(), source: e })?;
             case.oml_file = Some(p.display().to_string());
         }
         let failure = run_case_on(&case, mode, engine, db).await.err();
@@ -163,7 +163,7 @@ async fn run_case_inner(
 ) -> std::result::Result<(), String> {
     let file = case.oml_file.clone().unwrap_or_else(|| format!("{}.oml", case.name));
     let src = [RuleSource { file: file.clone(), text: case.oml.clone() }];
-    let compiled = crate::build::compile(&src);
+    let compiled = omlet::build::compile(&src);
     if let Some(what) = &case.expected_error {
         return match compiled {
             Err(_) => Ok(()),
@@ -194,18 +194,18 @@ async fn run_case_inner(
                 p.load_table(&t.name, &t.columns, &t.types, &t.rows).await.map_err(|e| e.to_string())?;
             }
         } else if let Some(path) = &case.knowdb {
-            let spec = crate::knowledge::knowdb::read(Path::new(path)).map_err(|e| e.to_string())?;
+            let spec = omlet::knowledge::knowdb::read(Path::new(path)).map_err(|e| e.to_string())?;
             for t in &spec.tables {
                 created.push(t.name.clone());
                 let _ = p.drop_table(&t.name).await;
             }
-            crate::knowledge::knowdb::load(Path::new(path), p.as_ref()).await.map_err(|e| e.to_string())?;
+            omlet::knowledge::knowdb::load(Path::new(path), p.as_ref()).await.map_err(|e| e.to_string())?;
         }
     }
     let knowledge = provider.map(|p| Arc::new(Knowledge::new(p)));
     let output = match mode {
         Mode::Wasm => {
-            let component = crate::build::component_for(&program).map_err(|e| e.to_string())?;
+            let component = omlet::build::component_for(&program).map_err(|e| e.to_string())?;
             let rule = engine.load(&component, knowledge).await.map_err(|e| e.to_string())?;
             rule.evaluate(&input).await.map_err(|e| e.to_string())?
         }
@@ -251,7 +251,7 @@ impl Host for NativeHost {
         Ok(self.bound.get(statement as usize).map(|b| b.columns.clone()).unwrap_or_default())
     }
     fn now(&mut self) -> (i64, i32) {
-        crate::clock::now()
+        omlet::clock::now()
     }
 }
 
@@ -331,7 +331,7 @@ impl TestDb {
     /// needs the right to create databases. A SQLite URL is used as it is,
     /// and not removed.
     pub async fn create(url: &str) -> Result<TestDb> {
-        use crate::knowledge::config::connect;
+        use omlet::knowledge::config::connect;
         let timeout = std::time::Duration::from_secs(10);
         if url.starts_with("sqlite") {
             return Ok(TestDb { provider: connect(url, 1, timeout).await?.into_dyn(), admin: None });

@@ -6,7 +6,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use omlet::build::RuleSource;
-use omlet::conformance::{NativeHost, load_knowledge, read_cases};
+use omlet_cli::conformance::{NativeHost, load_knowledge, read_cases};
+
+use crate::root;
 use omlet::record::{self, Record};
 use omlet_lang::value::{Field, Value, obj_insert};
 use proptest::prelude::*;
@@ -58,7 +60,7 @@ fn shape(r: &Record) -> (String, Vec<(String, &'static str)>) {
 fn wasm_and_native_agree_on_generated_records() {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let engine = omlet::Engine::new().unwrap();
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/conformance");
+    let dir = root().join("tests/conformance");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
     files.sort();
     let mut rules_checked = 0;

@@ -3,10 +3,12 @@
 
 use std::path::PathBuf;
 
-use omlet::conformance::{Mode, run_file};
+use omlet_cli::conformance::{Mode, run_file};
+
+use crate::root;
 
 fn corpus() -> Vec<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/conformance");
+    let dir = root().join("tests/conformance");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .map(|e| e.unwrap().path())
@@ -46,7 +48,7 @@ async fn corpus_passes_natively() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn example_tests_pass_both_ways() {
     let engine = omlet::Engine::new().unwrap();
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    let root = root().join("examples");
     let mut n = 0;
     for ex in ["nginx", "sysmon", "apt"] {
         for mode in [Mode::Wasm, Mode::Native] {
@@ -65,8 +67,8 @@ async fn example_tests_pass_both_ways() {
 /// file; `scripts/refresh-corpus.sh` brings it up to date.
 #[test]
 fn vendored_corpus_matches_the_shared_one() {
-    let ours = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/conformance");
-    let shared = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/conformance");
+    let ours = root().join("tests/conformance");
+    let shared = root().join("../shared/conformance");
     if !shared.is_dir() {
         eprintln!("no {} here: nothing to compare the vendored corpus with", shared.display());
         return;

@@ -1,11 +1,8 @@
 //! The `omlet` command line on real files: build, inspect and run.
 
-use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap()
-}
+use crate::root;
 
 fn omlet(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_omlet")).args(args).current_dir(root()).stdin(Stdio::null()).output().unwrap()
@@ -172,17 +169,17 @@ fn every_rule_in_the_repository_is_formatted_and_fmt_fixes_layout() {
     assert!(omlet(&["fmt", "--check", f.to_str().unwrap()]).status.success());
 }
 
-/// Every `cargo run -q -p omlet -- …` line in the examples' READMEs works as
+/// Every `cargo run -q -p omlet-cli -- …` line in the examples' READMEs works as
 /// written (from the repository root), with the exit status it promises.
 #[test]
 fn example_readme_commands_work() {
     let mut ran = 0;
     for ex in ["nginx", "sysmon", "apt", "ruleset"] {
         let readme = std::fs::read_to_string(root().join("examples").join(ex).join("README.md")).unwrap();
-        for line in readme.lines().filter(|l| l.starts_with("cargo run -q -p omlet -- ")) {
+        for line in readme.lines().filter(|l| l.starts_with("cargo run -q -p omlet-cli -- ")) {
             let (command, comment) = line.split_once("  # ").unwrap_or((line, ""));
             let expect = if comment.starts_with("exits 1") { 1 } else { 0 };
-            let args: Vec<&str> = command["cargo run -q -p omlet -- ".len()..].split_whitespace().collect();
+            let args: Vec<&str> = command["cargo run -q -p omlet-cli -- ".len()..].split_whitespace().collect();
             let out = omlet(&args);
             assert_eq!(out.status.code(), Some(expect), "examples/{ex}/README.md: {line}\n{}", text(&out.stderr));
             ran += 1;
@@ -247,7 +244,8 @@ fn a_flood_of_errors_on_one_long_line_is_capped() {
 fn a_rule_nested_thousands_deep_is_a_compile_error() {
     let dir = tempfile::tempdir().unwrap();
     let rule = dir.path().join("deep.oml");
-    std::fs::write(&rule, format!("name : t\n---\nv = {}chars(x){} ;\n", "object { a = ".repeat(3000), " ; }".repeat(3000))).unwrap();
+    std::fs::write(&rule, format!("name : t\n---\nv = {}chars(x){} ;\n", "object { a = ".repeat(3000), " ; }".repeat(3000)))
+        .unwrap();
     for cmd in ["check", "fmt"] {
         let out = omlet(&[cmd, rule.to_str().unwrap()]);
         assert_eq!(out.status.code(), Some(1), "{cmd}: {}", text(&out.stderr));
