@@ -27,8 +27,7 @@
 //! a character); MySQL and MariaDB connections run with
 //! `NO_BACKSLASH_ESCAPES` so that the database reads them the same way.
 
-/// OML's helper functions (spec: SQL helpers): always allowed.
-pub const HELPERS: &[&str] = &["ip4_int", "ip4_between", "cidr4_min", "cidr4_max", "cidr4_contains", "ip4_text", "trim_quotes"];
+use super::HELPER_FUNCTIONS as HELPERS;
 
 /// What statements may reach.
 #[derive(Debug, Clone, Default)]

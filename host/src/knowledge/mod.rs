@@ -24,197 +24,34 @@
 //! missing table or column fails the load with the rule's file and line, and
 //! only those statements can ever run for that rule (the allow-list).
 
+mod batching;
 pub mod config;
 pub mod guard;
 pub mod knowdb;
 mod lanes;
 pub mod mysql;
 pub mod postgres;
+mod provider;
+mod sql;
 pub mod sqlite;
+mod stats;
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use omlet_lang::Cell;
 use omlet_lang::ir::SqlStatement;
 
+pub use batching::BatchPlan;
+use batching::{Pending, batch_select};
 pub use config::{CacheMode, KnowledgeConfig, OnLookupError};
+pub use provider::{BoxFuture, ParamType, Placeholders, Prepared, Provider, coerce};
+pub(crate) use provider::{quote_ident, table_sql};
+pub use sql::{HELPER_FUNCTIONS, qualify_helpers, rewrite_helper_calls, rewrite_placeholders};
+pub use stats::{AtomicHistogram, Histogram, StatementStats, Stats};
 
 use crate::{Error, Result};
-
-/// The boxed `Send` future that [`Provider`] methods return, so that the
-/// trait can be used as `dyn Provider`.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
-/// How a provider writes positional parameters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Placeholders {
-    /// `?` for each occurrence (SQLite, MySQL).
-    Question,
-    /// `$1`, `$2`, … (PostgreSQL).
-    Dollar,
-}
-
-/// The type a provider expects for a parameter, when it says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ParamType {
-    /// Not known (SQLite and MySQL do not say): the value is bound as it is.
-    Any,
-    /// PostgreSQL `INT2`; a value out of range binds NULL.
-    Int16,
-    /// PostgreSQL `INT4`; a value out of range binds NULL.
-    Int32,
-    /// PostgreSQL `INT8`.
-    Int64,
-    /// PostgreSQL `FLOAT4` or `FLOAT8`.
-    Float,
-    /// PostgreSQL text, and every type not listed here.
-    Text,
-    /// PostgreSQL `BOOL`, bound from an integer (non-zero is true).
-    Bool,
-    /// PostgreSQL `BYTEA`.
-    Bytes,
-}
-
-/// What preparing a statement tells.
-#[derive(Debug, Clone, Default)]
-pub struct Prepared {
-    /// Names of the result columns, in order.
-    pub columns: Vec<String>,
-    /// One per placeholder, if the database types parameters; else empty.
-    pub params: Vec<ParamType>,
-}
-
-/// One database behind `knowledge.query`.
-pub trait Provider: Send + Sync + 'static {
-    /// For messages: `sqlite`, `postgres`, `mysql`.
-    fn kind(&self) -> &'static str;
-    /// How this provider's SQL writes positional parameters.
-    fn placeholders(&self) -> Placeholders;
-    /// Adapts a statement, still with its `:name` parameters, to this
-    /// provider (for example, how the helper functions are reached; a
-    /// parameter may be repeated). The default keeps it.
-    fn rewrite_sql(&self, sql: String) -> String {
-        sql
-    }
-    /// How many lookups this provider runs at once (its lookup
-    /// connections); batching of misses is sized from it (`batch_slots`).
-    /// The default is 1.
-    fn lookup_connections(&self) -> usize {
-        1
-    }
-    /// Prepares a statement (in this provider's dialect).
-    fn prepare<'a>(&'a self, sql: &'a str) -> BoxFuture<'a, Result<Prepared, String>>;
-    /// Runs a bound statement and returns its first row.
-    fn query_first<'a>(&'a self, stmt: &'a BoundStatement, params: Vec<Cell>)
-    -> BoxFuture<'a, Result<Option<Vec<Cell>>, String>>;
-    /// Runs a batch plan for several keys; returns every matching row, its key first.
-    fn query_many<'a>(&'a self, plan: &'a BatchPlan, keys: Vec<Cell>) -> BoxFuture<'a, Result<Vec<Vec<Cell>>, String>>;
-    /// Checks that a batch plan runs here (prepares it).
-    fn prepare_many<'a>(&'a self, plan: &'a BatchPlan) -> BoxFuture<'a, Result<(), String>>;
-
-    /// `CREATE TABLE` in this dialect, from column types in SQLite's terms
-    /// (INTEGER, REAL, TEXT, BLOB, optionally PRIMARY KEY).
-    fn create_table_sql(&self, table: &str, columns: &[String], types: &[String]) -> String;
-
-    /// Creates `table` and inserts `rows` (all or nothing). Used by the
-    /// knowdb loader and `omlet test`.
-    fn load_table<'a>(
-        &'a self,
-        table: &'a str,
-        columns: &'a [String],
-        types: &'a [String],
-        rows: &'a [Vec<Cell>],
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(async move {
-            self.execute(&self.create_table_sql(table, columns, types)).await?;
-            self.insert_rows(table, columns, rows, false).await.map(|_| ())
-        })
-    }
-    /// Inserts `rows` into an existing table. With `skip_bad`, a row the
-    /// database rejects is skipped (and counted) instead of failing the load.
-    /// Returns (inserted, skipped).
-    fn insert_rows<'a>(
-        &'a self,
-        table: &'a str,
-        columns: &'a [String],
-        rows: &'a [Vec<Cell>],
-        skip_bad: bool,
-    ) -> BoxFuture<'a, Result<(u64, u64)>>;
-    /// Drops `table` if it exists.
-    fn drop_table<'a>(&'a self, table: &'a str) -> BoxFuture<'a, Result<()>>;
-    /// The number of rows in `table`.
-    fn count<'a>(&'a self, table: &'a str) -> BoxFuture<'a, Result<i64>>;
-    /// Runs one administrative statement (DDL) outside the allow-list.
-    fn execute<'a>(&'a self, sql: &'a str) -> BoxFuture<'a, Result<()>>;
-    /// Closes the pool.
-    fn close<'a>(&'a self) -> BoxFuture<'a, ()>;
-}
-
-/// `CREATE TABLE` and `INSERT` texts for a dialect: `quote` wraps
-/// identifiers, `ty` maps a SQLite column type, `ph(i)` writes placeholder i.
-/// `name` as a quoted SQL identifier (`"a""b"`, or with backquotes for MySQL).
-pub(crate) fn quote_ident(name: &str, quote: char) -> String {
-    format!("{quote}{}{quote}", name.replace(quote, &format!("{quote}{quote}")))
-}
-
-pub(crate) fn table_sql(
-    table: &str,
-    columns: &[String],
-    types: &[String],
-    quote: char,
-    ty: impl Fn(&str) -> String,
-    ph: impl Fn(usize) -> String,
-) -> (String, String) {
-    let q = |s: &str| quote_ident(s, quote);
-    let cols: Vec<String> = columns
-        .iter()
-        .enumerate()
-        .map(|(i, c)| format!("{} {}", q(c), ty(types.get(i).map(String::as_str).unwrap_or("TEXT"))))
-        .collect();
-    let create = format!("create table {} ({})", q(table), cols.join(", "));
-    let insert = format!("insert into {} values ({})", q(table), (1..=columns.len()).map(&ph).collect::<Vec<_>>().join(", "));
-    (create, insert)
-}
-
-/// Coerces a parameter to the type the database expects, the way SQLite's
-/// affinity would compare it; `Null` when it cannot be (it then matches nothing).
-pub fn coerce(c: Cell, ty: ParamType) -> Cell {
-    match (ty, c) {
-        (ParamType::Any, c) | (_, c @ Cell::Null) => c,
-        (ParamType::Int16 | ParamType::Int32 | ParamType::Int64 | ParamType::Bool, c) => {
-            let i =
-                match c {
-                    Cell::Integer(i) => Some(i),
-                    Cell::Real(f) if f.fract() == 0.0 && f.abs() < 9.2e18 => Some(f as i64),
-                    Cell::Text(s) => s.trim().parse::<i64>().ok().or_else(|| {
-                        s.trim().parse::<f64>().ok().filter(|f| f.fract() == 0.0 && f.abs() < 9.2e18).map(|f| f as i64)
-                    }),
-                    _ => None,
-                };
-            let fits = |i: i64| match ty {
-                ParamType::Int16 => i16::try_from(i).is_ok(),
-                ParamType::Int32 => i32::try_from(i).is_ok(),
-                _ => true,
-            };
-            i.filter(|i| fits(*i)).map(Cell::Integer).unwrap_or(Cell::Null)
-        }
-        (ParamType::Float, Cell::Integer(i)) => Cell::Real(i as f64),
-        (ParamType::Float, Cell::Text(s)) => s.trim().parse().map(Cell::Real).unwrap_or(Cell::Null),
-        (ParamType::Float, c @ Cell::Real(_)) => c,
-        (ParamType::Float, Cell::Blob(_)) => Cell::Null,
-        (ParamType::Text, Cell::Integer(i)) => Cell::Text(i.to_string()),
-        (ParamType::Text, Cell::Real(f)) => Cell::Text(f.to_string()),
-        (ParamType::Text, Cell::Blob(b)) => Cell::Text(String::from_utf8_lossy(&b).into_owned()),
-        (ParamType::Text, c @ Cell::Text(_)) => c,
-        (ParamType::Bytes, Cell::Text(s)) => Cell::Blob(s.into_bytes()),
-        (ParamType::Bytes, c @ Cell::Blob(_)) => c,
-        (ParamType::Bytes, _) => Cell::Null,
-    }
-}
 
 /// A statement bound to a provider: rewritten, prepared, described.
 #[derive(Debug, Clone)]
@@ -232,163 +69,6 @@ pub struct BoundStatement {
     pub stats: usize,
     /// Set when the statement is a single-key lookup whose misses can be batched.
     pub batch: Option<BatchPlan>,
-}
-
-/// How to fetch many keys of a single-key lookup (`… where col = :p`) at once.
-#[derive(Debug, Clone)]
-pub struct BatchPlan {
-    /// `select col, <columns> from table where col`: the provider appends
-    /// `= ANY($1)` or `in (?, …)`. The key comes back as the first column.
-    pub select: String,
-    /// The type of the single parameter (from the single-key statement).
-    pub key_type: ParamType,
-}
-
-/// The batch form of a statement, if it is `select C from T where K = :p`.
-fn batch_select(s: &SqlStatement) -> Option<String> {
-    let [param] = s.params.as_slice() else { return None };
-    let where_at = s.sql.find(" where ")?;
-    let cond = &s.sql[where_at + 7..];
-    let (col, rhs) = cond.split_once(" = ")?;
-    if rhs != format!(":{param}") || !col.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_') {
-        return None;
-    }
-    let cols = if s.columns.len() == 1 && s.columns[0] == "*" { format!("{}.*", s.table) } else { s.columns.join(",") };
-    Some(format!("select {col}, {cols} from {} where {col}", s.table))
-}
-
-/// Latency histogram: counts per power-of-two bucket of microseconds.
-#[derive(Debug, Default, Clone)]
-pub struct Histogram {
-    /// `buckets[i]` counts latencies in `[2^(i-1), 2^i)` µs (`buckets[0]`: under 1 µs).
-    pub buckets: [u64; 24],
-    /// Latencies recorded.
-    pub count: u64,
-    /// Their sum, in µs (for the mean).
-    pub total_us: f64,
-}
-
-impl Histogram {
-    /// Counts one latency; 2^22 µs (about 4 s) and more go to the last bucket.
-    pub fn record(&mut self, d: Duration) {
-        let us = d.as_secs_f64() * 1e6;
-        let i = if us < 1.0 { 0 } else { (us.log2() as usize + 1).min(23) };
-        self.buckets[i] += 1;
-        self.count += 1;
-        self.total_us += us;
-    }
-
-    /// Upper bound (µs) of the bucket holding quantile `q` (0..1);
-    /// `f64::INFINITY` when nothing was recorded.
-    pub fn quantile_us(&self, q: f64) -> f64 {
-        let target = (self.count as f64 * q).ceil() as u64;
-        let mut seen = 0;
-        for (i, n) in self.buckets.iter().enumerate() {
-            seen += n;
-            if seen >= target.max(1) {
-                return (1u64 << i) as f64;
-            }
-        }
-        f64::INFINITY
-    }
-}
-
-/// A latency histogram that records without locks (for cache hits).
-#[derive(Debug, Default)]
-pub struct AtomicHistogram {
-    buckets: [AtomicU64; 24],
-    count: AtomicU64,
-    total_ns: AtomicU64,
-}
-
-impl AtomicHistogram {
-    /// Counts one latency, as [`Histogram::record`] does.
-    pub fn record(&self, d: Duration) {
-        let us = d.as_secs_f64() * 1e6;
-        let i = if us < 1.0 { 0 } else { (us.log2() as usize + 1).min(23) };
-        self.buckets[i].fetch_add(1, Ordering::Relaxed);
-        self.count.fetch_add(1, Ordering::Relaxed);
-        self.total_ns.fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
-    }
-
-    /// A copy of the counts so far. Not atomic as a whole: a latency
-    /// recorded meanwhile may be in some fields and not yet in others.
-    pub fn snapshot(&self) -> Histogram {
-        let mut h = Histogram::default();
-        for (i, b) in self.buckets.iter().enumerate() {
-            h.buckets[i] = b.load(Ordering::Relaxed);
-        }
-        h.count = self.count.load(Ordering::Relaxed);
-        h.total_us = self.total_ns.load(Ordering::Relaxed) as f64 / 1e3;
-        h
-    }
-}
-
-/// Per-statement figures.
-#[derive(Debug, Default, Clone)]
-pub struct StatementStats {
-    /// The statement in the provider's dialect. Rules that bind the same
-    /// text share one entry.
-    pub sql: String,
-    /// Database round trips sent (a batched query counts once).
-    pub queries: u64,
-    /// Round trips that failed or timed out.
-    pub errors: u64,
-    /// Database round trips.
-    pub latency: Histogram,
-}
-
-/// Counters shared by every rule bound to the same knowledge.
-#[derive(Debug, Default)]
-pub struct Stats {
-    /// Lookups that reached the host (the guest cache missed).
-    pub lookups: AtomicU64,
-    /// Shared-cache hits.
-    pub hits: AtomicU64,
-    /// Shared-cache misses; concurrent misses on one key count each, though
-    /// they share one query. Not counted in bypass mode.
-    pub misses: AtomicU64,
-    /// Queries sent to the database.
-    pub queries: AtomicU64,
-    /// Lookups answered by a batched query.
-    pub batched: AtomicU64,
-    /// How long shared-cache hits take (the cache layer's latency).
-    pub hit_latency: AtomicHistogram,
-    /// Queries that failed or timed out (a failed batch counts once).
-    pub errors: AtomicU64,
-    /// Per-statement figures, indexed by [`BoundStatement::stats`].
-    pub statements: Mutex<Vec<StatementStats>>,
-}
-
-impl Stats {
-    fn get(&self, a: &AtomicU64) -> u64 {
-        a.load(Ordering::Relaxed)
-    }
-
-    /// A JSON summary (for `omlet run --stats json`).
-    pub fn to_json(&self) -> serde_json::Value {
-        let stmts = self.statements.lock().map(|s| s.clone()).unwrap_or_default();
-        let h = self.hit_latency.snapshot();
-        let hit = serde_json::json!({
-            "p50": h.quantile_us(0.5),
-            "p95": h.quantile_us(0.95),
-            "mean": if h.count > 0 { h.total_us / h.count as f64 } else { 0.0 },
-        });
-        serde_json::json!({
-            "lookups": self.get(&self.lookups),
-            "cache_hits": self.get(&self.hits),
-            "cache_misses": self.get(&self.misses),
-            "queries": self.get(&self.queries),
-            "batched_lookups": self.get(&self.batched),
-            "shared_cache_hit_us": hit,
-            "errors": self.get(&self.errors),
-            "statements": stmts.iter().map(|s| serde_json::json!({
-                "sql": s.sql, "queries": s.queries, "errors": s.errors,
-                "p50_us": s.latency.quantile_us(0.5), "p95_us": s.latency.quantile_us(0.95),
-                "mean_us": if s.latency.count > 0 { s.latency.total_us / s.latency.count as f64 } else { 0.0 },
-            })).collect::<Vec<_>>(),
-        })
-    }
 }
 
 #[derive(Clone, Hash, PartialEq, Eq)]
@@ -438,71 +118,6 @@ impl std::fmt::Display for LookupError {
 impl std::error::Error for LookupError {}
 
 type Row = Option<Arc<Vec<Cell>>>;
-
-/// How many queries of one batchable statement may be in flight before
-/// further misses wait to be batched: a quarter of the provider's lookup
-/// connections, at least 2 (but no more than there are connections). A
-/// larger share keeps more single-key queries in flight at high load, where
-/// fewer, larger batches answer more lookups per round trip; on this
-/// project's 2-core machine a quarter did better than all of them at c=16
-/// and c=64 and no worse at c=4 (BENCHMARKS.md).
-fn batch_slots(connections: usize) -> usize {
-    (connections / 4).max(2).min(connections.max(1))
-}
-
-/// One batchable statement's misses: how many of its queries are in flight,
-/// and the misses that arrived while all of them were.
-#[derive(Default)]
-struct Pending {
-    in_flight: usize,
-    queue: Vec<(Cell, Waiter)>,
-}
-
-/// Holds one of a statement's query slots; giving it back hands queued
-/// misses to the next query first. If the lookup that holds it is dropped
-/// mid-way (its caller gave up), the slot is freed and the misses queued
-/// behind it are told, rather than left waiting for a query that may never
-/// come.
-struct Slot<'k> {
-    pending: &'k Mutex<std::collections::HashMap<usize, Pending>>,
-    stmt: usize,
-    done: bool,
-}
-
-impl Slot<'_> {
-    /// The misses that queued while this slot's query ran (keeping the
-    /// slot), or `None` after freeing it when there are none.
-    fn next(&mut self) -> Option<Vec<(Cell, Waiter)>> {
-        let mut pending = self.pending.lock().ok()?;
-        let p = pending.entry(self.stmt).or_default();
-        if p.queue.is_empty() {
-            p.in_flight = p.in_flight.saturating_sub(1);
-            self.done = true;
-            None
-        } else {
-            Some(std::mem::take(&mut p.queue))
-        }
-    }
-}
-
-impl Drop for Slot<'_> {
-    fn drop(&mut self) {
-        if self.done {
-            return;
-        }
-        let queued = match self.pending.lock() {
-            Ok(mut pending) => {
-                let p = pending.entry(self.stmt).or_default();
-                p.in_flight = p.in_flight.saturating_sub(1);
-                std::mem::take(&mut p.queue)
-            }
-            Err(_) => Vec::new(),
-        };
-        for (_, tx) in queued {
-            let _ = tx.send(Err(LookupError::failed("the lookup that was to run this one was cancelled")));
-        }
-    }
-}
 
 /// A provider plus generation, shared cache, policy and counters.
 pub struct Knowledge {
@@ -707,84 +322,6 @@ impl Knowledge {
         }
     }
 
-    /// A lookup the caches could not answer. When the statement allows
-    /// batching, it runs at once if fewer of the statement's queries are in
-    /// flight than [`batch_slots`]; otherwise it waits, and every miss that
-    /// waited goes in one query as soon as one of those finishes. So a light
-    /// load pays no wait for batching, and a heavy one sends fewer, larger
-    /// queries.
-    async fn miss(&self, stmt: &BoundStatement, bound: Vec<Cell>) -> Result<Option<Vec<Cell>>, LookupError> {
-        let Some(plan) = &stmt.batch else {
-            return self.fetch(stmt, bound).await;
-        };
-        let key = bound.into_iter().next().unwrap_or(Cell::Null);
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let runs_now = {
-            let mut pending = self.pending.lock().map_err(|_| LookupError::failed("lookup queue poisoned"))?;
-            let p = pending.entry(stmt.stats).or_default();
-            if p.in_flight < batch_slots(self.provider.lookup_connections()) {
-                p.in_flight += 1;
-                Some((key, tx))
-            } else {
-                p.queue.push((key, tx));
-                None
-            }
-        };
-        if let Some(first) = runs_now {
-            let mut slot = Slot { pending: &self.pending, stmt: stmt.stats, done: false };
-            let mut batch = vec![first];
-            loop {
-                self.flush(stmt, plan, batch).await;
-                match slot.next() {
-                    Some(queued) => batch = queued,
-                    None => break,
-                }
-            }
-        }
-        rx.await.unwrap_or_else(|_| Err(LookupError::failed("the batched lookup was dropped")))
-    }
-
-    async fn flush(&self, stmt: &BoundStatement, plan: &BatchPlan, batch: Vec<(Cell, Waiter)>) {
-        if batch.len() == 1 {
-            let (key, tx) = batch.into_iter().next().unwrap_or_else(|| unreachable!());
-            let _ = tx.send(self.fetch(stmt, vec![key]).await);
-            return;
-        }
-        self.stats.batched.fetch_add(batch.len() as u64, Ordering::Relaxed);
-        let keys: Vec<Cell> = batch.iter().map(|(k, _)| coerce(k.clone(), plan.key_type)).collect();
-        let mut distinct: Vec<Cell> = Vec::with_capacity(keys.len());
-        for k in &keys {
-            if !matches!(k, Cell::Null) && !distinct.contains(k) {
-                distinct.push(k.clone());
-            }
-        }
-        let rows = self.timed(stmt, self.provider.query_many(plan, distinct)).await;
-        let rows = match rows {
-            Ok(rows) => rows,
-            // One key the database refuses (text with a NUL byte on
-            // PostgreSQL, say) fails the whole query: ask again key by key,
-            // so that only that key's lookup fails. A timeout is not retried:
-            // the keys would wait out the timeout once each.
-            Err(e) if e.kind != LookupErrorKind::Timeout => {
-                tracing::debug!(statement = %stmt.sql, error = %e, "batched lookup failed; retrying its keys one by one");
-                for (key, tx) in batch {
-                    let _ = tx.send(self.fetch(stmt, vec![key]).await);
-                }
-                return;
-            }
-            Err(e) => {
-                for (_, tx) in batch {
-                    let _ = tx.send(Err(e.clone()));
-                }
-                return;
-            }
-        };
-        for ((_, tx), key) in batch.into_iter().zip(keys) {
-            let answer = rows.iter().find(|r| r.first().is_some_and(|k| same_key(k, &key))).map(|r| r[1..].to_vec());
-            let _ = tx.send(Ok(answer));
-        }
-    }
-
     /// One database round trip, with the timeout and the counters.
     async fn fetch(&self, stmt: &BoundStatement, bound: Vec<Cell>) -> Result<Option<Vec<Cell>>, LookupError> {
         self.timed(stmt, self.provider.query_first(stmt, bound)).await
@@ -817,22 +354,6 @@ impl Knowledge {
     }
 }
 
-type Waiter = tokio::sync::oneshot::Sender<Result<Option<Vec<Cell>>, LookupError>>;
-
-/// Whether a key the database returned is the key a lookup asked for.
-fn same_key(returned: &Cell, asked: &Cell) -> bool {
-    match (returned, asked) {
-        (Cell::Integer(a), Cell::Integer(b)) => a == b,
-        (Cell::Real(a), Cell::Real(b)) => a == b,
-        (Cell::Integer(a), Cell::Real(b)) | (Cell::Real(b), Cell::Integer(a)) => *a as f64 == *b,
-        (Cell::Text(a), Cell::Text(b)) => a == b,
-        (Cell::Blob(a), Cell::Blob(b)) => a == b,
-        (Cell::Integer(a), Cell::Text(b)) | (Cell::Text(b), Cell::Integer(a)) => b.trim().parse::<i64>() == Ok(*a),
-        (Cell::Real(a), Cell::Text(b)) | (Cell::Text(b), Cell::Real(a)) => b.trim().parse::<f64>() == Ok(*a),
-        _ => false,
-    }
-}
-
 /// A compact, exact key for a parameter list.
 fn encode(params: &[Cell]) -> Vec<u8> {
     let mut k = Vec::with_capacity(params.len() * 9);
@@ -840,121 +361,10 @@ fn encode(params: &[Cell]) -> Vec<u8> {
     k
 }
 
-/// The SQL helper functions of spec §8.11.4.
-pub const HELPER_FUNCTIONS: &[&str] =
-    &["ip4_int", "ip4_between", "cidr4_min", "cidr4_max", "cidr4_contains", "ip4_text", "trim_quotes"];
-
-/// Copies `sql`, passing quoted strings through untouched; everywhere else
-/// `at(sql, i, out)` may write a replacement for what starts at byte `i` and
-/// return where to go on, or `None` to copy the character as it is.
-fn rewrite_outside_quotes(sql: &str, mut at: impl FnMut(&str, usize, &mut String) -> Option<usize>) -> String {
-    let b = sql.as_bytes();
-    let mut out = String::with_capacity(sql.len() + 16);
-    let mut i = 0;
-    while i < b.len() {
-        let c = b[i];
-        if c == b'\'' || c == b'"' {
-            let end = sql[i + 1..].find(c as char).map(|e| i + 1 + e + 1).unwrap_or(b.len());
-            out.push_str(&sql[i..end]);
-            i = end;
-        } else if let Some(next) = at(sql, i, &mut out) {
-            i = next;
-        } else {
-            let ch = sql[i..].chars().next().unwrap_or(' ');
-            out.push(ch);
-            i += ch.len_utf8();
-        }
-    }
-    out
-}
-
-fn is_ident(c: u8) -> bool {
-    c.is_ascii_alphanumeric() || c == b'_'
-}
-
-/// Rewrites every call of a helper function (outside quotes) to
-/// `write(name, args)`, where each argument has had its own calls rewritten
-/// first. A call whose parentheses do not close is left as it is, for the
-/// database to reject with its own message.
-pub fn rewrite_helper_calls(sql: &str, write: &dyn Fn(&str, &[String]) -> String) -> String {
-    rewrite_outside_quotes(sql, |sql, i, out| {
-        let b = sql.as_bytes();
-        if i > 0 && (is_ident(b[i - 1]) || b[i - 1] == b'.') {
-            return None;
-        }
-        let name =
-            HELPER_FUNCTIONS.iter().find(|n| sql[i..].starts_with(**n) && sql[i + n.len()..].trim_start().starts_with('('))?;
-        let open = i + name.len() + (sql[i + name.len()..].len() - sql[i + name.len()..].trim_start().len());
-        let (args, end) = call_arguments(sql, open + 1)?;
-        let args: Vec<String> = args.iter().map(|a| rewrite_helper_calls(a, write)).collect();
-        out.push_str(&write(name, &args));
-        Some(end)
-    })
-}
-
-/// Splits the arguments of a call whose `(` ends just before `start`, at
-/// top-level commas; returns them trimmed and the index after the `)`.
-fn call_arguments(sql: &str, start: usize) -> Option<(Vec<&str>, usize)> {
-    let b = sql.as_bytes();
-    let (mut depth, mut from, mut i) = (0usize, start, start);
-    let mut args = Vec::new();
-    while i < b.len() {
-        match b[i] {
-            q @ (b'\'' | b'"') => i += sql[i + 1..].find(q as char)? + 1,
-            b'(' => depth += 1,
-            b')' if depth > 0 => depth -= 1,
-            b')' => {
-                let last = sql[from..i].trim();
-                if !last.is_empty() || !args.is_empty() {
-                    args.push(last);
-                }
-                return Some((args, i + 1));
-            }
-            b',' if depth == 0 => {
-                args.push(sql[from..i].trim());
-                from = i + 1;
-            }
-            _ => {}
-        }
-        i += 1;
-    }
-    None
-}
-
-/// Prefixes calls of the helper functions with `schema.` (outside quotes).
-pub fn qualify_helpers(sql: &str, schema: &str) -> String {
-    rewrite_helper_calls(sql, &|name, args| format!("{schema}.{name}({})", args.join(", ")))
-}
-
-/// Rewrites `:name` parameters to positional placeholders. Returns the new
-/// SQL and, per placeholder, the index of the parameter in `params`. Quoted
-/// strings are left alone.
-pub fn rewrite_placeholders(sql: &str, params: &[String], style: Placeholders) -> (String, Vec<usize>) {
-    let mut order = Vec::new();
-    let out = rewrite_outside_quotes(sql, |sql, i, out| {
-        let b = sql.as_bytes();
-        if b[i] != b':' || !b.get(i + 1).copied().is_some_and(is_ident) {
-            return None;
-        }
-        let end = i + 1 + b[i + 1..].iter().take_while(|c| is_ident(**c)).count();
-        match params.iter().position(|p| *p == sql[i + 1..end]) {
-            Some(idx) => {
-                order.push(idx);
-                match style {
-                    Placeholders::Question => out.push('?'),
-                    Placeholders::Dollar => out.push_str(&format!("${}", order.len())),
-                }
-            }
-            None => out.push_str(&sql[i..end]),
-        }
-        Some(end)
-    });
-    (out, order)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     /// The key the stand-in database refuses.
     const POISON: i64 = 13;

@@ -1,0 +1,196 @@
+//! Batching misses under load: while a quarter of a statement's lookup
+//! connections run it, further misses of a single-key lookup wait, and all
+//! that waited go in one `= ANY($1)` / `IN (…)` query when one returns. A
+//! batch the database refuses is retried key by key.
+
+use std::sync::Mutex;
+use std::sync::atomic::Ordering;
+
+use omlet_lang::Cell;
+use omlet_lang::ir::SqlStatement;
+
+use super::{BoundStatement, Knowledge, LookupError, LookupErrorKind, ParamType, coerce};
+
+/// How to fetch many keys of a single-key lookup (`… where col = :p`) at once.
+#[derive(Debug, Clone)]
+pub struct BatchPlan {
+    /// `select col, <columns> from table where col`: the provider appends
+    /// `= ANY($1)` or `in (?, …)`. The key comes back as the first column.
+    pub select: String,
+    /// The type of the single parameter (from the single-key statement).
+    pub key_type: ParamType,
+}
+
+/// The batch form of a statement, if it is `select C from T where K = :p`.
+pub(super) fn batch_select(s: &SqlStatement) -> Option<String> {
+    let [param] = s.params.as_slice() else { return None };
+    let where_at = s.sql.find(" where ")?;
+    let cond = &s.sql[where_at + 7..];
+    let (col, rhs) = cond.split_once(" = ")?;
+    if rhs != format!(":{param}") || !col.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_') {
+        return None;
+    }
+    let cols = if s.columns.len() == 1 && s.columns[0] == "*" { format!("{}.*", s.table) } else { s.columns.join(",") };
+    Some(format!("select {col}, {cols} from {} where {col}", s.table))
+}
+
+/// How many queries of one batchable statement may be in flight before
+/// further misses wait to be batched: a quarter of the provider's lookup
+/// connections, at least 2 (but no more than there are connections). A
+/// larger share keeps more single-key queries in flight at high load, where
+/// fewer, larger batches answer more lookups per round trip; on this
+/// project's 2-core machine a quarter did better than all of them at c=16
+/// and c=64 and no worse at c=4 (BENCHMARKS.md).
+pub(super) fn batch_slots(connections: usize) -> usize {
+    (connections / 4).max(2).min(connections.max(1))
+}
+
+/// One batchable statement's misses: how many of its queries are in flight,
+/// and the misses that arrived while all of them were.
+#[derive(Default)]
+pub(super) struct Pending {
+    pub(super) in_flight: usize,
+    pub(super) queue: Vec<(Cell, Waiter)>,
+}
+
+/// Holds one of a statement's query slots; giving it back hands queued
+/// misses to the next query first. If the lookup that holds it is dropped
+/// mid-way (its caller gave up), the slot is freed and the misses queued
+/// behind it are told, rather than left waiting for a query that may never
+/// come.
+struct Slot<'k> {
+    pending: &'k Mutex<std::collections::HashMap<usize, Pending>>,
+    stmt: usize,
+    done: bool,
+}
+
+impl Slot<'_> {
+    /// The misses that queued while this slot's query ran (keeping the
+    /// slot), or `None` after freeing it when there are none.
+    fn next(&mut self) -> Option<Vec<(Cell, Waiter)>> {
+        let mut pending = self.pending.lock().ok()?;
+        let p = pending.entry(self.stmt).or_default();
+        if p.queue.is_empty() {
+            p.in_flight = p.in_flight.saturating_sub(1);
+            self.done = true;
+            None
+        } else {
+            Some(std::mem::take(&mut p.queue))
+        }
+    }
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let queued = match self.pending.lock() {
+            Ok(mut pending) => {
+                let p = pending.entry(self.stmt).or_default();
+                p.in_flight = p.in_flight.saturating_sub(1);
+                std::mem::take(&mut p.queue)
+            }
+            Err(_) => Vec::new(),
+        };
+        for (_, tx) in queued {
+            let _ = tx.send(Err(LookupError::failed("the lookup that was to run this one was cancelled")));
+        }
+    }
+}
+
+type Waiter = tokio::sync::oneshot::Sender<Result<Option<Vec<Cell>>, LookupError>>;
+
+/// Whether a key the database returned is the key a lookup asked for.
+fn same_key(returned: &Cell, asked: &Cell) -> bool {
+    match (returned, asked) {
+        (Cell::Integer(a), Cell::Integer(b)) => a == b,
+        (Cell::Real(a), Cell::Real(b)) => a == b,
+        (Cell::Integer(a), Cell::Real(b)) | (Cell::Real(b), Cell::Integer(a)) => *a as f64 == *b,
+        (Cell::Text(a), Cell::Text(b)) => a == b,
+        (Cell::Blob(a), Cell::Blob(b)) => a == b,
+        (Cell::Integer(a), Cell::Text(b)) | (Cell::Text(b), Cell::Integer(a)) => b.trim().parse::<i64>() == Ok(*a),
+        (Cell::Real(a), Cell::Text(b)) | (Cell::Text(b), Cell::Real(a)) => b.trim().parse::<f64>() == Ok(*a),
+        _ => false,
+    }
+}
+
+impl Knowledge {
+    /// A lookup the caches could not answer. When the statement allows
+    /// batching, it runs at once if fewer of the statement's queries are in
+    /// flight than [`batch_slots`]; otherwise it waits, and every miss that
+    /// waited goes in one query as soon as one of those finishes. So a light
+    /// load pays no wait for batching, and a heavy one sends fewer, larger
+    /// queries.
+    pub(super) async fn miss(&self, stmt: &BoundStatement, bound: Vec<Cell>) -> Result<Option<Vec<Cell>>, LookupError> {
+        let Some(plan) = &stmt.batch else {
+            return self.fetch(stmt, bound).await;
+        };
+        let key = bound.into_iter().next().unwrap_or(Cell::Null);
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let runs_now = {
+            let mut pending = self.pending.lock().map_err(|_| LookupError::failed("lookup queue poisoned"))?;
+            let p = pending.entry(stmt.stats).or_default();
+            if p.in_flight < batch_slots(self.provider.lookup_connections()) {
+                p.in_flight += 1;
+                Some((key, tx))
+            } else {
+                p.queue.push((key, tx));
+                None
+            }
+        };
+        if let Some(first) = runs_now {
+            let mut slot = Slot { pending: &self.pending, stmt: stmt.stats, done: false };
+            let mut batch = vec![first];
+            loop {
+                self.flush(stmt, plan, batch).await;
+                match slot.next() {
+                    Some(queued) => batch = queued,
+                    None => break,
+                }
+            }
+        }
+        rx.await.unwrap_or_else(|_| Err(LookupError::failed("the batched lookup was dropped")))
+    }
+
+    async fn flush(&self, stmt: &BoundStatement, plan: &BatchPlan, batch: Vec<(Cell, Waiter)>) {
+        if batch.len() == 1 {
+            let (key, tx) = batch.into_iter().next().unwrap_or_else(|| unreachable!());
+            let _ = tx.send(self.fetch(stmt, vec![key]).await);
+            return;
+        }
+        self.stats.batched.fetch_add(batch.len() as u64, Ordering::Relaxed);
+        let keys: Vec<Cell> = batch.iter().map(|(k, _)| coerce(k.clone(), plan.key_type)).collect();
+        let mut distinct: Vec<Cell> = Vec::with_capacity(keys.len());
+        for k in &keys {
+            if !matches!(k, Cell::Null) && !distinct.contains(k) {
+                distinct.push(k.clone());
+            }
+        }
+        let rows = self.timed(stmt, self.provider.query_many(plan, distinct)).await;
+        let rows = match rows {
+            Ok(rows) => rows,
+            // One key the database refuses (text with a NUL byte on
+            // PostgreSQL, say) fails the whole query: ask again key by key,
+            // so that only that key's lookup fails. A timeout is not retried:
+            // the keys would wait out the timeout once each.
+            Err(e) if e.kind != LookupErrorKind::Timeout => {
+                tracing::debug!(statement = %stmt.sql, error = %e, "batched lookup failed; retrying its keys one by one");
+                for (key, tx) in batch {
+                    let _ = tx.send(self.fetch(stmt, vec![key]).await);
+                }
+                return;
+            }
+            Err(e) => {
+                for (_, tx) in batch {
+                    let _ = tx.send(Err(e.clone()));
+                }
+                return;
+            }
+        };
+        for ((_, tx), key) in batch.into_iter().zip(keys) {
+            let answer = rows.iter().find(|r| r.first().is_some_and(|k| same_key(k, &key))).map(|r| r[1..].to_vec());
+            let _ = tx.send(Ok(answer));
+        }
+    }
+}

@@ -1,0 +1,182 @@
+//! The `Provider` trait: what a database behind `knowledge.query` does, and
+//! the small types it speaks (placeholders, parameter types, what preparing
+//! tells), with the helpers every provider shares.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use omlet_lang::Cell;
+
+use super::{BatchPlan, BoundStatement};
+use crate::Result;
+
+/// The boxed `Send` future that [`Provider`] methods return, so that the
+/// trait can be used as `dyn Provider`.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// How a provider writes positional parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placeholders {
+    /// `?` for each occurrence (SQLite, MySQL).
+    Question,
+    /// `$1`, `$2`, … (PostgreSQL).
+    Dollar,
+}
+
+/// The type a provider expects for a parameter, when it says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParamType {
+    /// Not known (SQLite and MySQL do not say): the value is bound as it is.
+    Any,
+    /// PostgreSQL `INT2`; a value out of range binds NULL.
+    Int16,
+    /// PostgreSQL `INT4`; a value out of range binds NULL.
+    Int32,
+    /// PostgreSQL `INT8`.
+    Int64,
+    /// PostgreSQL `FLOAT4` or `FLOAT8`.
+    Float,
+    /// PostgreSQL text, and every type not listed here.
+    Text,
+    /// PostgreSQL `BOOL`, bound from an integer (non-zero is true).
+    Bool,
+    /// PostgreSQL `BYTEA`.
+    Bytes,
+}
+
+/// What preparing a statement tells.
+#[derive(Debug, Clone, Default)]
+pub struct Prepared {
+    /// Names of the result columns, in order.
+    pub columns: Vec<String>,
+    /// One per placeholder, if the database types parameters; else empty.
+    pub params: Vec<ParamType>,
+}
+
+/// One database behind `knowledge.query`.
+pub trait Provider: Send + Sync + 'static {
+    /// For messages: `sqlite`, `postgres`, `mysql`.
+    fn kind(&self) -> &'static str;
+    /// How this provider's SQL writes positional parameters.
+    fn placeholders(&self) -> Placeholders;
+    /// Adapts a statement, still with its `:name` parameters, to this
+    /// provider (for example, how the helper functions are reached; a
+    /// parameter may be repeated). The default keeps it.
+    fn rewrite_sql(&self, sql: String) -> String {
+        sql
+    }
+    /// How many lookups this provider runs at once (its lookup
+    /// connections); batching of misses is sized from it (`batch_slots`).
+    /// The default is 1.
+    fn lookup_connections(&self) -> usize {
+        1
+    }
+    /// Prepares a statement (in this provider's dialect).
+    fn prepare<'a>(&'a self, sql: &'a str) -> BoxFuture<'a, Result<Prepared, String>>;
+    /// Runs a bound statement and returns its first row.
+    fn query_first<'a>(&'a self, stmt: &'a BoundStatement, params: Vec<Cell>)
+    -> BoxFuture<'a, Result<Option<Vec<Cell>>, String>>;
+    /// Runs a batch plan for several keys; returns every matching row, its key first.
+    fn query_many<'a>(&'a self, plan: &'a BatchPlan, keys: Vec<Cell>) -> BoxFuture<'a, Result<Vec<Vec<Cell>>, String>>;
+    /// Checks that a batch plan runs here (prepares it).
+    fn prepare_many<'a>(&'a self, plan: &'a BatchPlan) -> BoxFuture<'a, Result<(), String>>;
+
+    /// `CREATE TABLE` in this dialect, from column types in SQLite's terms
+    /// (INTEGER, REAL, TEXT, BLOB, optionally PRIMARY KEY).
+    fn create_table_sql(&self, table: &str, columns: &[String], types: &[String]) -> String;
+
+    /// Creates `table` and inserts `rows` (all or nothing). Used by the
+    /// knowdb loader and `omlet test`.
+    fn load_table<'a>(
+        &'a self,
+        table: &'a str,
+        columns: &'a [String],
+        types: &'a [String],
+        rows: &'a [Vec<Cell>],
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            self.execute(&self.create_table_sql(table, columns, types)).await?;
+            self.insert_rows(table, columns, rows, false).await.map(|_| ())
+        })
+    }
+    /// Inserts `rows` into an existing table. With `skip_bad`, a row the
+    /// database rejects is skipped (and counted) instead of failing the load.
+    /// Returns (inserted, skipped).
+    fn insert_rows<'a>(
+        &'a self,
+        table: &'a str,
+        columns: &'a [String],
+        rows: &'a [Vec<Cell>],
+        skip_bad: bool,
+    ) -> BoxFuture<'a, Result<(u64, u64)>>;
+    /// Drops `table` if it exists.
+    fn drop_table<'a>(&'a self, table: &'a str) -> BoxFuture<'a, Result<()>>;
+    /// The number of rows in `table`.
+    fn count<'a>(&'a self, table: &'a str) -> BoxFuture<'a, Result<i64>>;
+    /// Runs one administrative statement (DDL) outside the allow-list.
+    fn execute<'a>(&'a self, sql: &'a str) -> BoxFuture<'a, Result<()>>;
+    /// Closes the pool.
+    fn close<'a>(&'a self) -> BoxFuture<'a, ()>;
+}
+
+/// `CREATE TABLE` and `INSERT` texts for a dialect: `quote` wraps
+/// identifiers, `ty` maps a SQLite column type, `ph(i)` writes placeholder i.
+/// `name` as a quoted SQL identifier (`"a""b"`, or with backquotes for MySQL).
+pub(crate) fn quote_ident(name: &str, quote: char) -> String {
+    format!("{quote}{}{quote}", name.replace(quote, &format!("{quote}{quote}")))
+}
+
+pub(crate) fn table_sql(
+    table: &str,
+    columns: &[String],
+    types: &[String],
+    quote: char,
+    ty: impl Fn(&str) -> String,
+    ph: impl Fn(usize) -> String,
+) -> (String, String) {
+    let q = |s: &str| quote_ident(s, quote);
+    let cols: Vec<String> = columns
+        .iter()
+        .enumerate()
+        .map(|(i, c)| format!("{} {}", q(c), ty(types.get(i).map(String::as_str).unwrap_or("TEXT"))))
+        .collect();
+    let create = format!("create table {} ({})", q(table), cols.join(", "));
+    let insert = format!("insert into {} values ({})", q(table), (1..=columns.len()).map(&ph).collect::<Vec<_>>().join(", "));
+    (create, insert)
+}
+
+/// Coerces a parameter to the type the database expects, the way SQLite's
+/// affinity would compare it; `Null` when it cannot be (it then matches nothing).
+pub fn coerce(c: Cell, ty: ParamType) -> Cell {
+    match (ty, c) {
+        (ParamType::Any, c) | (_, c @ Cell::Null) => c,
+        (ParamType::Int16 | ParamType::Int32 | ParamType::Int64 | ParamType::Bool, c) => {
+            let i =
+                match c {
+                    Cell::Integer(i) => Some(i),
+                    Cell::Real(f) if f.fract() == 0.0 && f.abs() < 9.2e18 => Some(f as i64),
+                    Cell::Text(s) => s.trim().parse::<i64>().ok().or_else(|| {
+                        s.trim().parse::<f64>().ok().filter(|f| f.fract() == 0.0 && f.abs() < 9.2e18).map(|f| f as i64)
+                    }),
+                    _ => None,
+                };
+            let fits = |i: i64| match ty {
+                ParamType::Int16 => i16::try_from(i).is_ok(),
+                ParamType::Int32 => i32::try_from(i).is_ok(),
+                _ => true,
+            };
+            i.filter(|i| fits(*i)).map(Cell::Integer).unwrap_or(Cell::Null)
+        }
+        (ParamType::Float, Cell::Integer(i)) => Cell::Real(i as f64),
+        (ParamType::Float, Cell::Text(s)) => s.trim().parse().map(Cell::Real).unwrap_or(Cell::Null),
+        (ParamType::Float, c @ Cell::Real(_)) => c,
+        (ParamType::Float, Cell::Blob(_)) => Cell::Null,
+        (ParamType::Text, Cell::Integer(i)) => Cell::Text(i.to_string()),
+        (ParamType::Text, Cell::Real(f)) => Cell::Text(f.to_string()),
+        (ParamType::Text, Cell::Blob(b)) => Cell::Text(String::from_utf8_lossy(&b).into_owned()),
+        (ParamType::Text, c @ Cell::Text(_)) => c,
+        (ParamType::Bytes, Cell::Text(s)) => Cell::Blob(s.into_bytes()),
+        (ParamType::Bytes, c @ Cell::Blob(_)) => c,
+        (ParamType::Bytes, _) => Cell::Null,
+    }
+}

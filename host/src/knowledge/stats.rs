@@ -1,0 +1,140 @@
+//! Counters and latency histograms of a knowledge base: what `--stats` and
+//! `Knowledge::stats` show.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Latency histogram: counts per power-of-two bucket of microseconds.
+#[derive(Debug, Default, Clone)]
+pub struct Histogram {
+    /// `buckets[i]` counts latencies in `[2^(i-1), 2^i)` µs (`buckets[0]`: under 1 µs).
+    pub buckets: [u64; 24],
+    /// Latencies recorded.
+    pub count: u64,
+    /// Their sum, in µs (for the mean).
+    pub total_us: f64,
+}
+
+impl Histogram {
+    /// Counts one latency; 2^22 µs (about 4 s) and more go to the last bucket.
+    pub fn record(&mut self, d: Duration) {
+        let us = d.as_secs_f64() * 1e6;
+        let i = if us < 1.0 { 0 } else { (us.log2() as usize + 1).min(23) };
+        self.buckets[i] += 1;
+        self.count += 1;
+        self.total_us += us;
+    }
+
+    /// Upper bound (µs) of the bucket holding quantile `q` (0..1);
+    /// `f64::INFINITY` when nothing was recorded.
+    pub fn quantile_us(&self, q: f64) -> f64 {
+        let target = (self.count as f64 * q).ceil() as u64;
+        let mut seen = 0;
+        for (i, n) in self.buckets.iter().enumerate() {
+            seen += n;
+            if seen >= target.max(1) {
+                return (1u64 << i) as f64;
+            }
+        }
+        f64::INFINITY
+    }
+}
+
+/// A latency histogram that records without locks (for cache hits).
+#[derive(Debug, Default)]
+pub struct AtomicHistogram {
+    buckets: [AtomicU64; 24],
+    count: AtomicU64,
+    total_ns: AtomicU64,
+}
+
+impl AtomicHistogram {
+    /// Counts one latency, as [`Histogram::record`] does.
+    pub fn record(&self, d: Duration) {
+        let us = d.as_secs_f64() * 1e6;
+        let i = if us < 1.0 { 0 } else { (us.log2() as usize + 1).min(23) };
+        self.buckets[i].fetch_add(1, Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.total_ns.fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    /// A copy of the counts so far. Not atomic as a whole: a latency
+    /// recorded meanwhile may be in some fields and not yet in others.
+    pub fn snapshot(&self) -> Histogram {
+        let mut h = Histogram::default();
+        for (i, b) in self.buckets.iter().enumerate() {
+            h.buckets[i] = b.load(Ordering::Relaxed);
+        }
+        h.count = self.count.load(Ordering::Relaxed);
+        h.total_us = self.total_ns.load(Ordering::Relaxed) as f64 / 1e3;
+        h
+    }
+}
+
+/// Per-statement figures.
+#[derive(Debug, Default, Clone)]
+pub struct StatementStats {
+    /// The statement in the provider's dialect. Rules that bind the same
+    /// text share one entry.
+    pub sql: String,
+    /// Database round trips sent (a batched query counts once).
+    pub queries: u64,
+    /// Round trips that failed or timed out.
+    pub errors: u64,
+    /// Database round trips.
+    pub latency: Histogram,
+}
+
+/// Counters shared by every rule bound to the same knowledge.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Lookups that reached the host (the guest cache missed).
+    pub lookups: AtomicU64,
+    /// Shared-cache hits.
+    pub hits: AtomicU64,
+    /// Shared-cache misses; concurrent misses on one key count each, though
+    /// they share one query. Not counted in bypass mode.
+    pub misses: AtomicU64,
+    /// Queries sent to the database.
+    pub queries: AtomicU64,
+    /// Lookups answered by a batched query.
+    pub batched: AtomicU64,
+    /// How long shared-cache hits take (the cache layer's latency).
+    pub hit_latency: AtomicHistogram,
+    /// Queries that failed or timed out (a failed batch counts once).
+    pub errors: AtomicU64,
+    /// Per-statement figures, indexed by [`BoundStatement::stats`].
+    pub statements: Mutex<Vec<StatementStats>>,
+}
+
+impl Stats {
+    fn get(&self, a: &AtomicU64) -> u64 {
+        a.load(Ordering::Relaxed)
+    }
+
+    /// A JSON summary (for `omlet run --stats json`).
+    pub fn to_json(&self) -> serde_json::Value {
+        let stmts = self.statements.lock().map(|s| s.clone()).unwrap_or_default();
+        let h = self.hit_latency.snapshot();
+        let hit = serde_json::json!({
+            "p50": h.quantile_us(0.5),
+            "p95": h.quantile_us(0.95),
+            "mean": if h.count > 0 { h.total_us / h.count as f64 } else { 0.0 },
+        });
+        serde_json::json!({
+            "lookups": self.get(&self.lookups),
+            "cache_hits": self.get(&self.hits),
+            "cache_misses": self.get(&self.misses),
+            "queries": self.get(&self.queries),
+            "batched_lookups": self.get(&self.batched),
+            "shared_cache_hit_us": hit,
+            "errors": self.get(&self.errors),
+            "statements": stmts.iter().map(|s| serde_json::json!({
+                "sql": s.sql, "queries": s.queries, "errors": s.errors,
+                "p50_us": s.latency.quantile_us(0.5), "p95_us": s.latency.quantile_us(0.95),
+                "mean_us": if s.latency.count > 0 { s.latency.total_us / s.latency.count as f64 } else { 0.0 },
+            })).collect::<Vec<_>>(),
+        })
+    }
+}
