@@ -779,9 +779,11 @@ impl<'s> Parser<'s> {
             } else if !word.is_empty() {
                 let c = self.peek();
                 if !(c.is_ascii_whitespace() || c == b',' || c == b')') {
-                    let span = Span::new(arg_start, self.pos + 1);
+                    // The offending character whole, even when it is not ASCII.
+                    let end = self.pos + self.src[self.pos..].chars().next().map_or(0, char::len_utf8);
+                    let span = Span::new(arg_start, end);
                     return self.err_hint(
-                        format!("invalid character in field name `{}`", &self.src[arg_start..=self.pos.min(self.src.len() - 1)]),
+                        format!("invalid character in field name `{}`", &self.src[arg_start..end]),
                         span,
                         "a field key uses letters, digits, `_`, `.`, `/`, `[` and `]`; use `option:[…]` for other names",
                     );

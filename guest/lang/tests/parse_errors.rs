@@ -66,3 +66,16 @@ fn reference_quirks_are_rejected_with_a_reason() {
     assert!(errors("name : t\n---\na* = chars(x) ;\n")[0].message.contains("batch"));
     assert!(errors("name : t\n---\nx = ip(300.1.1.1) ;\n")[0].message.contains("ip literal"));
 }
+
+/// Found by fuzzing (parse_compile): a non-ASCII character right after a
+/// field name sliced the source inside the character (a panic).
+#[test]
+fn a_non_ascii_character_in_a_field_name_is_an_error_not_a_panic() {
+    for text in
+        ["name : t\n---\nx = read(o\u{fffd}ion) ;\n", "name : t\n---\nx = read(a海) ;\n", "name : t\n---\nx = take(é) ;\n"]
+    {
+        let errors = omlet_lang::compile(&[omlet_lang::Source { file: "t.oml", text }], (0, 0)).unwrap_err();
+        let message = &errors[0].diagnostics[0].message;
+        assert!(message.starts_with("invalid character in field name") || message.contains("expected"), "{message}");
+    }
+}
