@@ -122,7 +122,8 @@ fn tree(r: &mut Reader<'_>, read: &mut u32, depth: u32) -> Result<Field<'static>
 
 /// The next record of `r`, of `size` nodes.
 fn record(r: &mut Reader<'_>, size: u32) -> Result<Record, String> {
-    let mut out = Vec::with_capacity(size as usize);
+    // The count comes from the guest: reserve a little, grow as nodes come.
+    let mut out = Vec::with_capacity((size as usize).min(4096));
     let mut read = 0;
     while read < size {
         out.push(tree(r, &mut read, 0)?);

@@ -167,7 +167,9 @@ pub struct Reader<'a> {
 pub type FrameError = &'static str;
 
 fn u32_at(b: &[u8], at: usize) -> Result<u32, FrameError> {
-    b.get(at..at + 4).map(|x| u32::from_le_bytes([x[0], x[1], x[2], x[3]])).ok_or("truncated frame")
+    b.get(at..at.checked_add(4).ok_or("truncated frame")?)
+        .map(|x| u32::from_le_bytes([x[0], x[1], x[2], x[3]]))
+        .ok_or("truncated frame")
 }
 
 impl<'a> Reader<'a> {
@@ -193,7 +195,7 @@ impl<'a> Reader<'a> {
 
     /// How many nodes record `i` has.
     pub fn size(&self, i: usize) -> Result<u32, FrameError> {
-        u32_at(self.sizes, i * 4)
+        u32_at(self.sizes, i.checked_mul(4).ok_or("record index out of range")?)
     }
 
     /// Whether every node has been read.

@@ -261,10 +261,8 @@ impl<'s> Parser<'s> {
                     let q = self.peek();
                     self.pos += 1;
                     while !self.at_end() && self.peek() != q && self.peek() != b'\n' {
-                        if self.peek() == b'\\' {
-                            self.pos += 1;
-                        }
-                        self.pos += 1;
+                        let step = if self.peek() == b'\\' { 2 } else { 1 };
+                        self.pos = (self.pos + step).min(self.b.len());
                     }
                 }
                 b';' if depth <= 0 => {
@@ -274,7 +272,8 @@ impl<'s> Parser<'s> {
                 b'\n' if depth < 0 => depth = 0,
                 _ => {}
             }
-            self.pos += 1;
+            // An unclosed quote may have run to the end: never step past it.
+            self.pos = (self.pos + 1).min(self.b.len());
         }
     }
 

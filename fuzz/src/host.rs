@@ -1,0 +1,117 @@
+//! Fuzz bodies for the host crate `omlet`: its frame decoder, JSONL/CSV
+//! input, JSON records, and the knowdb loader.
+//!
+//! `frame_host` uses the host's frame decoder, which is private
+//! (`mod wire`): the crate that includes this file compiles
+//! `host/src/wire.rs` in as `crate::wire`, with the `crate::record::Record`
+//! and `crate::{Error, Result}` it names (see `fuzz/src/lib.rs`).
+
+use std::io::{BufRead, BufReader, Cursor};
+use std::path::PathBuf;
+
+use omlet::stream::{Format, ReadLimits, read_with};
+
+/// Target `frame_host`: bytes → the host's frame decoder (`decode_record`
+/// for `evaluate` outputs, `decode_batch` for `evaluate-batch` outputs).
+///
+/// The first byte gives the batch's shape: the number of inputs (0–15) and
+/// which of the first four failed in the guest (so have no record in the
+/// frame). The host must accept a one-record frame exactly when the guest's
+/// reader does, and give one outcome per input.
+pub fn frame_host(data: &[u8]) {
+    let Some((&head, frame)) = data.split_first() else { return };
+    let host = crate::wire::decode_record(frame);
+    let guest = omlet_lang::frame::Reader::new(frame).and_then(|mut r| {
+        if r.records() != 1 {
+            return Err("not one record");
+        }
+        let n = r.size(0)?;
+        r.fields(n).map(|_| ())
+    });
+    assert_eq!(host.is_ok(), guest.is_ok(), "host and guest disagree on a frame: host {host:?}, guest {guest:?}");
+
+    let n = (head & 0x0f) as usize;
+    let failed = (0..4usize).filter(|i| head & (0x10 << i) != 0);
+    let errors = failed.map(|i| (i, omlet::Error::Internal(format!("input {i} failed"))));
+    if let Ok(results) = crate::wire::decode_batch(n, frame, errors) {
+        assert_eq!(results.len(), n, "a batch must give one outcome per input");
+    }
+}
+
+fn consume(input: &[u8], format: Format, limits: &ReadLimits, buffer: usize) {
+    let reader: Box<dyn BufRead + Send> = Box::new(BufReader::with_capacity(buffer, Cursor::new(input.to_vec())));
+    let (mut number, mut line) = (0u64, 0u64);
+    for item in read_with(reader, format, limits) {
+        let input = item.expect("reading from memory cannot fail");
+        number += 1;
+        assert_eq!(input.number, number, "{format:?}: records must be numbered in order");
+        assert!(input.line > line, "{format:?}: record {number} starts on line {} after line {line}", input.line);
+        line = input.line;
+        if let Ok(record) = &input.record {
+            let _ = omlet::record::to_json_string(record);
+        }
+    }
+}
+
+/// Target `jsonl_csv`: bytes → `omlet::stream::read_with` as JSONL and as
+/// CSV, with small limits and a small read buffer (so that lines cross
+/// buffer refills), every item consumed; then bytes →
+/// `omlet::record::from_json_str`, checked against the `serde_json::Value`
+/// path (`record::from_json`).
+///
+/// The first byte chooses the limits and the buffer size; the rest is the
+/// input. Records are numbered 1, 2, 3… and start on increasing lines;
+/// reading bytes in memory never fails with an I/O error.
+pub fn jsonl_csv(data: &[u8]) {
+    let Some((&head, input)) = data.split_first() else { return };
+    let limits = ReadLimits {
+        max_line_bytes: [8, 64, 300, 4096][(head & 3) as usize],
+        csv_max_record_lines: [1, 2, 3, 64][((head >> 2) & 3) as usize],
+    };
+    let buffer = [1, 3, 16, 8192][((head >> 4) & 3) as usize];
+    consume(input, Format::Jsonl, &limits, buffer);
+    consume(input, Format::Csv, &limits, buffer);
+
+    if let Ok(text) = std::str::from_utf8(input) {
+        let direct = omlet::record::from_json_str(text);
+        match serde_json::from_str::<serde_json::Value>(text) {
+            Ok(json) => {
+                let via_value = omlet::record::from_json(&json);
+                assert_eq!(format!("{direct:?}"), format!("{via_value:?}"), "the two JSON paths disagree");
+            }
+            Err(_) => assert!(direct.is_err(), "from_json_str read what serde_json refuses"),
+        }
+        if let Ok(record) = direct {
+            let _ = omlet::record::to_json_string(&record);
+        }
+    }
+}
+
+/// A `knowdb.toml` path of this process and thread (tests run in threads).
+fn knowdb_path() -> PathBuf {
+    thread_local! {
+        static PATH: PathBuf = {
+            let thread = format!("{:?}", std::thread::current().id()).replace(|c: char| !c.is_ascii_alphanumeric(), "");
+            let dir = std::env::temp_dir().join(format!("omlet-fuzz-knowdb-{}-{thread}", std::process::id()));
+            std::fs::create_dir_all(&dir).expect("a temporary directory");
+            dir.join("knowdb.toml")
+        };
+    }
+    PATH.with(|p| p.clone())
+}
+
+/// Target `knowdb`: bytes as a `knowdb.toml` →
+/// `omlet::knowledge::knowdb::read` (which takes a path: the input is
+/// written to a file first).
+pub fn knowdb(data: &[u8]) {
+    let path = knowdb_path();
+    std::fs::write(&path, data).expect("write the input");
+    if let Ok(db) = omlet::knowledge::knowdb::read(&path) {
+        for t in &db.tables {
+            let _ = format!(
+                "{:?} {:?} {:?} {:?} {:?} {:?} {:?}",
+                t.name, t.csv, t.types, t.create, t.insert, t.expected_rows, t.on_error
+            );
+        }
+    }
+}

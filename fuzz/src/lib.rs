@@ -1,0 +1,28 @@
+//! The fuzz targets' bodies, shared with the regression tests that replay
+//! their findings (`guest/lang/tests/fuzz_regressions.rs` includes
+//! [`lang`], `host/tests/fuzz_regressions.rs` includes `host`), so that a
+//! test checks exactly what the target did.
+//!
+//! Each function takes one fuzz input and must not panic on any input; an
+//! `assert!` in it states an invariant whose breach is a finding too.
+
+pub mod lang;
+
+#[cfg(feature = "host")]
+pub mod host;
+
+// `host::frame_host` uses the host's private frame decoder, compiled in
+// from its source file; it needs these names at the crate root.
+#[cfg(feature = "host")]
+#[allow(unused_imports)]
+use omlet::{Error, Result};
+
+#[cfg(feature = "host")]
+mod record {
+    pub use omlet::record::Record;
+}
+
+#[cfg(feature = "host")]
+#[path = "../../host/src/wire.rs"]
+#[allow(dead_code, clippy::all)]
+mod wire;
