@@ -114,12 +114,19 @@ for t in "${targets[@]}"; do
     (cd fuzz && cargo fuzz run $features -s "$sanitizer" "$t" "corpus/$t" -- "${flags[@]}") >"$log" 2>&1
     rc=$?
     set -e
-    secs=$(( $(date +%s) - start ))
+    wall=$(( $(date +%s) - start ))
     # Executions: libFuzzer's final stats, or (fork mode) its last status line.
     execs=$(grep -o 'stat::number_of_executed_units: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*$' || true)
     if [ -z "$execs" ]; then
         execs=$(grep -o '^#[0-9]*' "$log" | tail -1 | tr -d '#' || true)
     fi
+    # Fuzzing time as libFuzzer counts it (without a rebuild by `cargo fuzz
+    # run`): "Done N runs in S second(s)", or fork mode's last "time: Ss".
+    secs=$(grep -o 'runs in [0-9]* second' "$log" | tail -1 | grep -o '[0-9]*' || true)
+    if [ -z "$secs" ]; then
+        secs=$(grep -o ' time: [0-9]*s' "$log" | tail -1 | grep -o '[0-9]*' || true)
+    fi
+    secs=${secs:-$wall}
     after=$(find "$artifacts" -type f | wc -l)
     found=$(( after - before ))
     if [ $found -gt 0 ] || [ $rc -ne 0 ]; then
@@ -128,7 +135,7 @@ for t in "${targets[@]}"; do
     else
         state=clean
     fi
-    line="$t: executions ${execs:-?}, ${secs}s, new findings $found ($state, exit $rc), artifacts fuzz/artifacts/$t/"
+    line="$t: executions ${execs:-?}, fuzzing ${secs}s (${wall}s wall), new findings $found ($state, exit $rc), artifacts fuzz/artifacts/$t/"
     echo "$line" | tee -a "$summary"
 done
 echo "fuzz.sh: summary in $summary" >&2

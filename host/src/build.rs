@@ -25,15 +25,42 @@ use crate::{Error, Result};
 const IR_SLOT_MAGIC: &[u8; 16] = b"OMLET-IR-SLOT-01";
 const PAGE: u64 = 65536;
 
-/// Most bytes of one rule file (default of `omlet_lang::Limits`): bigger
-/// files are refused before they are read.
+/// Default of [`BuildLimits::max_rule_file_bytes`].
 pub const MAX_RULE_FILE_BYTES: u64 = 1 << 20;
 
-/// Most bytes of a compiled rule set (its IR). The guest decodes the IR into
-/// its own memory on the first call, taking several times its size; past
-/// this, a build that "succeeds" could give a component that cannot load in
-/// the default 64 MiB instance, so the build refuses it instead.
+/// Default of [`BuildLimits::max_ir_bytes`].
 pub const MAX_IR_BYTES: usize = 4 << 20;
+
+/// The limits of a build: the compiler's ([`omlet_lang::Limits`]: nesting
+/// depth, file size, pattern length, copies, overlap work) and the build's
+/// own. Past one, the build fails with a compile error at the place, or
+/// with [`Error::Limit`] (`Limit::RuleBytes`). `EngineConfig::build` holds
+/// the ones `Engine::load_path`/`load_source(s)` use.
+#[derive(Debug, Clone, Copy)]
+pub struct BuildLimits {
+    /// The compiler's limits.
+    pub compile: omlet_lang::Limits,
+    /// Most bytes of one rule file read from disk (default 1 MiB): a bigger
+    /// file is refused before it is read.
+    pub max_rule_file_bytes: u64,
+    /// Most bytes of a compiled rule set, its IR (default 4 MiB). The guest
+    /// decodes the IR into its own memory on the first call, taking several
+    /// times its size; past this, a build that "succeeds" could give a
+    /// component that cannot load in the default 64 MiB instance, so the
+    /// build refuses it instead. Raise it together with
+    /// `EngineConfig::max_memory`.
+    pub max_ir_bytes: usize,
+}
+
+impl Default for BuildLimits {
+    fn default() -> Self {
+        BuildLimits {
+            compile: omlet_lang::Limits::default(),
+            max_rule_file_bytes: MAX_RULE_FILE_BYTES,
+            max_ir_bytes: MAX_IR_BYTES,
+        }
+    }
+}
 
 /// One rule source: its file name (for diagnostics) and text.
 pub struct RuleSource {
@@ -44,11 +71,16 @@ pub struct RuleSource {
 }
 
 impl RuleSource {
-    /// Reads one rule file.
+    /// Reads one rule file (at most [`MAX_RULE_FILE_BYTES`]).
     pub fn read(path: &Path) -> Result<RuleSource> {
+        RuleSource::read_limited(path, MAX_RULE_FILE_BYTES)
+    }
+
+    /// Reads one rule file of at most `max` bytes.
+    pub fn read_limited(path: &Path, max: u64) -> Result<RuleSource> {
         let len = std::fs::metadata(path).map_err(|e| Error::io(path, e))?.len();
-        if len > MAX_RULE_FILE_BYTES {
-            let message = format!("{}: {len} bytes, more than a rule file may take ({MAX_RULE_FILE_BYTES})", path.display());
+        if len > max {
+            let message = format!("{}: {len} bytes, more than a rule file may take ({max})", path.display());
             return Err(Error::limit(Limit::RuleBytes, message));
         }
         let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
@@ -58,12 +90,17 @@ impl RuleSource {
     /// Reads rule files, and the `.oml` files under directories (see
     /// [`oml_files`]), as the sources of one rule set.
     pub fn collect(paths: &[PathBuf]) -> Result<Vec<RuleSource>> {
+        RuleSource::collect_limited(paths, MAX_RULE_FILE_BYTES)
+    }
+
+    /// [`RuleSource::collect`], each file at most `max_file_bytes`.
+    pub fn collect_limited(paths: &[PathBuf], max_file_bytes: u64) -> Result<Vec<RuleSource>> {
         let files = oml_files(paths)?;
         if files.is_empty() {
             let names: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
             return Err(Error::Input { what: names.join(", "), message: "no .oml files found".into() });
         }
-        files.iter().map(|f| RuleSource::read(f)).collect()
+        files.iter().map(|f| RuleSource::read_limited(f, max_file_bytes)).collect()
     }
 }
 
@@ -109,8 +146,13 @@ const MAX_RENDERED: usize = 50;
 
 /// Compiles rule sources to a program, with rendered diagnostics on failure.
 pub fn compile(sources: &[RuleSource]) -> Result<Program> {
+    compile_with(sources, &BuildLimits::default())
+}
+
+/// [`compile`] under explicit limits.
+pub fn compile_with(sources: &[RuleSource], limits: &BuildLimits) -> Result<Program> {
     let srcs: Vec<omlet_lang::Source<'_>> = sources.iter().map(|s| omlet_lang::Source { file: &s.file, text: &s.text }).collect();
-    let mut program = omlet_lang::compile(&srcs, crate::clock::now()).map_err(|errors| {
+    let mut program = omlet_lang::compile_with_limits(&srcs, crate::clock::now(), limits.compile).map_err(|errors| {
         // The rendering is bounded: the first errors, not thousands of them.
         let mut rendered = String::new();
         let (total, mut left) = (errors.iter().map(|fe| fe.diagnostics.len()).sum::<usize>(), MAX_RENDERED);
@@ -138,15 +180,25 @@ pub fn compile(sources: &[RuleSource]) -> Result<Program> {
 
 /// Compiles rule sources into component bytes.
 pub fn build_component(sources: &[RuleSource]) -> Result<Vec<u8>> {
-    let program = compile(sources)?;
-    component_for(&program)
+    build_component_with(sources, &BuildLimits::default())
+}
+
+/// [`build_component`] under explicit limits.
+pub fn build_component_with(sources: &[RuleSource], limits: &BuildLimits) -> Result<Vec<u8>> {
+    let program = compile_with(sources, limits)?;
+    component_with(&program, limits.max_ir_bytes)
 }
 
 /// Wraps a compiled program into a component.
 pub fn component_for(program: &Program) -> Result<Vec<u8>> {
+    component_with(program, MAX_IR_BYTES)
+}
+
+/// Wraps a compiled program of at most `max_ir_bytes` into a component.
+fn component_with(program: &Program, max_ir_bytes: usize) -> Result<Vec<u8>> {
     let ir = program.to_bytes();
-    if ir.len() > MAX_IR_BYTES {
-        let message = format!("the compiled rule set takes {} bytes, more than {MAX_IR_BYTES}", ir.len());
+    if ir.len() > max_ir_bytes {
+        let message = format!("the compiled rule set takes {} bytes, more than {max_ir_bytes}", ir.len());
         return Err(Error::limit(Limit::RuleBytes, message));
     }
     let core = crate::guest::core_module()?;

@@ -59,7 +59,12 @@ pub struct EngineConfig {
     pub fuel: Option<u64>,
     /// Most bytes of one record as it crosses into the guest (default 16 MiB).
     /// A bigger record fails with [`Limit::RecordBytes`] without a call.
+    /// It also bounds the fields of a record: each costs at least 13 bytes
+    /// in the frame, so 16 MiB hold at most about 1.3 million.
     pub max_record_bytes: usize,
+    /// The limits of compiling rule sources in `load_path`, `load_source`
+    /// and `load_sources` (the compiler's, the rule file size, the IR size).
+    pub build: build::BuildLimits,
 }
 
 impl Default for EngineConfig {
@@ -70,6 +75,7 @@ impl Default for EngineConfig {
             call_deadline: Duration::from_secs(5),
             fuel: None,
             max_record_bytes: 16 << 20,
+            build: build::BuildLimits::default(),
         }
     }
 }
@@ -197,19 +203,21 @@ impl Engine {
         let bytes = if path.extension().is_some_and(|e| e == "wasm") {
             std::fs::read(path).map_err(|e| Error::io(path, e))?
         } else {
-            build::build_component(&RuleSource::collect(&[path.to_path_buf()])?)?
+            let limits = &self.config.build;
+            build::build_component_with(&RuleSource::collect_limited(&[path.to_path_buf()], limits.max_rule_file_bytes)?, limits)?
         };
         self.load(&bytes, knowledge).await
     }
 
     /// Compiles rule sources into one rule set and loads it.
     pub async fn load_sources(&self, sources: &[RuleSource], knowledge: Option<Arc<Knowledge>>) -> Result<Rule> {
-        self.load(&build::build_component(sources)?, knowledge).await
+        self.load(&build::build_component_with(sources, &self.config.build)?, knowledge).await
     }
 
     /// Compiles rule source text and loads it.
     pub async fn load_source(&self, file: &str, text: &str, knowledge: Option<Arc<Knowledge>>) -> Result<Rule> {
-        let bytes = build::build_component(&[RuleSource { file: file.to_string(), text: text.to_string() }])?;
+        let bytes =
+            build::build_component_with(&[RuleSource { file: file.to_string(), text: text.to_string() }], &self.config.build)?;
         self.load(&bytes, knowledge).await
     }
 

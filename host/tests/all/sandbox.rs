@@ -230,3 +230,25 @@ async fn rules_at_the_size_limits_work_and_bigger_ones_are_refused() {
         .expect("refused");
     assert!(e.to_string().contains("limit"), "{e}");
 }
+
+/// The build limits are the engine's to set: compile limits and rule size.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn build_limits_are_configurable_through_the_engine() {
+    let nested = "name : t\n---\nv = object { a = object { b = object { c = chars(1) ; } ; } ; } ;\n";
+    assert!(Engine::new().unwrap().load_source("n.oml", nested, None).await.is_ok());
+    let tight = engine(|c| c.build.compile.max_depth = 2);
+    let e = tight.load_source("n.oml", nested, None).await.err().expect("too deep for the engine's limit");
+    assert!(e.to_string().contains("nesting deeper than 2 levels"), "{e}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("t.oml");
+    std::fs::write(&file, TRIVIAL).unwrap();
+    let small = engine(|c| c.build.max_rule_file_bytes = 10);
+    match small.load_path(&file, None).await {
+        Err(Error::Limit { limit: Limit::RuleBytes, .. }) => {}
+        Err(e) => panic!("expected a rule-bytes limit, got {e}"),
+        Ok(_) => panic!("expected a rule-bytes limit"),
+    }
+    let tiny_ir = engine(|c| c.build.max_ir_bytes = 16);
+    assert!(matches!(tiny_ir.load_source("t.oml", TRIVIAL, None).await, Err(Error::Limit { limit: Limit::RuleBytes, .. })));
+}
