@@ -504,7 +504,12 @@ impl Rule {
         if let Ok(mut v) = self.idle.lock() {
             v.push(inst);
         }
-        self.engine.slots.returned.notify_waiters();
+        // Only a call that found no permit waits for a returned instance; while
+        // permits are left, waking anyone costs a lock per call for nothing.
+        let slots = &self.engine.slots;
+        if slots.permits.available_permits() == 0 {
+            slots.returned.notify_waiters();
+        }
     }
 
     fn check_size(&self, frame: &[u8]) -> Result<()> {
