@@ -582,7 +582,7 @@ impl Rule {
         }
         let mut results = Vec::with_capacity(n);
         for (index, r) in records.enumerate() {
-            let one = wire::encode_frame(std::iter::once(r));
+            let one = wire::encode_record(r);
             let result = match self.check_size(&one) {
                 Err(e) => Err(e),
                 Ok(()) => match self.call_batch(route, &one, 1).await? {

@@ -14,6 +14,20 @@ fn root() -> &'static std::path::Path {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap()
 }
 
+/// A statement as a component hands it over. Its table and columns are left
+/// empty: `Knowledge::bind` reads them from the SQL itself.
+fn statement(sql: &str, params: &[&str]) -> omlet_lang::ir::SqlStatement {
+    omlet_lang::ir::SqlStatement {
+        sql: sql.into(),
+        params: params.iter().map(|p| p.to_string()).collect(),
+        table: String::new(),
+        columns: Vec::new(),
+        file: "t.oml".into(),
+        line: 1,
+        column: 1,
+    }
+}
+
 const PERF_RULE: &str = "name : t\n---\nv = select value from perf where id = read(id) ;\nk = chars(k) ;\n";
 
 async fn perf_table(k: &Knowledge, rows: i64) {
@@ -200,19 +214,7 @@ async fn sixty_four_concurrent_misses_make_one_query_at_the_database() {
     admin.provider().execute("create extension if not exists pg_stat_statements").await.unwrap();
     perf_table(&admin, 10).await;
     let k = KnowledgeConfig::for_url(&pg.url()).open().await.unwrap();
-    let bound = Arc::new(
-        k.bind(&[omlet_lang::ir::SqlStatement {
-            sql: "select value from perf where id = :id".into(),
-            params: vec!["id".into()],
-            table: "perf".into(),
-            columns: vec!["value".into()],
-            file: "t.oml".into(),
-            line: 1,
-            column: 1,
-        }])
-        .await
-        .unwrap(),
-    );
+    let bound = Arc::new(k.bind(&[statement("select value from perf where id = :id", &["id"])]).await.unwrap());
     admin.provider().execute("select pg_stat_statements_reset()").await.unwrap();
     let tasks: Vec<_> = (0..64)
         .map(|_| {
@@ -249,19 +251,7 @@ async fn misses_are_batched(url: &str, count_at_db: bool) {
     }
     perf_table(&admin, 100).await;
     let k = KnowledgeConfig::for_url(url).open().await.unwrap();
-    let bound = Arc::new(
-        k.bind(&[omlet_lang::ir::SqlStatement {
-            sql: "select value from perf where id = :id".into(),
-            params: vec!["id".into()],
-            table: "perf".into(),
-            columns: vec!["value".into()],
-            file: "t.oml".into(),
-            line: 1,
-            column: 1,
-        }])
-        .await
-        .unwrap(),
-    );
+    let bound = Arc::new(k.bind(&[statement("select value from perf where id = :id", &["id"])]).await.unwrap());
     assert!(bound[0].batch.is_some(), "a single-key lookup should be batchable");
     if count_at_db {
         admin.provider().execute("select pg_stat_statements_reset()").await.unwrap();
@@ -400,18 +390,6 @@ fn the_postgres_embedding_example_enriches_a_record() {
 }
 
 // ----- the sandbox: what a rule may reach ----------------------------------------
-
-fn statement(sql: &str, params: &[&str]) -> omlet_lang::ir::SqlStatement {
-    omlet_lang::ir::SqlStatement {
-        sql: sql.into(),
-        params: params.iter().map(|p| p.to_string()).collect(),
-        table: String::new(),
-        columns: vec!["v".into()],
-        file: "evil.oml".into(),
-        line: 3,
-        column: 1,
-    }
-}
 
 async fn load_err(k: Arc<Knowledge>, rule: &str) -> String {
     match Engine::new().unwrap().load_source("evil.oml", rule, Some(k)).await {
