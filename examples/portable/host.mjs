@@ -117,11 +117,11 @@ async function main() {
   // it comes with spell them with the package version. Both are given.
   const rule = await instantiate(readFileSync(args.component), {
     'omlet:rule/knowledge': knowledge,
-    'omlet:rule/knowledge@0.2.0': knowledge,
+    'omlet:rule/knowledge@0.3.0': knowledge,
     'omlet:rule/clock': clock,
-    'omlet:rule/clock@0.2.0': clock,
+    'omlet:rule/clock@0.3.0': clock,
     'omlet:rule/types': {},
-    'omlet:rule/types@0.2.0': {},
+    'omlet:rule/types@0.3.0': {},
   });
 
   let info;
@@ -173,7 +173,9 @@ async function main() {
       // An `err` result arrives as a ComponentError carrying the eval-error;
       // anything else is a trap, and the instance is not to be used again.
       if (e?.payload?.kind === undefined) throw new Error(`record ${input.number}: the component trapped: ${e?.stack ?? e}`);
-      report(input, e.payload.kind, e.payload.message);
+      // A fatal lookup error has a kind of its own; the line says `failed`, as omlet run's does.
+      if (e.payload.kind === 'lookup') report(input, 'failed', `lookup failed: ${e.payload.message}`);
+      else report(input, e.payload.kind, e.payload.message);
       continue;
     }
     let line;

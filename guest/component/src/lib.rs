@@ -154,7 +154,7 @@ impl exports::omlet::rule::evaluator::Guest for Guest {
             return Err(failed("`evaluate` takes a frame of exactly one record".to_string()));
         }
         let fields = reader.size(0).and_then(|n| reader.fields(n)).map_err(|e| failed(e.to_string()))?;
-        let out = eval::evaluate(prog, model, fields, &mut host).map_err(|e| failed(e.to_string()))?;
+        let out = eval::evaluate(prog, model, fields, &mut host).map_err(eval_error)?;
         let mut w = Writer::with_capacity(1, out.len());
         w.record(&out);
         Ok(w.finish())
@@ -196,7 +196,7 @@ impl exports::omlet::rule::evaluator::Guest for Guest {
             };
             match eval::evaluate(prog, model, fields, &mut host) {
                 Ok(out) => w.record(&out),
-                Err(e) => errors.push(RecordError { index: index as u32, error: failed(e.to_string()) }),
+                Err(e) => errors.push(RecordError { index: index as u32, error: eval_error(e) }),
             }
         }
         BatchOutput { records: w.finish(), errors }
@@ -205,6 +205,14 @@ impl exports::omlet::rule::evaluator::Guest for Guest {
 
 fn failed(message: String) -> EvalError {
     EvalError { kind: ErrorKind::Failed, message }
+}
+
+/// A failed evaluation as the host sees it: a fatal lookup error is a kind of its own.
+fn eval_error(e: eval::EvalError) -> EvalError {
+    match e {
+        eval::EvalError::Lookup(message) => EvalError { kind: ErrorKind::Lookup, message },
+        other => failed(other.to_string()),
+    }
 }
 
 export!(Guest);

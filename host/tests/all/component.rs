@@ -43,14 +43,14 @@ fn component_imports_only_omlets_interfaces() {
         let funcs: Vec<String> =
             inst.exports(&engine).filter(|(_, e)| !matches!(e.ty, ComponentItem::Type(_))).map(|(n, _)| n.to_string()).collect();
         match name {
-            "omlet:rule/knowledge@0.2.0" => assert_eq!(funcs, ["query", "columns"]),
-            "omlet:rule/clock@0.2.0" => assert_eq!(funcs, ["now"]),
-            "omlet:rule/types@0.2.0" => assert!(funcs.is_empty(), "types exports only types"),
+            "omlet:rule/knowledge@0.3.0" => assert_eq!(funcs, ["query", "columns"]),
+            "omlet:rule/clock@0.3.0" => assert_eq!(funcs, ["now"]),
+            "omlet:rule/types@0.3.0" => assert!(funcs.is_empty(), "types exports only types"),
             other => panic!("foreign import {other}"),
         }
     }
     names.sort();
-    assert_eq!(names, ["omlet:rule/clock@0.2.0", "omlet:rule/knowledge@0.2.0", "omlet:rule/types@0.2.0"]);
+    assert_eq!(names, ["omlet:rule/clock@0.3.0", "omlet:rule/knowledge@0.3.0", "omlet:rule/types@0.3.0"]);
     assert!(!names.iter().any(|n| n.starts_with("wasi")));
 }
 
@@ -133,8 +133,8 @@ async fn plain_wasmtime_host_runs_a_built_rule() {
     assert_eq!(err.message, "truncated frame");
     let mut two = omlet_lang::frame::Writer::default();
     let rec = omlet::record::from_json_str(r#"{"id": 7}"#).unwrap();
-    two.record(&rec);
-    two.record(&rec);
+    two.record(rec.fields());
+    two.record(rec.fields());
     let mut two = two.finish();
     two[12..16].copy_from_slice(&5u32.to_le_bytes()); // the first record claims 5 nodes
     let out = rule.omlet_rule_evaluator().call_evaluate_batch(&mut store, 1, &route, &two).await.unwrap();
@@ -165,7 +165,8 @@ async fn a_rule_compiled_for_another_ir_version_is_refused_clearly() {
     let core = omlet::guest::core_module().unwrap();
     let spliced = omlet::build::splice_ir(&core, &ir).unwrap();
     let component = wit_component::ComponentEncoder::default().module(&spliced).unwrap().validate(true).encode().unwrap();
-    let err = omlet::Engine::new().unwrap().load(&component, None).await.err().expect("load must fail");
+    let err =
+        omlet::Engine::new().unwrap().load_component(&component, &omlet::LoadOptions::new()).await.err().expect("load must fail");
     let msg = err.to_string();
     assert!(msg.contains("compiled for IR version 999"), "{msg}");
     assert!(msg.contains(&format!("reads version {}", omlet_lang::IR_VERSION)), "{msg}");
