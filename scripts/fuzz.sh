@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the cargo-fuzz targets of fuzz/ (see fuzz/README.md). Not run in CI:
 # CI replays the saved findings instead (tests/fuzz-regressions/, through
-# guest/lang/tests/fuzz_regressions.rs and host/tests/fuzz_regressions.rs).
+# guest/lang/tests/fuzz_regressions.rs and host/tests/all/fuzz_regressions.rs).
 #
 #   scripts/fuzz.sh [TARGET] [--runs N] [--minutes M] [--keep-going]
 #                   [--sanitizer address|none] [--no-build]

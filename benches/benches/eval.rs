@@ -39,7 +39,7 @@ fn compile(text: &str) -> Program {
 }
 
 fn load(rt: &Runtime, engine: &Engine, text: &str, k: Option<Arc<Knowledge>>) -> Arc<Rule> {
-    Arc::new(rt.block_on(engine.load_source("bench.oml", text, k)).unwrap())
+    Arc::new(rt.block_on(engine.load_source("bench.oml", text, &omlet::LoadOptions::new().knowledge(k))).unwrap())
 }
 
 fn config() -> Criterion {
@@ -89,7 +89,7 @@ fn native(program: &Program, host: &mut dyn Host, records: &[Record], iters: u64
     let t = Instant::now();
     for i in 0..iters as usize {
         let rec = records[i % records.len()].clone();
-        std::hint::black_box(omlet_lang::evaluate(program, 0, rec, host).unwrap());
+        std::hint::black_box(omlet_lang::evaluate(program, 0, rec.into_fields(), host).unwrap());
     }
     t.elapsed()
 }
@@ -662,7 +662,7 @@ fn omlet_run(_: &mut Criterion) {
         omlet::knowledge::knowdb::load(&root.join("knowdb/knowdb.toml"), &db).await.unwrap();
         let knowledge = Arc::new(Knowledge::new(Arc::new(db)));
         let engine = Engine::new().unwrap();
-        let rule = Arc::new(engine.load_path(&root.join("nginx.oml"), Some(knowledge)).await.unwrap());
+        let rule = engine.load_path(&root.join("nginx.oml"), &omlet::LoadOptions::new().knowledge(knowledge)).await.unwrap();
 
         let f = std::fs::File::open(&input).unwrap();
         let reader: Box<dyn BufRead + Send> = Box::new(BufReader::with_capacity(1 << 16, f));

@@ -4,7 +4,7 @@
 //!
 //! The database needs a table `ip_zone(lo_int bigint, hi_int bigint, zone text, owner text)`.
 
-use omlet::knowledge::KnowledgeConfig;
+use omlet::{Engine, KnowledgeConfig, LoadOptions, Record};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -13,12 +13,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     config.cache.ttl_ms = Some(60_000); // answers live one minute in the caches
     let knowledge = config.open().await?;
 
-    let engine = omlet::Engine::new()?;
-    let rule = engine.load_path("examples/nginx/nginx.oml".as_ref(), Some(knowledge.clone())).await?;
+    let engine = Engine::new()?;
+    let rule = engine.load_path("examples/nginx/nginx.oml", &LoadOptions::new().knowledge(knowledge.clone())).await?;
 
-    let record = omlet::record::from_json_str(r#"{"remote_addr":"10.0.0.7","status":"200","method":"GET"}"#)?;
+    let record = Record::from_json(r#"{"remote_addr":"10.0.0.7","status":"200","method":"GET"}"#)?;
     let enriched = rule.evaluate(&record).await?;
-    println!("{}", omlet::record::to_json_string(&enriched));
+    println!("{enriched}");
     println!("{}", knowledge.stats().to_json());
     Ok(())
 }

@@ -141,7 +141,7 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
 }
 
 /// Most diagnostics rendered into [`Error::Compile`]'s text (all of them
-/// stay in its `errors`).
+/// stay in its `diagnostics`).
 const MAX_RENDERED: usize = 50;
 
 /// Compiles rule sources to a program, with rendered diagnostics on failure.
@@ -165,7 +165,20 @@ pub fn compile_with(sources: &[RuleSource], limits: &BuildLimits) -> Result<Prog
         if total > MAX_RENDERED {
             rendered.push_str(&format!("… and {} more errors\n", total - MAX_RENDERED));
         }
-        Error::Compile { errors, rendered: rendered.trim_end().to_string() }
+        let diagnostics = errors
+            .iter()
+            .flat_map(|fe| {
+                fe.diagnostics.iter().map(|d| crate::error::Diagnostic {
+                    file: fe.file.clone(),
+                    line: d.line,
+                    column: d.column,
+                    span: d.span.start as usize..d.span.end as usize,
+                    message: d.message.clone(),
+                    hint: d.hint.clone(),
+                })
+            })
+            .collect();
+        Error::Compile { diagnostics, rendered: rendered.trim_end().to_string() }
     })?;
     let mut h = Sha256::new();
     for s in sources {

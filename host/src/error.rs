@@ -10,9 +10,9 @@ pub enum Error {
     /// file:line:column and a caret.
     #[error("{rendered}")]
     Compile {
-        /// The diagnostics, grouped by rule file.
-        errors: Vec<omlet_lang::FileErrors>,
-        /// All of them rendered for a terminal; also the `Display` text.
+        /// Every diagnostic, in file order.
+        diagnostics: Vec<Diagnostic>,
+        /// The first of them rendered for a terminal; also the `Display` text.
         rendered: String,
     },
 
@@ -64,23 +64,22 @@ pub enum Error {
     #[error("internal error: {0}")]
     Internal(String),
 
-    /// The component refused to describe itself (for example, an IR version mismatch).
-    #[error("rule: {0}")]
-    Rule(String),
-
-    /// One record failed; `index` is its position in the batch (0-based).
-    #[error("record {index}: {message}")]
-    Record {
+    /// A lookup failed and the knowledge policy (`on_lookup_error =
+    /// "fail"`) makes that fail the record. `index` is the record's position
+    /// in its batch (0-based); `message` names the statement and the
+    /// database's error.
+    #[error("lookup failed: {message}")]
+    Lookup {
         /// Position of the record in the batch (0-based).
         index: usize,
-        /// Why it failed (from the guest, or from decoding its output).
+        /// The statement and what went wrong with it.
         message: String,
     },
 
     /// No model of the rule set takes the record (its route names none, for
     /// example a rule path that no enabled model claims). The record was not
     /// evaluated; `index` is its position in the batch (0-based).
-    #[error("record {index}: {message}")]
+    #[error("{message}")]
     Unrouted {
         /// Position of the record in the batch (0-based).
         index: usize,
@@ -163,14 +162,54 @@ impl Error {
         Error::Limit { limit, message }
     }
 
+    /// A copy of the error, for a second place that reports it. Variants
+    /// whose sources cannot be copied become [`Error::Internal`] with their text.
+    pub(crate) fn duplicate(&self) -> Error {
+        match self {
+            Error::Input { what, message } => Error::Input { what: what.clone(), message: message.clone() },
+            Error::Limit { limit, message } => Error::Limit { limit: *limit, message: message.clone() },
+            Error::Unrouted { index, message } => Error::Unrouted { index: *index, message: message.clone() },
+            Error::Lookup { index, message } => Error::Lookup { index: *index, message: message.clone() },
+            Error::Trap { code, message } => Error::Trap { code: *code, message: message.clone() },
+            Error::Config(m) => Error::Config(m.clone()),
+            Error::Knowledge(m) => Error::Knowledge(m.clone()),
+            Error::Internal(m) => Error::Internal(m.clone()),
+            e => Error::Internal(e.to_string()),
+        }
+    }
+
     /// The same error, for the record at `index` of its batch where the
     /// variant carries a position.
     pub(crate) fn at_index(self, index: usize) -> Error {
         match self {
-            Error::Record { message, .. } => Error::Record { index, message },
+            Error::Lookup { message, .. } => Error::Lookup { index, message },
             Error::Unrouted { message, .. } => Error::Unrouted { index, message },
             e => e,
         }
+    }
+}
+
+/// One compile error: where it is and what it says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Diagnostic {
+    /// The rule file, as it was named to the compiler.
+    pub file: String,
+    /// 1-based line of the error's start.
+    pub line: u32,
+    /// 1-based column (in characters) of the error's start.
+    pub column: u32,
+    /// Byte offsets of the offending text in the file.
+    pub span: std::ops::Range<usize>,
+    /// What is wrong.
+    pub message: String,
+    /// How to fix it, when the compiler knows.
+    pub hint: Option<String>,
+}
+
+impl std::fmt::Display for Diagnostic {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}:{}: {}", self.file, self.line, self.column, self.message)
     }
 }
 

@@ -1,42 +1,65 @@
 //! omlet: OML rules compiled to WebAssembly components, evaluated in
 //! wasmtime, with SQL lookups answered by the host.
 //!
-//! ```no_run
-//! # async fn demo() -> omlet::Result<()> {
-//! use std::sync::Arc;
-//! let db = omlet::knowledge::sqlite::SqliteProvider::memory().await?;
-//! omlet::knowledge::knowdb::load("examples/nginx/knowdb/knowdb.toml".as_ref(), &db).await?;
-//! let knowledge = Arc::new(omlet::Knowledge::new(Arc::new(db)));
-//! let engine = omlet::Engine::new()?;
-//! let rule = engine.load_path("examples/nginx/nginx.oml".as_ref(), Some(knowledge)).await?;
-//! let record = omlet::record::from_json_str(r#"{"client_ip":"10.0.0.7","status":"200"}"#).map_err(|m| omlet::Error::Input { what: "input".into(), message: m })?;
+//! An [`Engine`] loads a [`Rule`] from an `.oml` file, a directory of them (a
+//! rule set) or a component built by `omlet build`; the rule evaluates
+//! [`Record`]s. Lookups go to a [`Knowledge`] base (SQLite, PostgreSQL or
+//! MySQL/MariaDB, behind a cache), opened from a [`KnowledgeConfig`]:
+//!
+//! ```
+//! # omlet::block_on(async {
+//! use omlet::{Engine, KnowledgeConfig, LoadOptions, Record};
+//!
+//! // An in-memory SQLite loaded with the nginx example's tables.
+//! let mut config = KnowledgeConfig::for_url("sqlite::memory:");
+//! config.knowdb = Some("../examples/nginx/knowdb/knowdb.toml".into());
+//! let knowledge = config.open().await?;
+//!
+//! let engine = Engine::new()?;
+//! let rule = engine.load_path("../examples/nginx/nginx.oml", &LoadOptions::new().knowledge(knowledge)).await?;
+//! let record = Record::from_json(r#"{"client_ip":"10.0.0.7","status":"200"}"#)?;
 //! let out = rule.evaluate(&record).await?;
-//! println!("{}", omlet::record::to_json_string(&out));
-//! # Ok(()) }
+//! assert!(out.contains("client_ip"));
+//! println!("{out}");
+//! # Ok::<(), omlet::Error>(())
+//! # }).unwrap();
 //! ```
 //!
-//! Modules, one job each:
-//! - [`build`]: OML source → component bytes (`omlet build`);
-//! - [`guest`]: the prebuilt guest module and its freshness stamp;
-//! - [`runtime`]: engine, rules, instance pool, the host side of the imports;
-//! - [`knowledge`]: providers answering lookups (SQLite; knowdb loader);
-//! - [`record`]: records and their JSON form;
-//! - [`stream`]: JSONL/CSV input through a rule set, routed, in order (`omlet run`);
-//! - [`clock`]: the host clock for `Now::*`.
+//! Every failure is an [`Error`] a host can match on: a rule that does not
+//! compile ([`Error::Compile`], with its [`Diagnostic`]s), a component that
+//! does not load, bad input, a record no model takes, a failed lookup, a
+//! [`Limit`] reached (time, fuel, memory, sizes), a guest trap. A trap or a
+//! limit costs only the call's own records; the rule goes on.
+//!
+//! [`stream`] runs JSONL or CSV input through a rule, in order, with one
+//! outcome per record: what `omlet run` is made of.
+//!
+//! The modules this page does not list (`build`, `guest`, `knowledge`,
+//! `runtime`, …) are omlet's own internals, public only for the `omlet`
+//! command, the benches and the tests. They are hidden from these docs and
+//! may change in any release.
 
 #![warn(missing_docs)]
 
+#[doc(hidden)]
 pub mod build;
+#[doc(hidden)]
 pub mod clock;
-pub mod error;
+mod error;
+#[doc(hidden)]
 pub mod guest;
+#[doc(hidden)]
 pub mod knowledge;
+#[doc(hidden)]
 pub mod record;
+#[doc(hidden)]
 pub mod runtime;
 pub mod stream;
 mod wire;
 
-pub use error::{Error, Limit, Result};
-pub use knowledge::Knowledge;
-pub use record::Record;
-pub use runtime::{Engine, EngineConfig, ModelInfo, Route, Rule, RuleInfo};
+pub use build::{BuildLimits, RuleSource};
+pub use error::{Diagnostic, Error, Limit, Result};
+pub use knowledge::{CacheConfig, CacheMode, Histogram, Knowledge, KnowledgeConfig, OnLookupError, StatementStats, Stats};
+pub use omlet_lang::Limits as CompileLimits;
+pub use record::{Record, Value};
+pub use runtime::{Engine, EngineConfig, LoadOptions, ModelInfo, Route, Rule, RuleInfo, StatementInfo, block_on};

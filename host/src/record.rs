@@ -1,37 +1,362 @@
-//! Records on the host side, and their JSON form.
+//! Records on the host side: [`Record`], an ordered set of named [`Value`]s,
+//! and their JSON form.
 //!
-//! A record is an ordered list of fields, the same [`Field`] type the
-//! evaluator uses, owning its text. JSON input follows the conformance
-//! corpus's mapping (string → chars, integer → digit, …); JSON output follows
-//! spec §11 (ignore fields skipped, objects with sorted keys, floats with a
-//! decimal point).
+//! JSON input follows the conformance corpus's mapping (string → chars,
+//! integer → digit, other number → float, …); JSON output follows spec §11
+//! (ignored fields skipped, objects with sorted keys, floats with a decimal
+//! point, IPs and times as strings).
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::net::IpAddr;
 
-use omlet_lang::value::{Field, Value, obj_from};
+use omlet_lang::value::{Field, Value as LangValue, obj_from};
 use serde_json::Value as Json;
 
-/// One record: fields in order.
-pub type Record = Vec<Field<'static>>;
+use crate::{Error, Result};
+
+/// One record: named fields in order, as a rule reads and writes them.
+///
+/// Build one from JSON ([`Record::from_json`]) or field by field
+/// ([`Record::insert`]); read one with [`Record::get`] and
+/// [`Record::iter`]. It is `serde`-serializable, as the JSON object of
+/// [`Record::to_json`].
+///
+/// ```
+/// use omlet::{Record, Value};
+/// let mut r = Record::from_json(r#"{"host":"web-1","status":"200"}"#)?;
+/// r.insert("bytes", 512);
+/// assert_eq!(r.get("host"), Some(Value::Chars("web-1".into())));
+/// assert_eq!(r.to_json(), r#"{"host":"web-1","status":"200","bytes":512}"#);
+/// # Ok::<(), omlet::Error>(())
+/// ```
+///
+/// Fields a rule marks as ignored (spec §4.5: `__` names, `ignore` values)
+/// stay inside the record but are not shown: `get`, `iter`, `len` and the
+/// JSON form skip them.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Record {
+    fields: Vec<Field<'static>>,
+}
+
+/// A field's value, by OML kind (spec §4.1).
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum Value {
+    /// No value (`null`).
+    Null,
+    /// `bool`.
+    Bool(bool),
+    /// `digit`: a 64-bit integer.
+    Digit(i64),
+    /// `float`.
+    Float(f64),
+    /// `chars`: text.
+    Chars(String),
+    /// `ip`: an IPv4 or IPv6 address.
+    Ip(IpAddr),
+    /// `time`: a naive date-time (no zone), as nanoseconds since
+    /// 1970-01-01 00:00:00.
+    Time(i64),
+    /// `array`.
+    Array(Vec<Value>),
+    /// `obj`: members by name (sorted, unique).
+    Object(BTreeMap<String, Value>),
+}
+
+impl Record {
+    /// An empty record.
+    pub fn new() -> Record {
+        Record::default()
+    }
+
+    /// Parses one JSON object. Key order is kept; a repeated key keeps its
+    /// first place and its last value. Fails with [`Error::Input`] for text
+    /// that is not a JSON object.
+    pub fn from_json(text: &str) -> Result<Record> {
+        from_json_str(text).map_err(|message| Error::Input { what: "record".into(), message })
+    }
+
+    /// A record from a parsed JSON object (see [`Record::from_json`]).
+    pub fn from_json_value(json: &Json) -> Result<Record> {
+        from_json(json).map_err(|message| Error::Input { what: "record".into(), message })
+    }
+
+    /// The record as one line of JSON (spec §11).
+    pub fn to_json(&self) -> String {
+        fields_json(&self.fields)
+    }
+
+    /// The record as a `serde_json::Value` object.
+    pub fn to_json_value(&self) -> Json {
+        to_json(&self.fields)
+    }
+
+    /// The value of field `name`, if the record shows one.
+    pub fn get(&self, name: &str) -> Option<Value> {
+        self.fields.iter().find(|f| f.name == name && !matches!(f.value, LangValue::Ignore)).map(|f| Value::from_lang(&f.value))
+    }
+
+    /// Whether the record shows a field `name`.
+    pub fn contains(&self, name: &str) -> bool {
+        self.fields.iter().any(|f| f.name == name && !matches!(f.value, LangValue::Ignore))
+    }
+
+    /// Sets field `name`: in its place when the record has it (giving back
+    /// the old value), else as a new last field.
+    pub fn insert(&mut self, name: impl Into<String>, value: impl Into<Value>) -> Option<Value> {
+        let name = name.into();
+        let value = value.into().into_lang();
+        match self.fields.iter_mut().find(|f| f.name == name.as_str()) {
+            Some(f) => {
+                let old = std::mem::replace(&mut f.value, value);
+                (!matches!(old, LangValue::Ignore)).then(|| Value::from_lang(&old))
+            }
+            None => {
+                self.fields.push(Field::new(Cow::Owned(name), value));
+                None
+            }
+        }
+    }
+
+    /// Removes field `name`, giving back its value.
+    pub fn remove(&mut self, name: &str) -> Option<Value> {
+        let at = self.fields.iter().position(|f| f.name == name)?;
+        let old = self.fields.remove(at).value;
+        (!matches!(old, LangValue::Ignore)).then(|| Value::from_lang(&old))
+    }
+
+    /// How many fields the record shows.
+    pub fn len(&self) -> usize {
+        self.shown().count()
+    }
+
+    /// Whether the record shows no field.
+    pub fn is_empty(&self) -> bool {
+        self.shown().next().is_none()
+    }
+
+    /// The fields the record shows, in order, with their values.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, Value)> + '_ {
+        self.shown().map(|f| (f.name.as_ref(), Value::from_lang(&f.value)))
+    }
+
+    /// The names of the fields the record shows, in order.
+    pub fn names(&self) -> impl Iterator<Item = &str> + '_ {
+        self.shown().map(|f| f.name.as_ref())
+    }
+
+    fn shown(&self) -> impl Iterator<Item = &Field<'static>> + '_ {
+        self.fields.iter().filter(|f| !matches!(f.value, LangValue::Ignore))
+    }
+
+    /// The evaluator's fields (the wire and the CLI's native runs).
+    #[doc(hidden)]
+    pub fn fields(&self) -> &[Field<'static>] {
+        &self.fields
+    }
+
+    /// A record of the evaluator's fields.
+    #[doc(hidden)]
+    pub fn from_fields(fields: Vec<Field<'static>>) -> Record {
+        Record { fields }
+    }
+
+    /// The evaluator's fields, taken out.
+    #[doc(hidden)]
+    pub fn into_fields(self) -> Vec<Field<'static>> {
+        self.fields
+    }
+}
+
+impl std::fmt::Display for Record {
+    /// The JSON form of [`Record::to_json`].
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.to_json())
+    }
+}
+
+impl<N: Into<String>, V: Into<Value>> FromIterator<(N, V)> for Record {
+    fn from_iter<I: IntoIterator<Item = (N, V)>>(iter: I) -> Record {
+        let mut r = Record::new();
+        for (n, v) in iter {
+            r.insert(n, v);
+        }
+        r
+    }
+}
+
+impl serde::Serialize for Record {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(Some(self.len()))?;
+        for f in self.shown() {
+            map.serialize_entry(f.name.as_ref(), &Shown(&f.value, false))?;
+        }
+        map.end()
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Record {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let TopLevel(fields) = TopLevel::deserialize(d)?;
+        Ok(Record { fields })
+    }
+}
+
+impl serde::Serialize for Value {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        Shown(&self.clone().into_lang(), false).serialize(s)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Value {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let JsonValue(v) = JsonValue::deserialize(d)?;
+        Ok(Value::from_lang(&v))
+    }
+}
+
+/// An evaluator value serialized as its spec §11 JSON (the flag: inside an array).
+struct Shown<'v>(&'v LangValue<'v>, bool);
+
+impl serde::Serialize for Shown<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::{SerializeMap, SerializeSeq};
+        match self.0 {
+            LangValue::Chars(t) => s.serialize_str(t),
+            LangValue::Digit(d) => s.serialize_i64(*d),
+            LangValue::Float(f) if f.is_nan() => s.serialize_unit(),
+            LangValue::Float(f) if f.is_infinite() => s.serialize_str(if *f > 0.0 { "Infinity" } else { "-Infinity" }),
+            LangValue::Float(f) => s.serialize_f64(*f),
+            LangValue::Bool(b) => s.serialize_bool(*b),
+            v @ (LangValue::Ip(_) | LangValue::Time(_)) => {
+                let mut text = String::new();
+                v.write_raw(&mut text);
+                s.serialize_str(&text)
+            }
+            LangValue::Null => s.serialize_unit(),
+            LangValue::Ignore if self.1 => s.serialize_str(""),
+            LangValue::Ignore => s.serialize_unit(),
+            LangValue::Array(items) => {
+                let mut seq = s.serialize_seq(Some(items.len()))?;
+                for i in items.iter() {
+                    seq.serialize_element(&Shown(&i.value, true))?;
+                }
+                seq.end()
+            }
+            LangValue::Obj(members) => {
+                let mut map = s.serialize_map(Some(members.len()))?;
+                for m in members.iter() {
+                    map.serialize_entry(m.name.as_ref(), &Shown(&m.value, false))?;
+                }
+                map.end()
+            }
+        }
+    }
+}
+
+impl Value {
+    fn from_lang(v: &LangValue<'_>) -> Value {
+        match v {
+            LangValue::Chars(s) => Value::Chars(s.to_string()),
+            LangValue::Digit(d) => Value::Digit(*d),
+            LangValue::Float(f) => Value::Float(*f),
+            LangValue::Bool(b) => Value::Bool(*b),
+            LangValue::Ip(ip) => Value::Ip(*ip),
+            LangValue::Time(t) => Value::Time(*t),
+            LangValue::Obj(m) => Value::Object(m.iter().map(|f| (f.name.to_string(), Value::from_lang(&f.value))).collect()),
+            LangValue::Array(items) => Value::Array(items.iter().map(|f| Value::from_lang(&f.value)).collect()),
+            LangValue::Null | LangValue::Ignore => Value::Null,
+        }
+    }
+
+    fn into_lang(self) -> LangValue<'static> {
+        match self {
+            Value::Null => LangValue::Null,
+            Value::Bool(b) => LangValue::Bool(b),
+            Value::Digit(d) => LangValue::Digit(d),
+            Value::Float(f) => LangValue::Float(f),
+            Value::Chars(s) => LangValue::Chars(Cow::Owned(s)),
+            Value::Ip(ip) => LangValue::Ip(ip),
+            Value::Time(t) => LangValue::Time(t),
+            Value::Array(items) => {
+                LangValue::Array(Box::new(items.into_iter().map(|v| Field::new(Cow::Borrowed(""), v.into_lang())).collect()))
+            }
+            Value::Object(m) => {
+                // A BTreeMap is already sorted by name, with names unique.
+                LangValue::Obj(Box::new(m.into_iter().map(|(k, v)| Field::new(Cow::Owned(k), v.into_lang())).collect()))
+            }
+        }
+    }
+}
+
+macro_rules! value_from {
+    ($($t:ty => $v:ident $(as $cast:ty)?),* $(,)?) => {$(
+        impl From<$t> for Value {
+            fn from(x: $t) -> Value {
+                Value::$v(x $(as $cast)?)
+            }
+        }
+    )*};
+}
+
+value_from!(bool => Bool, i64 => Digit, i32 => Digit as i64, u32 => Digit as i64, f64 => Float, String => Chars, IpAddr => Ip);
+
+impl From<&str> for Value {
+    fn from(s: &str) -> Value {
+        Value::Chars(s.to_string())
+    }
+}
+
+impl From<std::net::Ipv4Addr> for Value {
+    fn from(ip: std::net::Ipv4Addr) -> Value {
+        Value::Ip(IpAddr::V4(ip))
+    }
+}
+
+impl From<std::net::Ipv6Addr> for Value {
+    fn from(ip: std::net::Ipv6Addr) -> Value {
+        Value::Ip(IpAddr::V6(ip))
+    }
+}
+
+impl From<Vec<Value>> for Value {
+    fn from(items: Vec<Value>) -> Value {
+        Value::Array(items)
+    }
+}
+
+impl From<BTreeMap<String, Value>> for Value {
+    fn from(members: BTreeMap<String, Value>) -> Value {
+        Value::Object(members)
+    }
+}
+
+impl<T: Into<Value>> From<Option<T>> for Value {
+    fn from(x: Option<T>) -> Value {
+        x.map(Into::into).unwrap_or(Value::Null)
+    }
+}
 
 /// Builds a record from a JSON object (key order kept).
-pub fn from_json(json: &Json) -> Result<Record, String> {
+pub fn from_json(json: &Json) -> std::result::Result<Record, String> {
     let Json::Object(map) = json else {
         return Err("a record must be a JSON object".to_string());
     };
-    Ok(map.iter().map(|(k, v)| Field::new(Cow::Owned(k.clone()), value_from_json(v))).collect())
+    Ok(Record { fields: map.iter().map(|(k, v)| Field::new(Cow::Owned(k.clone()), value_from_json(v))).collect() })
 }
 
 /// Parses one JSON text into a record, with the mapping of [`from_json`]
 /// but straight into fields, without an intermediate `serde_json::Value`.
-pub fn from_json_str(text: &str) -> Result<Record, String> {
+pub fn from_json_str(text: &str) -> std::result::Result<Record, String> {
     if !text.trim_start().starts_with('{') {
         // Not an object: say whether it is JSON at all, as `from_json` would.
         let json: Json = serde_json::from_str(text).map_err(|e| format!("invalid JSON: {e}"))?;
         return from_json(&json);
     }
-    let TopLevel(record) = serde_json::from_str(text).map_err(|e| format!("invalid JSON: {e}"))?;
-    Ok(record)
+    let TopLevel(fields) = serde_json::from_str(text).map_err(|e| format!("invalid JSON: {e}"))?;
+    Ok(Record { fields })
 }
 
 /// Past this many fields, repeated keys are found through an index.
@@ -39,18 +364,18 @@ const INDEX_FROM: usize = 32;
 
 /// A record read directly by serde: members in order; a repeated key keeps
 /// its first place and its last value, as an order-preserving JSON map does.
-struct TopLevel(Record);
+struct TopLevel(Vec<Field<'static>>);
 
 impl<'de> serde::Deserialize<'de> for TopLevel {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
         struct V;
         impl<'de> serde::de::Visitor<'de> for V {
             type Value = TopLevel;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
                 f.write_str("a JSON object")
             }
-            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<TopLevel, A::Error> {
-                let mut fields: Record = Vec::with_capacity(map.size_hint().unwrap_or(8));
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> std::result::Result<TopLevel, A::Error> {
+                let mut fields: Vec<Field<'static>> = Vec::with_capacity(map.size_hint().unwrap_or(8));
                 // Repeated keys are found by a scan while the record is small,
                 // and through an index past that, so a wide record is read in
                 // linear time (200,000 fields used to take minutes).
@@ -83,52 +408,52 @@ impl<'de> serde::Deserialize<'de> for TopLevel {
 }
 
 /// One JSON value as an OML value, read directly by serde.
-struct JsonValue(Value<'static>);
+struct JsonValue(LangValue<'static>);
 
 impl<'de> serde::Deserialize<'de> for JsonValue {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
         struct V;
         impl<'de> serde::de::Visitor<'de> for V {
             type Value = JsonValue;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
                 f.write_str("a JSON value")
             }
-            fn visit_unit<E>(self) -> Result<JsonValue, E> {
-                Ok(JsonValue(Value::Null))
+            fn visit_unit<E>(self) -> std::result::Result<JsonValue, E> {
+                Ok(JsonValue(LangValue::Null))
             }
-            fn visit_bool<E>(self, b: bool) -> Result<JsonValue, E> {
-                Ok(JsonValue(Value::Bool(b)))
+            fn visit_bool<E>(self, b: bool) -> std::result::Result<JsonValue, E> {
+                Ok(JsonValue(LangValue::Bool(b)))
             }
-            fn visit_i64<E>(self, i: i64) -> Result<JsonValue, E> {
-                Ok(JsonValue(Value::Digit(i)))
+            fn visit_i64<E>(self, i: i64) -> std::result::Result<JsonValue, E> {
+                Ok(JsonValue(LangValue::Digit(i)))
             }
-            fn visit_u64<E>(self, u: u64) -> Result<JsonValue, E> {
-                Ok(JsonValue(i64::try_from(u).map(Value::Digit).unwrap_or(Value::Float(u as f64))))
+            fn visit_u64<E>(self, u: u64) -> std::result::Result<JsonValue, E> {
+                Ok(JsonValue(i64::try_from(u).map(LangValue::Digit).unwrap_or(LangValue::Float(u as f64))))
             }
-            fn visit_f64<E>(self, f: f64) -> Result<JsonValue, E> {
-                Ok(JsonValue(Value::Float(f)))
+            fn visit_f64<E>(self, f: f64) -> std::result::Result<JsonValue, E> {
+                Ok(JsonValue(LangValue::Float(f)))
             }
-            fn visit_str<E>(self, s: &str) -> Result<JsonValue, E> {
-                Ok(JsonValue(Value::Chars(Cow::Owned(s.to_string()))))
+            fn visit_str<E>(self, s: &str) -> std::result::Result<JsonValue, E> {
+                Ok(JsonValue(LangValue::Chars(Cow::Owned(s.to_string()))))
             }
-            fn visit_string<E>(self, s: String) -> Result<JsonValue, E> {
-                Ok(JsonValue(Value::Chars(Cow::Owned(s))))
+            fn visit_string<E>(self, s: String) -> std::result::Result<JsonValue, E> {
+                Ok(JsonValue(LangValue::Chars(Cow::Owned(s))))
             }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<JsonValue, A::Error> {
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<JsonValue, A::Error> {
                 let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(4));
                 while let Some(JsonValue(v)) = seq.next_element()? {
                     items.push(Field::new(Cow::Borrowed(""), v));
                 }
-                Ok(JsonValue(Value::Array(Box::new(items))))
+                Ok(JsonValue(LangValue::Array(Box::new(items))))
             }
-            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<JsonValue, A::Error> {
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> std::result::Result<JsonValue, A::Error> {
                 let mut members = Vec::with_capacity(map.size_hint().unwrap_or(4));
                 while let Some(key) = map.next_key::<String>()? {
                     let JsonValue(v) = map.next_value()?;
                     members.push(Field::new(Cow::Owned(key), v));
                 }
                 // Sorted once (n log n), not one insertion per member.
-                Ok(JsonValue(Value::Obj(Box::new(obj_from(members)))))
+                Ok(JsonValue(LangValue::Obj(Box::new(obj_from(members)))))
             }
         }
         d.deserialize_any(V)
@@ -136,32 +461,32 @@ impl<'de> serde::Deserialize<'de> for JsonValue {
 }
 
 /// One JSON value as an OML value (the mapping of [`from_json`]).
-pub fn value_from_json(v: &Json) -> Value<'static> {
+pub fn value_from_json(v: &Json) -> LangValue<'static> {
     match v {
-        Json::Null => Value::Null,
-        Json::Bool(b) => Value::Bool(*b),
+        Json::Null => LangValue::Null,
+        Json::Bool(b) => LangValue::Bool(*b),
         Json::Number(n) => match n.as_i64() {
-            Some(i) => Value::Digit(i),
-            None => Value::Float(n.as_f64().unwrap_or(f64::NAN)),
+            Some(i) => LangValue::Digit(i),
+            None => LangValue::Float(n.as_f64().unwrap_or(f64::NAN)),
         },
-        Json::String(s) => Value::Chars(Cow::Owned(s.clone())),
+        Json::String(s) => LangValue::Chars(Cow::Owned(s.clone())),
         Json::Array(items) => {
-            Value::Array(Box::new(items.iter().map(|i| Field::new(Cow::Borrowed(""), value_from_json(i))).collect()))
+            LangValue::Array(Box::new(items.iter().map(|i| Field::new(Cow::Borrowed(""), value_from_json(i))).collect()))
         }
         Json::Object(m) => {
             let members = m.iter().map(|(k, v)| Field::new(Cow::Owned(k.clone()), value_from_json(v))).collect();
-            Value::Obj(Box::new(obj_from(members)))
+            LangValue::Obj(Box::new(obj_from(members)))
         }
     }
 }
 
 /// Renders a record as one line of JSON (spec §11).
-pub fn to_json_string(record: &[Field<'_>]) -> String {
+pub fn fields_json(record: &[Field<'_>]) -> String {
     let mut out = String::with_capacity(64 + record.len() * 16);
     out.push('{');
     let mut first = true;
     for f in record {
-        if matches!(f.value, Value::Ignore) {
+        if matches!(f.value, LangValue::Ignore) {
             continue;
         }
         if !first {
@@ -179,7 +504,12 @@ pub fn to_json_string(record: &[Field<'_>]) -> String {
 
 /// A record as a `serde_json::Value` (for comparisons in tests and tools).
 pub fn to_json(record: &[Field<'_>]) -> Json {
-    serde_json::from_str(&to_json_string(record)).unwrap_or(Json::Null)
+    serde_json::from_str(&fields_json(record)).unwrap_or(Json::Null)
+}
+
+/// [`Record::to_json`], as a function (omlet's tests and tools).
+pub fn to_json_string(record: &Record) -> String {
+    record.to_json()
 }
 
 #[cfg(test)]
@@ -207,6 +537,43 @@ mod tests {
     }
 
     #[test]
+    fn values_round_trip_through_records_and_serde() {
+        let text = r#"{"s":"x","d":-3,"f":2.5,"b":true,"n":null,"a":[1,"two",[3.0]],"o":{"z":1,"a":{"k":"v"}}}"#;
+        let r = Record::from_json(text).unwrap();
+        assert_eq!(r.to_json(), r#"{"s":"x","d":-3,"f":2.5,"b":true,"n":null,"a":[1,"two",[3.0]],"o":{"a":{"k":"v"},"z":1}}"#);
+        // serde's form is the same JSON, and reads back to the same record.
+        let via_serde = serde_json::to_string(&r).unwrap();
+        assert_eq!(via_serde, r.to_json());
+        let back: Record = serde_json::from_str(&via_serde).unwrap();
+        assert_eq!(back, r);
+        // Typed values out, and in again.
+        assert_eq!(r.get("d"), Some(Value::Digit(-3)));
+        assert_eq!(r.get("a"), Some(Value::Array(vec![1.into(), "two".into(), Value::Array(vec![3.0.into()])])));
+        let Some(Value::Object(o)) = r.get("o") else { panic!("o is an object") };
+        assert_eq!(o.keys().collect::<Vec<_>>(), ["a", "z"]);
+        let rebuilt: Record = r.iter().map(|(n, v)| (n.to_string(), v)).collect();
+        assert_eq!(rebuilt.to_json(), r.to_json());
+        // IPs and times render as the spec's strings.
+        let mut t = Record::new();
+        t.insert("ip", std::net::Ipv4Addr::new(10, 0, 0, 7));
+        t.insert("at", Value::Time(86_400_000_000_000));
+        assert_eq!(t.to_json(), r#"{"ip":"10.0.0.7","at":"1970-01-02 00:00:00"}"#);
+        assert_eq!(serde_json::to_string(&t).unwrap(), t.to_json());
+        // insert replaces in place; remove takes out.
+        assert_eq!(t.insert("ip", "gone"), Some(Value::Ip("10.0.0.7".parse().unwrap())));
+        assert_eq!(t.names().collect::<Vec<_>>(), ["ip", "at"]);
+        assert_eq!(t.remove("ip"), Some(Value::Chars("gone".into())));
+        assert_eq!(t.len(), 1);
+        // Ignored fields are kept but not shown.
+        let hidden = Record::from_fields(vec![
+            Field::new(Cow::Borrowed("__x"), LangValue::Ignore),
+            Field::new(Cow::Borrowed("y"), LangValue::Digit(1)),
+        ]);
+        assert_eq!((hidden.len(), hidden.get("__x"), hidden.to_json()), (1, None, r#"{"y":1}"#.to_string()));
+        assert!(matches!(Record::from_json("[1]"), Err(Error::Input { .. })));
+    }
+
+    #[test]
     fn wide_records_with_repeated_keys_read_like_small_ones() {
         // Past the index threshold: repeated keys keep their first place and last value.
         let mut text = String::from("{");
@@ -224,6 +591,7 @@ mod tests {
         wide.push_str("\"f0\":\"last\"}");
         let r = from_json_str(&wide).unwrap();
         assert_eq!(r.len(), 200_000);
-        assert_eq!(to_json_string(&r[..1]), r#"{"f0":"last"}"#);
+        let r = r.fields;
+        assert_eq!(fields_json(&r[..1]), r#"{"f0":"last"}"#);
     }
 }

@@ -36,7 +36,58 @@ mod bindings {
 
 use bindings::exports::omlet::rule::evaluator as ev;
 use bindings::omlet::rule::{clock, knowledge as wk, types};
-pub use omlet_lang::Route;
+
+/// Which model of a rule evaluates a record (spec §3.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route<'a> {
+    /// The rule's only model; [`Error::Unrouted`] when it has several.
+    Only,
+    /// A rule path such as `/nginx/access_log`: the enabled model whose
+    /// `rule :` pattern claims it.
+    Path(&'a str),
+    /// A model by its `name :`, enabled or not.
+    Model(&'a str),
+}
+
+/// How to load a rule: the knowledge base its lookups read, and the limits
+/// of compiling it. The default has no knowledge base (a rule with lookups
+/// still loads; its lookups fail as unavailable) and the engine's build
+/// limits.
+#[derive(Clone, Default)]
+#[non_exhaustive]
+pub struct LoadOptions {
+    /// The knowledge base lookups are bound to (each statement is checked and
+    /// prepared at load, so a bad one fails the load).
+    pub knowledge: Option<Arc<Knowledge>>,
+    /// Build limits for rule sources; the engine's ([`EngineConfig::build`]) when unset.
+    pub build: Option<build::BuildLimits>,
+}
+
+impl LoadOptions {
+    /// The defaults: no knowledge base, the engine's build limits.
+    pub fn new() -> LoadOptions {
+        LoadOptions::default()
+    }
+
+    /// With lookups bound to `knowledge` (an `Arc<Knowledge>`, or an
+    /// `Option` of one: `None` for no knowledge base).
+    pub fn knowledge(mut self, knowledge: impl Into<Option<Arc<Knowledge>>>) -> LoadOptions {
+        self.knowledge = knowledge.into();
+        self
+    }
+
+    /// With these build limits instead of the engine's.
+    pub fn build_limits(mut self, limits: build::BuildLimits) -> LoadOptions {
+        self.build = Some(limits);
+        self
+    }
+}
+
+impl std::fmt::Debug for LoadOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadOptions").field("knowledge", &self.knowledge.is_some()).field("build", &self.build).finish()
+    }
+}
 
 /// The limits of an engine: what one rule call may take. Every field has a
 /// default; see docs/deployment.md for the whole list of limits.
@@ -192,38 +243,58 @@ impl Engine {
         &self.config
     }
 
-    /// The underlying wasmtime engine (for hosts that add their own components).
+    /// The underlying wasmtime engine (omlet's benches and tools).
+    #[doc(hidden)]
     pub fn wasmtime(&self) -> &WtEngine {
         &self.inner
     }
 
-    /// Loads a rule from a `.wasm` component, an `.oml` source, or a
-    /// directory of `.oml` sources (a rule set; compiled here).
-    pub async fn load_path(&self, path: &Path, knowledge: Option<Arc<Knowledge>>) -> Result<Rule> {
+    /// Loads a rule from a `.wasm` component (built by `omlet build`), an
+    /// `.oml` source, or a directory of `.oml` sources (a rule set), compiled
+    /// here.
+    ///
+    /// Fails with [`Error::Io`] for a file that cannot be read,
+    /// [`Error::Compile`] for a rule that does not compile,
+    /// [`Error::Limit`] ([`Limit::RuleBytes`]) for one over the build limits,
+    /// [`Error::Load`] for a component wasmtime refuses, and
+    /// [`Error::Statement`] for a lookup the knowledge base refuses.
+    pub async fn load_path(&self, path: impl AsRef<Path>, options: &LoadOptions) -> Result<Rule> {
+        let path = path.as_ref();
         let bytes = if path.extension().is_some_and(|e| e == "wasm") {
             std::fs::read(path).map_err(|e| Error::io(path, e))?
         } else {
-            let limits = &self.config.build;
+            let limits = options.build.as_ref().unwrap_or(&self.config.build);
             build::build_component_with(&RuleSource::collect_limited(&[path.to_path_buf()], limits.max_rule_file_bytes)?, limits)?
         };
-        self.load(&bytes, knowledge).await
+        self.load_component(&bytes, options).await
     }
 
     /// Compiles rule sources into one rule set and loads it.
-    pub async fn load_sources(&self, sources: &[RuleSource], knowledge: Option<Arc<Knowledge>>) -> Result<Rule> {
-        self.load(&build::build_component_with(sources, &self.config.build)?, knowledge).await
+    pub async fn load_sources(&self, sources: &[RuleSource], options: &LoadOptions) -> Result<Rule> {
+        let limits = options.build.as_ref().unwrap_or(&self.config.build);
+        self.load_component(&build::build_component_with(sources, limits)?, options).await
     }
 
-    /// Compiles rule source text and loads it.
-    pub async fn load_source(&self, file: &str, text: &str, knowledge: Option<Arc<Knowledge>>) -> Result<Rule> {
-        let bytes =
-            build::build_component_with(&[RuleSource { file: file.to_string(), text: text.to_string() }], &self.config.build)?;
-        self.load(&bytes, knowledge).await
+    /// Compiles the rule text `text` (named `file` in its errors) and loads it.
+    ///
+    /// ```
+    /// # omlet::block_on(async {
+    /// let engine = omlet::Engine::new()?;
+    /// let rule = engine.load_source("demo.oml", "name : demo\n---\nn : digit = read(n) ;\n", &Default::default()).await?;
+    /// let out = rule.evaluate(&omlet::Record::from_json(r#"{"n":"42"}"#)?).await?;
+    /// assert_eq!(out.to_json(), r#"{"n":42}"#);
+    /// # Ok::<(), omlet::Error>(())
+    /// # }).unwrap();
+    /// ```
+    pub async fn load_source(&self, file: &str, text: &str, options: &LoadOptions) -> Result<Rule> {
+        self.load_sources(&[RuleSource { file: file.to_string(), text: text.to_string() }], options).await
     }
 
-    /// Loads a component; binds its lookups to `knowledge` (each statement is
-    /// prepared now, so a bad one fails here).
-    pub async fn load(&self, component: &[u8], knowledge: Option<Arc<Knowledge>>) -> Result<Rule> {
+    /// Loads a component's bytes (from `omlet build`); binds its lookups to
+    /// the options' knowledge base (each statement is checked and prepared
+    /// now, so a bad one fails here).
+    pub async fn load_component(&self, component: &[u8], options: &LoadOptions) -> Result<Rule> {
+        let knowledge = options.knowledge.clone();
         let component = Component::from_binary(&self.inner, component).map_err(|e| Error::load("component", e))?;
         let pre = self.linker.instantiate_pre(&component).map_err(|e| Error::load("component", e))?;
         let pre = bindings::RulePre::new(pre).map_err(|e| Error::load("component", e))?;
@@ -233,11 +304,11 @@ impl Engine {
         let info = inst.bindings.omlet_rule_meta().call_info(&mut inst.store).await;
         let info = match info {
             Ok(Ok(info)) => RuleInfo::from(info),
-            Ok(Err(message)) => return Err(Error::Rule(message)),
+            Ok(Err(message)) => return Err(Error::load("rule info", anyhow::anyhow!(message))),
             Err(e) => return Err(call_error(&inst.store, e)),
         };
         let statements = match &shared.knowledge {
-            Some(k) => k.bind(&info.statements).await?,
+            Some(k) => k.bind(&info.statements.iter().map(StatementInfo::to_lang).collect::<Vec<_>>()).await?,
             None => Vec::new(),
         };
         let shared = Arc::new(Shared { knowledge: shared.knowledge.clone(), statements });
@@ -247,7 +318,7 @@ impl Engine {
             pools.retain(|w| w.strong_count() > 0);
             pools.push(Arc::downgrade(&idle));
         }
-        Ok(Rule { engine: self.clone(), pre, shared, info, idle })
+        Ok(Rule { inner: Arc::new(RuleInner { engine: self.clone(), pre, shared, info, idle }) })
     }
 }
 
@@ -280,9 +351,43 @@ pub struct RuleInfo {
     /// The models, in build order (files sorted by path).
     pub models: Vec<ModelInfo>,
     /// Every SQL statement of the set: the allow-list of what `knowledge.query` may run.
-    pub statements: Vec<omlet_lang::ir::SqlStatement>,
+    pub statements: Vec<StatementInfo>,
     /// Whether some model reads the clock (`Now::*`).
     pub uses_clock: bool,
+}
+
+/// One lookup statement of a rule set: what it reads, and where it is written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StatementInfo {
+    /// The SQL text with named parameters (`:name`), as the rule wrote it.
+    pub sql: String,
+    /// Parameter names, in binding order.
+    pub params: Vec<String>,
+    /// The table the statement reads.
+    pub table: String,
+    /// The selected columns; `*` for all.
+    pub columns: Vec<String>,
+    /// The rule file holding the lookup.
+    pub file: String,
+    /// Where the lookup stands in `file` (1-based).
+    pub line: u32,
+    /// The column of the lookup in `file` (1-based).
+    pub column: u32,
+}
+
+impl StatementInfo {
+    fn to_lang(&self) -> omlet_lang::ir::SqlStatement {
+        omlet_lang::ir::SqlStatement {
+            sql: self.sql.clone(),
+            params: self.params.clone(),
+            table: self.table.clone(),
+            columns: self.columns.clone(),
+            file: self.file.clone(),
+            line: self.line,
+            column: self.column,
+        }
+    }
 }
 
 /// One model of a rule set.
@@ -311,7 +416,7 @@ impl From<bindings::exports::omlet::rule::meta::RuleInfo> for RuleInfo {
             .statements
             .into_iter()
             .enumerate()
-            .map(|(index, s)| omlet_lang::ir::SqlStatement {
+            .map(|(index, s)| StatementInfo {
                 sql: s.sql,
                 params: s.params,
                 table: s.table,
@@ -464,14 +569,20 @@ fn call_error(store: &Store<StoreState>, e: wasmtime::Error) -> Error {
     Error::Trap { code, message: format!("{e:#}") }
 }
 
-/// A loaded rule, ready to evaluate records. Cheap to share (`Arc<Rule>`);
+/// A loaded rule, ready to evaluate records. `Clone` is cheap (an `Arc`
+/// inside): clones share the compiled component and its instances, and
 /// calls from several tasks run on separate instances.
 ///
 /// A call that traps or reaches a limit fails with [`Error::Trap`] or
 /// [`Error::Limit`]; its instance is dropped (never reused) and the rule goes
 /// on with fresh ones. In a batch, such a failure is retried record by
 /// record, so only the records that fail on their own get the error.
+#[derive(Clone)]
 pub struct Rule {
+    inner: Arc<RuleInner>,
+}
+
+struct RuleInner {
     engine: Engine,
     pre: bindings::RulePre<StoreState>,
     shared: Arc<Shared>,
@@ -482,38 +593,38 @@ pub struct Rule {
 impl Rule {
     /// What the component holds, read once at load.
     pub fn info(&self) -> &RuleInfo {
-        &self.info
+        &self.inner.info
     }
 
     fn generation(&self) -> u64 {
-        self.shared.knowledge.as_ref().map(|k| k.generation()).unwrap_or(0)
+        self.inner.shared.knowledge.as_ref().map(|k| k.generation()).unwrap_or(0)
     }
 
     /// An instance armed for one call at knowledge `generation`.
     async fn checkout(&self, generation: u64) -> Result<Instance> {
-        let idle = self.idle.lock().ok().and_then(|mut v| v.pop());
+        let idle = self.inner.idle.lock().ok().and_then(|mut v| v.pop());
         let mut inst = match idle {
             Some(i) => i,
-            None => Instance::new(&self.engine, &self.pre, self.shared.clone()).await?,
+            None => Instance::new(&self.inner.engine, &self.inner.pre, self.inner.shared.clone()).await?,
         };
-        inst.arm(&self.engine.config, generation);
+        inst.arm(&self.inner.engine.config, generation);
         Ok(inst)
     }
 
     fn checkin(&self, inst: Instance) {
-        if let Ok(mut v) = self.idle.lock() {
+        if let Ok(mut v) = self.inner.idle.lock() {
             v.push(inst);
         }
         // Only a call that found no permit waits for a returned instance; while
         // permits are left, waking anyone costs a lock per call for nothing.
-        let slots = &self.engine.slots;
+        let slots = &self.inner.engine.slots;
         if slots.permits.available_permits() == 0 {
             slots.returned.notify_waiters();
         }
     }
 
     fn check_size(&self, frame: &[u8]) -> Result<()> {
-        let max = self.engine.config.max_record_bytes;
+        let max = self.inner.engine.config.max_record_bytes;
         if frame.len() > max {
             return Err(Error::limit(Limit::RecordBytes, format!("the record takes {} bytes, more than {max}", frame.len())));
         }
@@ -539,7 +650,7 @@ impl Rule {
             Ok(r) => {
                 self.checkin(inst);
                 let r = r.map_err(|e| record_error(0, e))?;
-                wire::decode_record(&r).map_err(|message| Error::Record { index: 0, message })
+                wire::decode_record(&r).map_err(|m| Error::Internal(format!("the guest's output record: {m}")))
             }
             // A trapped instance is dropped, never reused.
             Err(e) => Err(call_error(&inst.store, e)),
@@ -572,7 +683,7 @@ impl Rule {
         if n > 1 {
             // A frame within the record limit holds no record over it.
             let frame = wire::encode_frame(records.clone());
-            if frame.len() <= self.engine.config.max_record_bytes {
+            if frame.len() <= self.inner.engine.config.max_record_bytes {
                 match self.call_batch(route, &frame, n).await? {
                     Ok(results) => return Ok(results),
                     // Retried one by one below: only the records that fail alone fail.
@@ -643,12 +754,15 @@ fn wit_route(route: Route<'_>) -> ev::Route {
 fn record_error(index: usize, e: ev::EvalError) -> Error {
     match e.kind {
         ev::ErrorKind::Unrouted => Error::Unrouted { index, message: e.message },
-        ev::ErrorKind::Failed => Error::Record { index, message: e.message },
+        ev::ErrorKind::Lookup => Error::Lookup { index, message: e.message },
+        ev::ErrorKind::Failed => Error::Internal(format!("the guest could not evaluate record {index}: {}", e.message)),
     }
 }
 
 /// Runs a future to completion on a private current-thread runtime (one per
-/// thread): the blocking facade for programs without a runtime of their own.
+/// thread): the blocking facade for programs without a runtime of their own
+/// (the `*_blocking` methods use it). Do not call it from inside an async
+/// runtime.
 pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
     thread_local! {
         static RT: tokio::runtime::Runtime = tokio::runtime::Builder::new_current_thread()

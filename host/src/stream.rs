@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use omlet_lang::value::{Field, Value};
 
+use crate::error::Limit;
 use crate::record::{self, Record};
 use crate::runtime::{Route, Rule};
 use crate::{Error, Result};
@@ -44,7 +45,9 @@ pub struct Input {
     /// The record as written (a JSONL line; a CSV row, re-joined).
     pub raw: String,
     /// The record, or why it could not be read.
-    pub record: std::result::Result<Record, String>,
+    /// An unreadable record is an [`Error::Input`] naming its line, or an
+    /// [`Error::Limit`] for a line over [`ReadLimits::max_line_bytes`].
+    pub record: std::result::Result<Record, Error>,
 }
 
 /// Bounds of the readers: what one input line or record may take.
@@ -182,12 +185,17 @@ impl Iterator for Lines {
 }
 
 /// Why a line that is not text is no record.
-fn line_error(line: &Line, max: usize) -> Option<String> {
+fn line_error(line: &Line, at: u64, max: usize) -> Option<Error> {
     match line {
         Line::Text(_) => None,
-        Line::TooLong(n, _) => Some(format!("limit reached (line bytes): the line takes {n} bytes, more than {max}")),
-        Line::NotUtf8(at, _) => Some(format!("not UTF-8: an invalid byte at byte {} of the line", at + 1)),
+        Line::TooLong(n, _) => Some(Error::limit(Limit::LineBytes, format!("line {at} takes {n} bytes, more than {max}"))),
+        Line::NotUtf8(b, _) => Some(bad_line(at, format!("not UTF-8: an invalid byte at byte {} of the line", b + 1))),
     }
+}
+
+/// The error of an input line that holds no record.
+fn bad_line(at: u64, message: String) -> Error {
+    Error::Input { what: format!("line {at}"), message }
 }
 
 fn jsonl(lines: Lines) -> impl Iterator<Item = Result<Input>> + Send {
@@ -204,9 +212,9 @@ fn jsonl(lines: Lines) -> impl Iterator<Item = Result<Input>> + Send {
             return None;
         }
         number += 1;
-        let record = match line_error(&line, max) {
+        let record = match line_error(&line, at, max) {
             Some(e) => Err(e),
-            None => record::from_json_str(line.raw()),
+            None => record::from_json_str(line.raw()).map_err(|m| bad_line(at, m)),
         };
         let raw = match line {
             Line::Text(t) | Line::TooLong(_, t) | Line::NotUtf8(_, t) => t,
@@ -224,14 +232,14 @@ struct Csv {
     /// Lines read ahead and given back after an unbalanced quote.
     pending: VecDeque<(u64, Line)>,
     /// The header's names once read, or why it could not be read.
-    names: Option<std::result::Result<Vec<String>, String>>,
+    names: Option<std::result::Result<Vec<String>, Error>>,
     number: u64,
     max_lines: usize,
     max_bytes: usize,
 }
 
 /// A CSV record's text, or why its lines are no record and its first line.
-type RecordText = std::result::Result<String, (String, String)>;
+type RecordText = std::result::Result<String, (Error, String)>;
 
 impl Csv {
     fn next_line(&mut self) -> Option<std::io::Result<(u64, Line)>> {
@@ -248,7 +256,7 @@ impl Csv {
                 Ok(l) => l,
                 Err(e) => return Some(Err(e)),
             };
-            if let Some(e) = line_error(&first, self.lines.max) {
+            if let Some(e) = line_error(&first, at, self.lines.max) {
                 return Some(Ok((at, Err((e, first.raw().to_string())))));
             }
             let Line::Text(mut text) = first else { unreachable!("line_error covers the other kinds") };
@@ -279,7 +287,7 @@ impl Csv {
                             "unbalanced quote: a quoted field is still open after {} lines (the limit is {})",
                             self.max_lines, self.max_lines
                         );
-                        return Some(Ok((at, Err((message, first)))));
+                        return Some(Ok((at, Err((bad_line(at, message), first)))));
                     }
                 }
             }
@@ -311,8 +319,8 @@ impl Iterator for Csv {
         if self.names.is_none() {
             let names = match self.next_text()? {
                 Err(e) => return Some(Err(Error::io("input", e))),
-                Ok((_, Err((message, _)))) => Err(message),
-                Ok((_, Ok(text))) => csv_fields(&text),
+                Ok((_, Err((e, _)))) => Err(e),
+                Ok((at, Ok(text))) => csv_fields(&text).map_err(|m| bad_line(at, m)),
             };
             self.names = Some(names);
         }
@@ -322,20 +330,22 @@ impl Iterator for Csv {
         };
         self.number += 1;
         let (raw, record) = match text {
-            Err((message, raw)) => (raw, Err(message)),
+            Err((e, raw)) => (raw, Err(e)),
             Ok(text) => {
                 let record = match (self.names.as_ref(), csv_fields(&text)) {
-                    (Some(Err(e)), _) => Err(format!("the CSV header cannot be read: {e}")),
-                    (_, Err(e)) => Err(e),
+                    (Some(Err(e)), _) => Err(bad_line(at, format!("the CSV header cannot be read: {e}"))),
+                    (_, Err(e)) => Err(bad_line(at, e)),
                     (Some(Ok(names)), Ok(values)) if values.len() != names.len() => {
-                        Err(format!("{} values for {} columns", values.len(), names.len()))
+                        Err(bad_line(at, format!("{} values for {} columns", values.len(), names.len())))
                     }
-                    (Some(Ok(names)), Ok(values)) => Ok(names
-                        .iter()
-                        .zip(values)
-                        .map(|(n, v)| Field::new(Cow::Owned(n.clone()), Value::Chars(Cow::Owned(v))))
-                        .collect()),
-                    (None, _) => Err("no CSV header".to_string()),
+                    (Some(Ok(names)), Ok(values)) => Ok(Record::from_fields(
+                        names
+                            .iter()
+                            .zip(values)
+                            .map(|(n, v)| Field::new(Cow::Owned(n.clone()), Value::Chars(Cow::Owned(v))))
+                            .collect(),
+                    )),
+                    (None, _) => Err(bad_line(at, "no CSV header".to_string())),
                 };
                 let raw = if record.is_ok() { text } else { text.chars().take(4096).collect() };
                 (raw, record)
@@ -363,10 +373,11 @@ pub enum RouteBy {
 pub enum Outcome {
     /// The output record.
     Ok(Record),
-    /// No model took the record (see [`Error::Unrouted`]).
-    Unrouted(String),
-    /// The record could not be read, or its evaluation failed.
-    Failed(String),
+    /// No model took the record: an [`Error::Unrouted`].
+    Unrouted(Error),
+    /// The record could not be read (the error of [`Input::record`]), or its
+    /// evaluation failed (a lookup, a limit, a trap, …).
+    Failed(Error),
 }
 
 /// One input record and its outcome.
@@ -386,7 +397,7 @@ pub struct Done {
 /// run stops early only when the input cannot be read or `sink` fails; it
 /// first hands `sink` the outcomes of every record already read.
 pub async fn run(
-    rule: Arc<Rule>,
+    rule: Rule,
     inputs: impl Iterator<Item = Result<Input>>,
     route: RouteBy,
     batch: usize,
@@ -428,8 +439,8 @@ pub async fn run(
                 Err(e) => names
                     .into_iter()
                     .map(|(number, line)| Done {
-                        input: Input { number, line, raw: String::new(), record: Err("not evaluated".into()) },
-                        outcome: Outcome::Failed(format!("internal error: the evaluation task failed: {e}")),
+                        input: Input { number, line, raw: String::new(), record: Err(task_failed(&e)) },
+                        outcome: Outcome::Failed(task_failed(&e)),
                     })
                     .collect(),
             };
@@ -446,6 +457,15 @@ pub async fn run(
     }
 }
 
+/// What a record of a failed evaluation task gets.
+fn task_failed(e: &tokio::task::JoinError) -> Error {
+    Error::Internal(format!("the evaluation task failed: {e}"))
+}
+
+fn unrouted(message: String) -> Error {
+    Error::Unrouted { index: 0, message }
+}
+
 /// Evaluates one chunk: records grouped by route, one guest call per group.
 async fn evaluate_chunk(rule: &Rule, route: &RouteBy, chunk: Vec<Input>) -> Vec<Done> {
     let mut outcomes: Vec<Option<Outcome>> = (0..chunk.len()).map(|_| None).collect();
@@ -454,20 +474,20 @@ async fn evaluate_chunk(rule: &Rule, route: &RouteBy, chunk: Vec<Input>) -> Vec<
     for (pos, input) in chunk.iter().enumerate() {
         let rec = match &input.record {
             Ok(r) => r,
-            Err(m) => {
-                outcomes[pos] = Some(Outcome::Failed(m.clone()));
+            Err(e) => {
+                outcomes[pos] = Some(Outcome::Failed(e.duplicate()));
                 continue;
             }
         };
         let key = match route {
-            RouteBy::Field(name) => match rec.iter().find(|f| f.name == name.as_str()).map(|f| &f.value) {
+            RouteBy::Field(name) => match rec.fields().iter().find(|f| f.name == name.as_str()).map(|f| &f.value) {
                 Some(Value::Chars(p)) => Some(p.to_string()),
                 Some(_) => {
-                    outcomes[pos] = Some(Outcome::Unrouted(format!("the rule-path field `{name}` is not text")));
+                    outcomes[pos] = Some(Outcome::Unrouted(unrouted(format!("the rule-path field `{name}` is not text"))));
                     continue;
                 }
                 None => {
-                    outcomes[pos] = Some(Outcome::Unrouted(format!("the record has no rule-path field `{name}`")));
+                    outcomes[pos] = Some(Outcome::Unrouted(unrouted(format!("the record has no rule-path field `{name}`"))));
                     continue;
                 }
             },
@@ -492,16 +512,15 @@ async fn evaluate_chunk(rule: &Rule, route: &RouteBy, chunk: Vec<Input>) -> Vec<
                 for (&pos, result) in positions.iter().zip(results) {
                     outcomes[pos] = Some(match result {
                         Ok(rec) => Outcome::Ok(rec),
-                        Err(Error::Unrouted { message, .. }) => Outcome::Unrouted(message),
-                        Err(Error::Record { message, .. }) => Outcome::Failed(message),
-                        Err(e) => Outcome::Failed(e.to_string()),
+                        Err(e @ Error::Unrouted { .. }) => Outcome::Unrouted(e),
+                        Err(e) => Outcome::Failed(e),
                     });
                 }
             }
             // No call could be made (no instance): every record of the group says so.
             Err(e) => {
                 for &pos in &positions {
-                    outcomes[pos] = Some(Outcome::Failed(e.to_string()));
+                    outcomes[pos] = Some(Outcome::Failed(e.duplicate()));
                 }
             }
         }
@@ -509,7 +528,10 @@ async fn evaluate_chunk(rule: &Rule, route: &RouteBy, chunk: Vec<Input>) -> Vec<
     chunk
         .into_iter()
         .zip(outcomes)
-        .map(|(input, o)| Done { input, outcome: o.unwrap_or(Outcome::Failed("record was not evaluated".into())) })
+        .map(|(input, o)| Done {
+            input,
+            outcome: o.unwrap_or_else(|| Outcome::Failed(Error::Internal("the record was not evaluated".into()))),
+        })
         .collect()
 }
 
@@ -550,16 +572,16 @@ mod tests {
         let seen: Vec<(u64, u64, bool)> = got.iter().map(|i| (i.number, i.line, i.record.is_ok())).collect();
         assert_eq!(seen, [(1, 1, true), (2, 4, false), (3, 5, true)]);
         assert_eq!(got[1].raw, "not json");
-        assert!(got[1].record.as_ref().unwrap_err().starts_with("invalid JSON"));
+        assert!(got[1].record.as_ref().unwrap_err().to_string().starts_with("line 4: invalid JSON"));
     }
 
     #[test]
     fn csv_rows_become_chars_records_and_bad_rows_errors() {
         let got = all("ip,status\n10.0.0.1,200\n\"10.0.0.2\",\"a,b\"\n10.0.0.3\n", Format::Csv);
         assert_eq!(got.len(), 3);
-        assert_eq!(record::to_json_string(got[0].record.as_ref().unwrap()), r#"{"ip":"10.0.0.1","status":"200"}"#);
-        assert_eq!(record::to_json_string(got[1].record.as_ref().unwrap()), r#"{"ip":"10.0.0.2","status":"a,b"}"#);
+        assert_eq!(got[0].record.as_ref().unwrap().to_json(), r#"{"ip":"10.0.0.1","status":"200"}"#);
+        assert_eq!(got[1].record.as_ref().unwrap().to_json(), r#"{"ip":"10.0.0.2","status":"a,b"}"#);
         assert_eq!((got[2].number, got[2].line), (3, 4));
-        assert_eq!(got[2].record.as_ref().unwrap_err(), "1 values for 2 columns");
+        assert_eq!(got[2].record.as_ref().unwrap_err().to_string(), "line 4: 1 values for 2 columns");
     }
 }

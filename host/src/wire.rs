@@ -11,8 +11,8 @@ use crate::{Error, Result};
 
 /// One record as a frame, for `evaluate`.
 pub(crate) fn encode_record(r: &Record) -> Vec<u8> {
-    let mut w = Writer::with_capacity(1, r.len());
-    w.record(r);
+    let mut w = Writer::with_capacity(1, r.fields().len());
+    w.record(r.fields());
     w.finish()
 }
 
@@ -20,7 +20,7 @@ pub(crate) fn encode_record(r: &Record) -> Vec<u8> {
 pub(crate) fn encode_frame<'r>(records: impl ExactSizeIterator<Item = &'r Record>) -> Vec<u8> {
     let mut w = Writer::with_capacity(records.len(), 8);
     for r in records {
-        w.record(r);
+        w.record(r.fields());
     }
     w.finish()
 }
@@ -131,7 +131,7 @@ fn record(r: &mut Reader<'_>, size: u32) -> Result<Record, String> {
     if read != size {
         return Err("a record's subtrees overrun its node count".into());
     }
-    Ok(out)
+    Ok(Record::from_fields(out))
 }
 
 /// The one record of an `evaluate` output.
@@ -167,7 +167,7 @@ pub(crate) fn decode_batch(n: usize, frame: &[u8], errors: impl Iterator<Item = 
         }
         let size = r.size(next).map_err(bad)?;
         next += 1;
-        out.push(record(&mut r, size).map_err(|message| Error::Record { index, message }));
+        out.push(record(&mut r, size).map_err(|m| Error::Internal(format!("the guest's output record {index}: {m}"))));
     }
     Ok(out)
 }
@@ -193,8 +193,8 @@ mod tests {
         }
         assert!(names::get(b"one-name-too-many").is_none());
         assert_eq!(names::get(b"client_ip"), Some("client_ip"));
-        let r = encode_record(&vec![Field::new(Cow::Borrowed("one-name-too-many"), Value::Digit(1))]);
-        let back = decode_record(&r).unwrap();
+        let r = encode_record(&Record::from_fields(vec![Field::new(Cow::Borrowed("one-name-too-many"), Value::Digit(1))]));
+        let back = decode_record(&r).unwrap().into_fields();
         assert_eq!(back[0].name, "one-name-too-many");
         assert!(matches!(back[0].name, Cow::Owned(_)));
     }

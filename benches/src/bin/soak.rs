@@ -61,7 +61,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     config.query_timeout_ms = 1000;
     config.connect_timeout_ms = 1000;
     let knowledge = config.open().await?;
-    let rule = Arc::new(Engine::new()?.load_source("soak.oml", RULE, Some(knowledge.clone())).await?);
+    let rule = Engine::new()?.load_source("soak.oml", RULE, &omlet::LoadOptions::new().knowledge(knowledge.clone())).await?;
 
     let counts = Arc::new(Counts::default());
     let stop = Arc::new(AtomicBool::new(false));
@@ -85,7 +85,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                         for r in results {
                             counts.records_out.fetch_add(1, Ordering::Relaxed);
                             match r {
-                                Ok(rec) if !rec.iter().any(|f| f.name == "zone") => {
+                                Ok(rec) if !rec.contains("zone") => {
                                     counts.absent.fetch_add(1, Ordering::Relaxed);
                                 }
                                 Ok(_) => {}

@@ -10,10 +10,14 @@ use omlet_lang::{Cell, Host, QueryError};
 use serde::Deserialize;
 use serde_json::Value as Json;
 
+use omlet::Record;
 use omlet::build::RuleSource;
 use omlet::knowledge::sqlite::SqliteProvider;
 use omlet::knowledge::{BoundStatement, Knowledge, Provider};
-use omlet::record::{self, Record};
+use omlet::record;
+
+/// A record as the evaluator holds it (the native runs use the language crate directly).
+type Fields = Vec<Field<'static>>;
 use omlet::{Engine, Error, Result};
 
 #[derive(Debug, Deserialize)]
@@ -206,8 +210,9 @@ async fn run_case_inner(
     let output = match mode {
         Mode::Wasm => {
             let component = omlet::build::component_for(&program).map_err(|e| e.to_string())?;
-            let rule = engine.load(&component, knowledge).await.map_err(|e| e.to_string())?;
-            rule.evaluate(&input).await.map_err(|e| e.to_string())?
+            let options = omlet::LoadOptions::new().knowledge(knowledge);
+            let rule = engine.load_component(&component, &options).await.map_err(|e| e.to_string())?;
+            rule.evaluate(&Record::from_fields(input)).await.map_err(|e| e.to_string())?.into_fields()
         }
         Mode::Native => {
             let bound = match &knowledge {
@@ -218,7 +223,7 @@ async fn run_case_inner(
             tokio::task::spawn_blocking(move || {
                 let mut host = NativeHost { knowledge, bound, handle };
                 omlet_lang::evaluate(&program, 0, input, &mut host)
-                    .map(|r| r.into_iter().map(Field::into_owned).collect::<Record>())
+                    .map(|r| r.into_iter().map(Field::into_owned).collect::<Fields>())
                     .map_err(|e| e.to_string())
             })
             .await
@@ -368,8 +373,8 @@ impl TestDb {
     }
 }
 
-fn input_record(json: &str, types: &std::collections::BTreeMap<String, String>) -> std::result::Result<Record, String> {
-    let mut rec = record::from_json_str(json).map_err(|e| format!("input: {e}"))?;
+fn input_record(json: &str, types: &std::collections::BTreeMap<String, String>) -> std::result::Result<Fields, String> {
+    let mut rec = record::from_json_str(json).map_err(|e| format!("input: {e}"))?.into_fields();
     for f in &mut rec {
         let Some(ty) = types.get(f.name.as_ref()) else { continue };
         let text = f.value.raw_text().into_owned();
@@ -388,13 +393,13 @@ fn input_record(json: &str, types: &std::collections::BTreeMap<String, String>) 
     Ok(rec)
 }
 
-fn kind_of(rec: &Record, name: &str) -> Option<Kind> {
+fn kind_of(rec: &[Field<'static>], name: &str) -> Option<Kind> {
     rec.iter().find(|f| f.name == name).map(|f| f.value.kind())
 }
 
-fn compare(case: &Case, expected: &str, actual: &Record) -> std::result::Result<(), String> {
+fn compare(case: &Case, expected: &str, actual: &[Field<'static>]) -> std::result::Result<(), String> {
     let want: Json = serde_json::from_str(expected).map_err(|e| format!("expected is not JSON: {e}"))?;
-    let got_text = record::to_json_string(actual);
+    let got_text = record::fields_json(actual);
     let got: Json = serde_json::from_str(&got_text).map_err(|e| format!("output is not JSON: {e}"))?;
     let diff = || format!("expected: {expected}\n  actual: {got_text}");
     let (Json::Object(w), Json::Object(g)) = (&want, &got) else { return Err(diff()) };

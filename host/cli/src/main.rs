@@ -189,36 +189,39 @@ async fn main() -> ExitCode {
 /// Prints compile errors with miette: file:line:column, the source line
 /// and a marker under the span, and the hint.
 fn report(sources: &[RuleSource], err: &Error) {
-    let Error::Compile { errors, .. } = err else {
+    let Error::Compile { diagnostics, .. } = err else {
         eprintln!("{err}");
         return;
     };
-    let total: usize = errors.iter().map(|fe| fe.diagnostics.len()).sum();
-    let mut shown = 0;
-    for fe in errors {
-        let text = sources.iter().find(|s| s.file == fe.file).map(|s| s.text.as_str()).unwrap_or_default();
-        for d in &fe.diagnostics {
-            if shown == MAX_REPORTED {
-                eprintln!("… and {} more errors (the first {MAX_REPORTED} are shown)", total - shown);
-                return;
-            }
-            shown += 1;
-            let (start, end) = (d.span.start as usize, d.span.end.max(d.span.start + 1) as usize);
-            let line = text.get(..start.min(text.len())).and_then(|b| b.rfind('\n')).map(|i| i + 1).unwrap_or(0);
-            let line_len = text[line..].find('\n').unwrap_or(text.len() - line);
-            if line_len > MAX_SNIPPET_LINE {
-                // A very long line: an excerpt around the column, not the line.
-                eprintln!("{}", excerpt(&fe.file, text, d, start, end.min(line + line_len)));
-                continue;
-            }
-            let mut diag = miette::MietteDiagnostic::new(format!("{}:{}:{}: {}", fe.file, d.line, d.column, d.message))
-                .with_label(miette::LabeledSpan::at(start..end.min(text.len().max(start)), "here"));
-            if let Some(h) = &d.hint {
-                diag = diag.with_help(h.clone());
-            }
-            let report = miette::Report::new(diag).with_source_code(miette::NamedSource::new(&fe.file, text.to_string()));
-            eprintln!("{report:?}");
+    for d in diagnostics.iter().take(MAX_REPORTED) {
+        let text = sources.iter().find(|s| s.file == d.file).map(|s| s.text.as_str()).unwrap_or_default();
+        let (start, end) = (d.span.start, d.span.end.max(d.span.start + 1));
+        let line = text.get(..start.min(text.len())).and_then(|b| b.rfind('\n')).map(|i| i + 1).unwrap_or(0);
+        let line_len = text[line..].find('\n').unwrap_or(text.len() - line);
+        if line_len > MAX_SNIPPET_LINE {
+            // A very long line: an excerpt around the column, not the line.
+            eprintln!("{}", excerpt(&d.file, text, d, start, end.min(line + line_len)));
+            continue;
         }
+        let mut diag = miette::MietteDiagnostic::new(format!("{}:{}:{}: {}", d.file, d.line, d.column, d.message))
+            .with_label(miette::LabeledSpan::at(start..end.min(text.len().max(start)), "here"));
+        if let Some(h) = &d.hint {
+            diag = diag.with_help(h.clone());
+        }
+        let report = miette::Report::new(diag).with_source_code(miette::NamedSource::new(&d.file, text.to_string()));
+        eprintln!("{report:?}");
+    }
+    if diagnostics.len() > MAX_REPORTED {
+        eprintln!("… and {} more errors (the first {MAX_REPORTED} are shown)", diagnostics.len() - MAX_REPORTED);
+    }
+}
+
+/// An error line's text: the error, without the line number that the
+/// line's own `line` member already gives.
+fn error_text(e: &Error) -> String {
+    match e {
+        Error::Input { message, .. } => message.clone(),
+        e => e.to_string(),
     }
 }
 
@@ -229,7 +232,7 @@ const MAX_SNIPPET_LINE: usize = 400;
 
 /// `file:line:col: message`, then up to 60 characters each side of the
 /// error with a caret under it.
-fn excerpt(file: &str, text: &str, d: &omlet_lang::diag::Diagnostic, start: usize, end: usize) -> String {
+fn excerpt(file: &str, text: &str, d: &omlet::Diagnostic, start: usize, end: usize) -> String {
     let floor = |mut i: usize| {
         while i > 0 && !text.is_char_boundary(i) {
             i -= 1;
@@ -280,7 +283,7 @@ fn build(rules: &[PathBuf], output: &Path) -> omlet::Result<ExitCode> {
 
 async fn inspect(component: &Path, json: bool) -> omlet::Result<ExitCode> {
     let bytes = std::fs::read(component).map_err(|e| Error::Io { path: component.into(), source: e })?;
-    let rule = Engine::new()?.load(&bytes, None).await?;
+    let rule = Engine::new()?.load_component(&bytes, &omlet::LoadOptions::new()).await?;
     let info = rule.info();
     let statement = |i: &u32| {
         let s = &info.statements[*i as usize];
@@ -435,7 +438,8 @@ async fn run(rule: &Path, knowdb: &[PathBuf], config: Option<&Path>, o: RunOptio
         }
     };
     let engine = Engine::new()?;
-    let rule = Arc::new(engine.load_path(rule, knowledge.clone()).await?);
+    let options = omlet::LoadOptions::new().knowledge(knowledge.clone());
+    let rule = engine.load_path(rule, &options).await?;
 
     // Input, with a byte count for the progress bar when it is a file.
     let (reader, total): (Box<dyn BufRead + Send>, Option<u64>) = if o.input == "-" {
@@ -476,24 +480,24 @@ async fn run(rule: &Path, knowdb: &[PathBuf], config: Option<&Path>, o: RunOptio
         let (kind, message) = match d.outcome {
             Outcome::Ok(rec) => {
                 written += 1;
-                writeln!(out, "{}", omlet::record::to_json_string(&rec)).map_err(io)?;
+                writeln!(out, "{}", rec.to_json()).map_err(io)?;
                 (None, String::new())
             }
             Outcome::Unrouted(_) if o.pass_unrouted => {
                 unrouted += 1;
                 match &d.input.record {
-                    Ok(rec) => writeln!(out, "{}", omlet::record::to_json_string(rec)).map_err(io)?,
+                    Ok(rec) => writeln!(out, "{}", rec.to_json()).map_err(io)?,
                     Err(_) => writeln!(out, "{}", d.input.raw).map_err(io)?,
                 }
                 (None, String::new())
             }
             Outcome::Unrouted(m) => {
                 unrouted += 1;
-                (Some("unrouted"), m)
+                (Some("unrouted"), error_text(&m))
             }
             Outcome::Failed(m) => {
                 failed += 1;
-                (Some("failed"), m)
+                (Some("failed"), error_text(&m))
             }
         };
         if let Some(kind) = kind {

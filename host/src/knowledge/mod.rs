@@ -45,7 +45,7 @@ use omlet_lang::ir::SqlStatement;
 
 pub use batching::BatchPlan;
 use batching::{Pending, batch_select};
-pub use config::{CacheMode, KnowledgeConfig, OnLookupError};
+pub use config::{CacheConfig, CacheMode, KnowledgeConfig, OnLookupError};
 pub use provider::{BoxFuture, ParamType, Placeholders, Prepared, Provider, coerce};
 pub(crate) use provider::{quote_ident, table_sql};
 pub use sql::{HELPER_FUNCTIONS, qualify_helpers, rewrite_helper_calls, rewrite_placeholders};
@@ -132,11 +132,13 @@ pub struct Knowledge {
 }
 
 impl Knowledge {
+    #[doc(hidden)]
     /// Knowledge with the default settings (shared cache on, errors make lookups absent).
     pub fn new(provider: Arc<dyn Provider>) -> Knowledge {
         Knowledge::with_config(provider, KnowledgeConfig::default())
     }
 
+    #[doc(hidden)]
     /// Knowledge over a connected provider, with the cache, policy and query
     /// timeout of `config`. Its `url`, `pool_size`, `connect_timeout_ms` and
     /// `knowdb` are only kept: connecting and loading are
@@ -203,6 +205,7 @@ impl Knowledge {
         }
     }
 
+    #[doc(hidden)]
     /// Whether guests may keep answers: not in bypass mode, and not turned
     /// off with `cache.guest = false`.
     pub fn cacheable(&self) -> bool {
@@ -214,12 +217,14 @@ impl Knowledge {
         &self.stats
     }
 
+    #[doc(hidden)]
     /// The database behind it, for loading tables or running DDL outside
     /// the allow-list.
     pub fn provider(&self) -> &Arc<dyn Provider> {
         &self.provider
     }
 
+    #[doc(hidden)]
     /// Binds a rule's statements; fails with [`Error::Statement`] naming the
     /// first that the database rejects.
     pub async fn bind(&self, statements: &[SqlStatement]) -> Result<Vec<BoundStatement>> {
@@ -271,6 +276,7 @@ impl Knowledge {
         Ok(out)
     }
 
+    #[doc(hidden)]
     /// Answers a lookup: shared cache, then the database. `params` are the
     /// guest's, in the order of the rule's parameters. `Ok(None)` is "no
     /// row"; `Err` carries the database's message or the timeout.
@@ -278,6 +284,7 @@ impl Knowledge {
         self.query_at(self.generation(), stmt, params).await
     }
 
+    #[doc(hidden)]
     /// [`Knowledge::query`] within one generation: the shared cache is read
     /// and written under `generation`, the one its call started with, so
     /// that every lookup of one record uses one generation even when

@@ -90,7 +90,11 @@ async fn no_row_answers_are_cached_only_when_negative_caching_is_on() {
     // The guest cache keeps rows, but no "no row" answers, either.
     let rule = omlet::Engine::new()
         .unwrap()
-        .load_source("t.oml", "name : t\n---\nv = select value from perf where id = read(id) ;\n", Some(k.clone()))
+        .load_source(
+            "t.oml",
+            "name : t\n---\nv = select value from perf where id = read(id) ;\n",
+            &omlet::LoadOptions::new().knowledge(k.clone()),
+        )
         .await
         .unwrap();
     for id in [99, 99, 1, 1] {
@@ -111,7 +115,11 @@ async fn bypass_sends_every_lookup_to_the_database_and_guests_keep_nothing() {
     // Through a rule: the guest cache must not hold bypassed answers either.
     let rule = omlet::Engine::new()
         .unwrap()
-        .load_source("t.oml", "name : t\n---\nv = select value from perf where id = read(id) ;\n", Some(k.clone()))
+        .load_source(
+            "t.oml",
+            "name : t\n---\nv = select value from perf where id = read(id) ;\n",
+            &omlet::LoadOptions::new().knowledge(k.clone()),
+        )
         .await
         .unwrap();
     let r = omlet::record::from_json_str(r#"{"id":3}"#).unwrap();
@@ -126,7 +134,11 @@ async fn a_ttl_also_expires_the_guest_cache() {
     let (k, _) = setup(|c| c.cache.ttl_ms = Some(200)).await;
     let rule = omlet::Engine::new()
         .unwrap()
-        .load_source("t.oml", "name : t\n---\nv = select value from perf where id = read(id) ;\n", Some(k.clone()))
+        .load_source(
+            "t.oml",
+            "name : t\n---\nv = select value from perf where id = read(id) ;\n",
+            &omlet::LoadOptions::new().knowledge(k.clone()),
+        )
         .await
         .unwrap();
     let r = omlet::record::from_json_str(r#"{"id":1}"#).unwrap();
@@ -143,7 +155,11 @@ async fn with_the_guest_layer_off_every_lookup_reaches_the_shared_cache() {
     let (k, _) = setup(|c| c.cache.guest = false).await;
     let rule = omlet::Engine::new()
         .unwrap()
-        .load_source("t.oml", "name : t\n---\nv = select value from perf where id = read(id) ;\n", Some(k.clone()))
+        .load_source(
+            "t.oml",
+            "name : t\n---\nv = select value from perf where id = read(id) ;\n",
+            &omlet::LoadOptions::new().knowledge(k.clone()),
+        )
         .await
         .unwrap();
     let r = omlet::record::from_json_str(r#"{"id":2}"#).unwrap();
@@ -185,8 +201,7 @@ async fn reloads_in_the_middle_of_a_concurrent_run_lose_nothing() {
         .load_source(
             "t.oml",
             "name : t\n---\na = select value from perf where id = read(id) ;\nb = select value from perf where id = read(id) and value != 'none' ;\n",
-            Some(k.clone()),
-        )
+            &omlet::LoadOptions::new().knowledge(k.clone()))
         .await
         .unwrap();
     let rule = Arc::new(rule);

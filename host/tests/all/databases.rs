@@ -48,7 +48,11 @@ async fn a_statement_on_a_missing_column_fails_the_load_on_postgres() {
     perf_table(&k, 3).await;
     let err = Engine::new()
         .unwrap()
-        .load_source("bad.oml", "name : t\n---\n\nv = select nope from perf where id = read(id) ;\n", Some(k))
+        .load_source(
+            "bad.oml",
+            "name : t\n---\n\nv = select nope from perf where id = read(id) ;\n",
+            &omlet::LoadOptions::new().knowledge(k),
+        )
         .await
         .err()
         .expect("load must fail");
@@ -63,7 +67,7 @@ async fn text_parameters_meet_integer_columns_on_postgres() {
     let pg = Postgres::start();
     let k = KnowledgeConfig::for_url(&pg.url()).open().await.unwrap();
     perf_table(&k, 3).await;
-    let rule = Engine::new().unwrap().load_source("t.oml", PERF_RULE, Some(k)).await.unwrap();
+    let rule = Engine::new().unwrap().load_source("t.oml", PERF_RULE, &omlet::LoadOptions::new().knowledge(k)).await.unwrap();
     let input = omlet::record::from_json_str(r#"{"id":"2"}"#).unwrap();
     let out = rule.evaluate(&input).await.unwrap();
     assert_eq!(omlet::record::to_json_string(&out), r#"{"v":"v2","k":"k"}"#);
@@ -141,7 +145,7 @@ async fn restart_between_lookups(db: &mut dyn Stoppable) {
     let k = outage_config(&db.url(), OnLookupError::Fail).open().await.unwrap();
     perf_table(&k, 10).await;
     let engine = Engine::new().unwrap();
-    let rule = engine.load_source("t.oml", PERF_RULE, Some(k.clone())).await.unwrap();
+    let rule = engine.load_source("t.oml", PERF_RULE, &omlet::LoadOptions::new().knowledge(k.clone())).await.unwrap();
     let batch: Vec<omlet::Record> = (1..=6).map(rec).collect();
     // Two lookups at once, so that both connections of the pool are open and idle.
     let (a, b) = tokio::join!(rule.evaluate_batch(&batch[..3]), rule.evaluate_batch(&batch[3..]));
@@ -167,8 +171,8 @@ async fn outage(pg: &mut dyn Stoppable, placeholder: &str) {
     perf_table(&k, 10).await;
     let strict = outage_config(&pg.url(), OnLookupError::Fail).open().await.unwrap();
     let engine = Engine::new().unwrap();
-    let rule = engine.load_source("t.oml", PERF_RULE, Some(k.clone())).await.unwrap();
-    let strict_rule = engine.load_source("t.oml", PERF_RULE, Some(strict.clone())).await.unwrap();
+    let rule = engine.load_source("t.oml", PERF_RULE, &omlet::LoadOptions::new().knowledge(k.clone())).await.unwrap();
+    let strict_rule = engine.load_source("t.oml", PERF_RULE, &omlet::LoadOptions::new().knowledge(strict.clone())).await.unwrap();
     let batch: Vec<omlet::Record> = (1..=6).map(rec).collect();
 
     let out = rule.evaluate_batch(&batch).await.unwrap();
@@ -187,8 +191,9 @@ async fn outage(pg: &mut dyn Stoppable, placeholder: &str) {
     assert_eq!(out.len(), 6);
     for (i, r) in out.iter().enumerate() {
         let Err(e) = r else { panic!("the record must fail") };
+        assert!(matches!(e, omlet::Error::Lookup { index, .. } if *index == i), "{e:?}");
         let e = e.to_string();
-        assert!(e.starts_with(&format!("record {i}: lookup failed: `select value from perf where id = {placeholder}`")), "{e}");
+        assert!(e.starts_with(&format!("lookup failed: `select value from perf where id = {placeholder}`")), "{e}");
     }
 
     pg.resume();
@@ -343,8 +348,7 @@ async fn helper_functions_apply_to_columns(url: &str) {
              between = select name from hosts where ip4_between(read(ip), addr, '10.1.2.9') = 1 ;\n\
              text = select name from hosts where ip4_text(n) = '10.1.2.3' ;\n\
              nested = select zone from nets where ip4_between(read(ip), cidr4_min(cidr), cidr4_max(cidr)) = 1 and zone <> 'lab' ;\n",
-            Some(k),
-        )
+            &omlet::LoadOptions::new().knowledge(k))
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     let out = rule.evaluate(&omlet::record::from_json_str(r#"{"ip":"10.1.2.3"}"#).unwrap()).await.unwrap();
@@ -392,7 +396,7 @@ fn the_postgres_embedding_example_enriches_a_record() {
 // ----- the sandbox: what a rule may reach ----------------------------------------
 
 async fn load_err(k: Arc<Knowledge>, rule: &str) -> String {
-    match Engine::new().unwrap().load_source("evil.oml", rule, Some(k)).await {
+    match Engine::new().unwrap().load_source("evil.oml", rule, &omlet::LoadOptions::new().knowledge(k)).await {
         Ok(_) => panic!("the load must fail: {rule}"),
         Err(e) => e.to_string(),
     }
@@ -467,7 +471,11 @@ async fn timed_out_lookups_stop_in_the_server(url: &str, slow_fn: &str, running:
     let k = c.open().await.unwrap();
     let rule = Engine::new()
         .unwrap()
-        .load_source("slow.oml", "name : t\n---\nv = select value from perf where value = slow(read(k)) ;\n", Some(k.clone()))
+        .load_source(
+            "slow.oml",
+            "name : t\n---\nv = select value from perf where value = slow(read(k)) ;\n",
+            &omlet::LoadOptions::new().knowledge(k.clone()),
+        )
         .await
         .map(Arc::new)
         .unwrap();
@@ -605,12 +613,14 @@ async fn read_only_role_serves_lookups(url: &str) {
     let mut c = KnowledgeConfig::for_url(url);
     c.tables = Some(vec!["perf".into(), "secrets".into()]);
     let k = c.open().await.unwrap();
-    let rule = Engine::new().unwrap().load_source("t.oml", PERF_RULE, Some(k.clone())).await.unwrap();
+    let rule =
+        Engine::new().unwrap().load_source("t.oml", PERF_RULE, &omlet::LoadOptions::new().knowledge(k.clone())).await.unwrap();
     assert_eq!(omlet::record::to_json_string(&rule.evaluate(&rec(2)).await.unwrap()), r#"{"v":"v2","k":"k"}"#);
     assert!(k.provider().execute("insert into perf values (9, 'v9')").await.is_err(), "the role must not write");
     // Allowed by omlet's config here, refused by the server's grants.
     let secret = "name : t\n---\nv = select value from secrets where id = read(id) ;\n";
-    let refused = match Engine::new().unwrap().load_source("t.oml", secret, Some(k.clone())).await {
+    let refused = match Engine::new().unwrap().load_source("t.oml", secret, &omlet::LoadOptions::new().knowledge(k.clone())).await
+    {
         Err(_) => true,
         Ok(rule) => rule.evaluate(&rec(1)).await.map(|r| omlet::record::to_json_string(&r) == "{}").unwrap_or(true),
     };
@@ -632,7 +642,11 @@ async fn fault_matrix(db: &str, url: &str, server_port: u16) {
         c.query_timeout_ms = 500;
         c.connect_timeout_ms = 500;
         let k = c.open().await.unwrap();
-        let rule = Engine::new().unwrap().load_source("t.oml", PERF_RULE, Some(k.clone())).await.unwrap();
+        let rule = Engine::new()
+            .unwrap()
+            .load_source("t.oml", PERF_RULE, &omlet::LoadOptions::new().knowledge(k.clone()))
+            .await
+            .unwrap();
         let cells: [(Fault, &str, bool); 6] = [
             (Fault::Pass, "pass", true),
             (Fault::Latency(50), "latency 50 ms", true),

@@ -32,7 +32,10 @@ fn expected_nginx() -> Vec<String> {
 async fn example_rule_enriches_records_one_by_one_and_in_a_batch() {
     let knowledge = example_knowledge().await;
     let engine = Engine::new().unwrap();
-    let rule = engine.load_path(&root().join("examples/nginx/nginx.oml"), Some(knowledge.clone())).await.unwrap();
+    let rule = engine
+        .load_path(&root().join("examples/nginx/nginx.oml"), &omlet::LoadOptions::new().knowledge(knowledge.clone()))
+        .await
+        .unwrap();
     assert_eq!(rule.info().statements.len(), 1);
     assert_eq!(
         rule.info().statements[0].sql,
@@ -65,7 +68,7 @@ fn blocking_api_works_without_a_runtime() {
     let rule = omlet::runtime::block_on(engine.load_source(
         "inline.oml",
         "name : t\n---\nn : digit = read(n) ;\ns = chars(ok) ;\n",
-        None,
+        &omlet::LoadOptions::new(),
     ))
     .unwrap();
     let out = rule.evaluate_blocking(&records(r#"{"n":"42"}"#)[0]).unwrap();
@@ -83,7 +86,7 @@ async fn lookup_against_a_missing_table_fails_the_load_with_file_and_line() {
         .load_source(
             "bad.oml",
             "name : t\n---\na = chars(x) ;\nz = select zone from nowhere where ip = read(ip) ;\n",
-            Some(knowledge),
+            &omlet::LoadOptions::new().knowledge(knowledge),
         )
         .await
         .err()
@@ -97,7 +100,7 @@ async fn lookup_against_a_missing_table_fails_the_load_with_file_and_line() {
 async fn compile_errors_point_at_line_and_column() {
     let engine = Engine::new().unwrap();
     let err = engine
-        .load_source("r.oml", "name : t\n---\nx : int = read(a) ;\ny = digit(abc) ;\n", None)
+        .load_source("r.oml", "name : t\n---\nx : int = read(a) ;\ny = digit(abc) ;\n", &omlet::LoadOptions::new())
         .await
         .err()
         .expect("compile must fail");
@@ -111,7 +114,11 @@ async fn compile_errors_point_at_line_and_column() {
 async fn a_rule_without_knowledge_gets_absent_lookups() {
     let engine = Engine::new().unwrap();
     let rule = engine
-        .load_source("r.oml", "name : t\n---\nv = select value from perf where id = read(id) ;\nk = chars(k) ;\n", None)
+        .load_source(
+            "r.oml",
+            "name : t\n---\nv = select value from perf where id = read(id) ;\nk = chars(k) ;\n",
+            &omlet::LoadOptions::new(),
+        )
         .await
         .unwrap();
     let out = rule.evaluate(&records(r#"{"id":1}"#)[0]).await.unwrap();

@@ -6,7 +6,22 @@ mod cache;
 mod component;
 mod databases;
 mod e2e;
+mod fuzz_regressions;
 mod knowdb;
 mod portable;
 mod rule_sets;
 mod sandbox;
+
+// The host's frame decoder is private to the library; `fuzz_regressions`
+// replays findings through it, so its source is compiled in here, with the
+// names it takes from its crate root.
+#[allow(unused_imports)]
+use omlet::{Error, Result};
+
+mod record {
+    pub use omlet::record::Record;
+}
+
+#[path = "../../src/wire.rs"]
+#[allow(dead_code)]
+mod wire;

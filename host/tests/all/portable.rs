@@ -13,7 +13,6 @@ use std::sync::{Arc, Mutex};
 use omlet::build::{RuleSource, build_component};
 use omlet::knowledge::sqlite::SqliteProvider;
 use omlet::{Engine, Error, Knowledge, Route, Rule};
-use omlet_lang::value::Value;
 use serde_json::Value as Json;
 
 fn root() -> &'static Path {
@@ -42,15 +41,16 @@ async fn omlet_outcome(rule: &Rule, jsonl: &str) -> Outcome {
     let lines = jsonl.lines().filter(|l| !l.trim().is_empty());
     for (number, line) in (1u64..).zip(lines) {
         let mut lose = |kind: &str, message: String| out.lost.push((number, kind.to_string(), message));
-        let record = match omlet::record::from_json_str(line) {
+        let record = match omlet::Record::from_json(line) {
             Ok(r) => r,
             Err(e) => {
-                lose("failed", e);
+                let omlet::Error::Input { message, .. } = e else { panic!("not an input error: {e}") };
+                lose("failed", message);
                 continue;
             }
         };
-        let path = match record.iter().find(|f| f.name == "rule_path").map(|f| &f.value) {
-            Some(Value::Chars(p)) => p.to_string(),
+        let path = match record.get("rule_path") {
+            Some(omlet::Value::Chars(p)) => p,
             Some(_) => {
                 lose("unrouted", "the rule-path field `rule_path` is not text".into());
                 continue;
@@ -63,7 +63,7 @@ async fn omlet_outcome(rule: &Rule, jsonl: &str) -> Outcome {
         match rule.evaluate_on(Route::Path(&path), &record).await {
             Ok(r) => out.lines.push(omlet::record::to_json_string(&r)),
             Err(Error::Unrouted { message, .. }) => lose("unrouted", message),
-            Err(Error::Record { message, .. }) => lose("failed", message),
+            Err(Error::Lookup { message, .. }) => lose("failed", format!("lookup failed: {message}")),
             Err(e) => panic!("record {number}: omlet's host failed: {e}"),
         }
     }
@@ -162,7 +162,7 @@ async fn example_rule_set_gives_the_same_output_under_node_as_under_omlet() {
         omlet::knowledge::knowdb::load(k, &db).await.unwrap();
     }
     let knowledge = Arc::new(Knowledge::new(Arc::new(db)));
-    let rule = Engine::new().unwrap().load(&component, Some(knowledge)).await.unwrap();
+    let rule = Engine::new().unwrap().load_component(&component, &omlet::LoadOptions::new().knowledge(knowledge)).await.unwrap();
     assert_eq!(rule.info().models.len(), 3);
 
     let records = root().join("examples/ruleset/records.jsonl");
@@ -236,7 +236,7 @@ async fn every_value_kind_and_every_lost_record_come_out_of_node_as_out_of_omlet
     let set = dir.path().join("kinds.wasm");
     std::fs::write(&set, &component).unwrap();
 
-    let rule = Engine::new().unwrap().load(&component, None).await.unwrap();
+    let rule = Engine::new().unwrap().load_component(&component, &omlet::LoadOptions::new()).await.unwrap();
     let omlet = omlet_outcome(&rule, KINDS_JSONL).await;
     assert_eq!(omlet.lines.len(), 3, "omlet's own output changed: {:#?}", omlet);
     // The model does produce the kinds this test is about.

@@ -19,7 +19,11 @@ async fn example_set() -> Rule {
     }
     let sources = RuleSource::collect(&[root().join("examples")]).unwrap();
     assert_eq!(sources.len(), 3, "the three example models");
-    Engine::new().unwrap().load_sources(&sources, Some(Arc::new(Knowledge::new(Arc::new(db))))).await.unwrap()
+    Engine::new()
+        .unwrap()
+        .load_sources(&sources, &omlet::LoadOptions::new().knowledge(Arc::new(Knowledge::new(Arc::new(db)))))
+        .await
+        .unwrap()
 }
 
 fn record(json: &str) -> omlet::Record {

@@ -3,10 +3,9 @@
 //! the rule goes on, and a batch that fails is retried record by record.
 
 use std::io::BufRead;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use omlet::error::Limit;
+use omlet::Limit;
 use omlet::stream::{self, Format, Outcome, RouteBy};
 use omlet::{Engine, EngineConfig, Error, Record};
 
@@ -35,7 +34,7 @@ fn engine(f: impl FnOnce(&mut EngineConfig)) -> Engine {
 async fn a_batch_that_runs_out_of_memory_is_retried_record_by_record() {
     // 24 records of 1 MB: one frame of 24 MB cannot fit 16 MiB, each record can.
     let e = engine(|c| c.max_memory = 16 << 20);
-    let rule = e.load_source("t.oml", TRIVIAL, None).await.unwrap();
+    let rule = e.load_source("t.oml", TRIVIAL, &omlet::LoadOptions::new()).await.unwrap();
     let records: Vec<Record> = (0..24).map(|i| big(i, 1 << 20)).collect();
     let out = rule.evaluate_batch(&records).await.unwrap();
     assert_eq!(out.len(), 24);
@@ -49,7 +48,7 @@ async fn a_batch_that_runs_out_of_memory_is_retried_record_by_record() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_record_too_big_for_the_instance_fails_alone_with_a_memory_limit() {
     let e = engine(|c| c.max_memory = 16 << 20);
-    let rule = e.load_source("t.oml", TRIVIAL, None).await.unwrap();
+    let rule = e.load_source("t.oml", TRIVIAL, &omlet::LoadOptions::new()).await.unwrap();
     let records = vec![big(0, 10), big(1, 12 << 20), big(2, 10)];
     let out = rule.evaluate_batch(&records).await.unwrap();
     assert!(out[0].is_ok() && out[2].is_ok(), "{out:?}");
@@ -64,7 +63,7 @@ async fn a_record_too_big_for_the_instance_fails_alone_with_a_memory_limit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_record_over_the_byte_limit_is_refused_before_the_call() {
     let e = engine(|c| c.max_record_bytes = 1 << 20);
-    let rule = e.load_source("t.oml", TRIVIAL, None).await.unwrap();
+    let rule = e.load_source("t.oml", TRIVIAL, &omlet::LoadOptions::new()).await.unwrap();
     match rule.evaluate(&big(0, 2 << 20)).await {
         Err(Error::Limit { limit: Limit::RecordBytes, .. }) => {}
         other => panic!("expected a record-bytes limit, got {other:?}"),
@@ -77,7 +76,7 @@ async fn a_record_over_the_byte_limit_is_refused_before_the_call() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_past_its_deadline_fails_and_the_rule_goes_on() {
     let e = engine(|c| c.call_deadline = Duration::from_millis(200));
-    let rule = e.load_source("t.oml", SLOW_REGEX, None).await.unwrap();
+    let rule = e.load_source("t.oml", SLOW_REGEX, &omlet::LoadOptions::new()).await.unwrap();
     let slow = rec(&format!("{{\"m\":\"{}\"}}", "a".repeat(2 << 20)));
     let started = Instant::now();
     match rule.evaluate(&slow).await {
@@ -96,7 +95,7 @@ async fn a_call_past_its_deadline_fails_and_the_rule_goes_on() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fuel_bounds_a_call_deterministically() {
     let e = engine(|c| c.fuel = Some(20_000_000));
-    let rule = e.load_source("t.oml", SLOW_REGEX, None).await.unwrap();
+    let rule = e.load_source("t.oml", SLOW_REGEX, &omlet::LoadOptions::new()).await.unwrap();
     assert!(rule.evaluate(&rec(r#"{"m":"abcX"}"#)).await.is_ok());
     let slow = rec(&format!("{{\"m\":\"{}\"}}", "a".repeat(100_000)));
     match rule.evaluate(&slow).await {
@@ -108,7 +107,7 @@ async fn fuel_bounds_a_call_deterministically() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_past_the_instance_limit_wait_for_an_instance() {
     let e = engine(|c| c.max_instances = 3);
-    let rule = Arc::new(e.load_source("t.oml", TRIVIAL, None).await.unwrap());
+    let rule = e.load_source("t.oml", TRIVIAL, &omlet::LoadOptions::new()).await.unwrap();
     let tasks: Vec<_> = (0..40)
         .map(|i| {
             let rule = rule.clone();
@@ -119,7 +118,7 @@ async fn calls_past_the_instance_limit_wait_for_an_instance() {
         t.await.unwrap().unwrap();
     }
     // A second rule on the same engine takes instances from the first's idle pool.
-    let other = e.load_source("u.oml", TRIVIAL, None).await.unwrap();
+    let other = e.load_source("u.oml", TRIVIAL, &omlet::LoadOptions::new()).await.unwrap();
     assert!(other.evaluate(&big(0, 10)).await.is_ok());
 }
 
@@ -128,13 +127,13 @@ fn reader(bytes: Vec<u8>) -> Box<dyn BufRead + Send> {
 }
 
 /// Runs `input` through `rule` as `omlet run` does; (outputs, failures).
-async fn run(rule: Arc<omlet::Rule>, input: Vec<u8>, format: Format, batch: usize) -> (Vec<u64>, Vec<(u64, String)>) {
+async fn run(rule: omlet::Rule, input: Vec<u8>, format: Format, batch: usize) -> (Vec<u64>, Vec<(u64, String)>) {
     let (mut ok, mut failed) = (Vec::new(), Vec::new());
     let inputs = stream::read(reader(input), format);
     stream::run(rule, inputs, RouteBy::Only, batch, 2, |d| {
         match d.outcome {
             Outcome::Ok(_) => ok.push(d.input.number),
-            Outcome::Failed(m) | Outcome::Unrouted(m) => failed.push((d.input.number, m)),
+            Outcome::Failed(e) | Outcome::Unrouted(e) => failed.push((d.input.number, e.to_string())),
         }
         Ok(())
     })
@@ -147,7 +146,7 @@ async fn run(rule: Arc<omlet::Rule>, input: Vec<u8>, format: Format, batch: usiz
 /// the run with nothing written.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn six_hundred_records_of_seventy_kilobytes_all_come_out() {
-    let rule = Arc::new(Engine::new().unwrap().load_source("t.oml", TRIVIAL, None).await.unwrap());
+    let rule = Engine::new().unwrap().load_source("t.oml", TRIVIAL, &omlet::LoadOptions::new()).await.unwrap();
     let mut input = Vec::new();
     for i in 0..600 {
         input.extend_from_slice(format!("{{\"seq\":{i},\"m\":\"{}\"}}\n", "M".repeat(70_000)).as_bytes());
@@ -159,7 +158,7 @@ async fn six_hundred_records_of_seventy_kilobytes_all_come_out() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_line_that_is_not_utf8_is_one_error_line() {
-    let rule = Arc::new(Engine::new().unwrap().load_source("t.oml", TRIVIAL, None).await.unwrap());
+    let rule = Engine::new().unwrap().load_source("t.oml", TRIVIAL, &omlet::LoadOptions::new()).await.unwrap();
     let (ok, failed) = run(rule, b"{\"seq\":1}\n{\"seq\":\"\xff\"}\n{\"seq\":3}\n".to_vec(), Format::Jsonl, 256).await;
     assert_eq!(ok, [1, 3]);
     assert_eq!(failed.len(), 1);
@@ -171,7 +170,7 @@ async fn a_line_that_is_not_utf8_is_one_error_line() {
 async fn a_trap_in_a_run_costs_only_its_records() {
     // Every tenth record is too slow for the deadline; the others come out.
     let e = engine(|c| c.call_deadline = Duration::from_millis(100));
-    let rule = Arc::new(e.load_source("t.oml", SLOW_REGEX, None).await.unwrap());
+    let rule = e.load_source("t.oml", SLOW_REGEX, &omlet::LoadOptions::new()).await.unwrap();
     let mut input = Vec::new();
     for i in 1..=50 {
         let m = if i % 10 == 0 { "a".repeat(1 << 20) } else { "abcX".to_string() };
@@ -185,7 +184,11 @@ async fn a_trap_in_a_run_costs_only_its_records() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unbalanced_quote_costs_one_csv_row() {
-    let rule = Arc::new(Engine::new().unwrap().load_source("t.oml", "name : t\n---\nseq = read(seq) ;\n", None).await.unwrap());
+    let rule = Engine::new()
+        .unwrap()
+        .load_source("t.oml", "name : t\n---\nseq = read(seq) ;\n", &omlet::LoadOptions::new())
+        .await
+        .unwrap();
     let mut input = String::from("seq,m\n");
     for i in 1..=1000 {
         if i == 11 {
@@ -215,16 +218,16 @@ async fn rules_at_the_size_limits_work_and_bigger_ones_are_refused() {
     }
     let rule = format!("name : t\n---\nv = match read(k) {{\n{arms}    _ => chars(none),\n}};\n");
     assert!(rule.len() < 1 << 20);
-    let loaded = engine.load_source("big.oml", &rule, None).await.unwrap_or_else(|e| panic!("{e}"));
+    let loaded = engine.load_source("big.oml", &rule, &omlet::LoadOptions::new()).await.unwrap_or_else(|e| panic!("{e}"));
     let out = loaded.evaluate(&rec(&format!("{{\"k\":\"k{}\"}}", n - 1))).await.unwrap();
     assert_eq!(omlet::record::to_json_string(&out), format!("{{\"v\":\"v{}\"}}", n - 1));
     // A 10 MB literal, or a 200,000-arm match: refused with a clear error.
     let literal = format!("name : t\n---\nv = chars({}) ;\n", "x".repeat(10 << 20));
-    let e = engine.load_source("lit.oml", &literal, None).await.err().expect("refused");
+    let e = engine.load_source("lit.oml", &literal, &omlet::LoadOptions::new()).await.err().expect("refused");
     assert!(e.to_string().contains("limit"), "{e}");
     let many: String = (0..200_000).map(|i| format!("    chars(k{i}) => chars(v{i}),\n")).collect();
     let e = engine
-        .load_source("arms.oml", &format!("name : t\n---\nv = match read(k) {{\n{many}}};\n"), None)
+        .load_source("arms.oml", &format!("name : t\n---\nv = match read(k) {{\n{many}}};\n"), &omlet::LoadOptions::new())
         .await
         .err()
         .expect("refused");
@@ -235,20 +238,23 @@ async fn rules_at_the_size_limits_work_and_bigger_ones_are_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn build_limits_are_configurable_through_the_engine() {
     let nested = "name : t\n---\nv = object { a = object { b = object { c = chars(1) ; } ; } ; } ;\n";
-    assert!(Engine::new().unwrap().load_source("n.oml", nested, None).await.is_ok());
+    assert!(Engine::new().unwrap().load_source("n.oml", nested, &omlet::LoadOptions::new()).await.is_ok());
     let tight = engine(|c| c.build.compile.max_depth = 2);
-    let e = tight.load_source("n.oml", nested, None).await.err().expect("too deep for the engine's limit");
+    let e = tight.load_source("n.oml", nested, &omlet::LoadOptions::new()).await.err().expect("too deep for the engine's limit");
     assert!(e.to_string().contains("nesting deeper than 2 levels"), "{e}");
 
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("t.oml");
     std::fs::write(&file, TRIVIAL).unwrap();
     let small = engine(|c| c.build.max_rule_file_bytes = 10);
-    match small.load_path(&file, None).await {
+    match small.load_path(&file, &omlet::LoadOptions::new()).await {
         Err(Error::Limit { limit: Limit::RuleBytes, .. }) => {}
         Err(e) => panic!("expected a rule-bytes limit, got {e}"),
         Ok(_) => panic!("expected a rule-bytes limit"),
     }
     let tiny_ir = engine(|c| c.build.max_ir_bytes = 16);
-    assert!(matches!(tiny_ir.load_source("t.oml", TRIVIAL, None).await, Err(Error::Limit { limit: Limit::RuleBytes, .. })));
+    assert!(matches!(
+        tiny_ir.load_source("t.oml", TRIVIAL, &omlet::LoadOptions::new()).await,
+        Err(Error::Limit { limit: Limit::RuleBytes, .. })
+    ));
 }

@@ -9,7 +9,10 @@ use omlet::build::RuleSource;
 use omlet_cli::conformance::{NativeHost, load_knowledge, read_cases};
 
 use crate::root;
-use omlet::record::{self, Record};
+use omlet::record;
+
+/// A record as the evaluator holds it.
+type Fields = Vec<Field<'static>>;
 use omlet_lang::value::{Field, Value, obj_insert};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
@@ -46,14 +49,14 @@ fn value(names: Vec<String>) -> impl Strategy<Value = Value<'static>> {
     })
 }
 
-fn records(names: Vec<String>) -> impl Strategy<Value = Record> {
+fn records(names: Vec<String>) -> impl Strategy<Value = Fields> {
     prop::collection::vec((prop::sample::select(names.clone()), value(names)), 0..8)
         .prop_map(|fields| fields.into_iter().map(|(n, v)| Field::new(n, v)).collect())
 }
 
 /// Output as text plus each top-level field's kind (ip vs chars, ignore, …).
-fn shape(r: &Record) -> (String, Vec<(String, &'static str)>) {
-    (record::to_json_string(r), r.iter().map(|f| (f.name.to_string(), f.value.kind().name())).collect())
+fn shape(r: &[Field<'_>]) -> (String, Vec<(String, &'static str)>) {
+    (record::fields_json(r), r.iter().map(|f| (f.name.to_string(), f.value.kind().name())).collect())
 }
 
 #[test]
@@ -73,7 +76,8 @@ fn wasm_and_native_agree_on_generated_records() {
             }
             let knowledge = case.knowledge.as_ref().map(|k| rt.block_on(load_knowledge(k)).unwrap());
             let component = omlet::build::component_for(&program).unwrap();
-            let rule = rt.block_on(engine.load(&component, knowledge.clone())).unwrap();
+            let rule =
+                rt.block_on(engine.load_component(&component, &omlet::LoadOptions::new().knowledge(knowledge.clone()))).unwrap();
             let bound = match &knowledge {
                 Some(k) => rt.block_on(k.bind(&program.statements)).unwrap(),
                 None => Vec::new(),
@@ -90,15 +94,17 @@ fn wasm_and_native_agree_on_generated_records() {
 
             let mut runner = TestRunner::new(Config { cases: 24, failure_persistence: None, ..Config::default() });
             let outcome = runner.run(&records(names), |input| {
-                let wasm = rt.block_on(rule.evaluate(&input)).map(|r| shape(&r)).map_err(|e| e.to_string());
+                let wasm = rt
+                    .block_on(rule.evaluate(&omlet::Record::from_fields(input.clone())))
+                    .map(|r| shape(r.fields()))
+                    .map_err(|e| e.to_string());
                 let mut host = NativeHost { knowledge: knowledge.clone(), bound: bound.clone(), handle: rt.handle().clone() };
-                let native = omlet_lang::evaluate(&program, 0, input.clone(), &mut host)
-                    .map(|r| shape(&r.into_iter().map(Field::into_owned).collect()))
-                    .map_err(|e| format!("record 0: {e}"));
+                let native =
+                    omlet_lang::evaluate(&program, 0, input.clone(), &mut host).map(|r| shape(&r)).map_err(|e| e.to_string());
                 if wasm != native {
                     return Err(TestCaseError::fail(format!(
                         "input {}\n  wasm:   {wasm:?}\n  native: {native:?}",
-                        record::to_json_string(&input)
+                        record::fields_json(&input)
                     )));
                 }
                 Ok(())
