@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use omlet::build::RuleSource;
-use omlet::knowledge::{BatchPlan, BoundStatement, BoxFuture, Placeholders, Prepared, Provider};
+use omlet::knowledge::{BatchPlan, BoundStatement, BoxFuture, Placeholders, Prepared, Provider, Tables};
 use omlet::{Engine, Knowledge, Record, Rule};
 use omlet_benches::*;
 use omlet_cli::conformance::NativeHost;
@@ -221,31 +221,13 @@ impl Provider for InFlight {
     fn prepare_many<'a>(&'a self, plan: &'a BatchPlan) -> BoxFuture<'a, Result<(), String>> {
         self.inner.prepare_many(plan)
     }
-    fn create_table_sql(&self, table: &str, columns: &[String], types: &[String]) -> String {
-        self.inner.create_table_sql(table, columns, types)
-    }
-    fn insert_rows<'a>(
-        &'a self,
-        table: &'a str,
-        columns: &'a [String],
-        rows: &'a [Vec<Cell>],
-        skip_bad: bool,
-    ) -> BoxFuture<'a, omlet::Result<(u64, u64)>> {
-        self.inner.insert_rows(table, columns, rows, skip_bad)
-    }
-    fn drop_table<'a>(&'a self, table: &'a str) -> BoxFuture<'a, omlet::Result<()>> {
-        self.inner.drop_table(table)
-    }
-    fn count<'a>(&'a self, table: &'a str) -> BoxFuture<'a, omlet::Result<i64>> {
-        self.inner.count(table)
-    }
-    fn execute<'a>(&'a self, sql: &'a str) -> BoxFuture<'a, omlet::Result<()>> {
-        self.inner.execute(sql)
-    }
     fn close<'a>(&'a self) -> BoxFuture<'a, ()> {
         self.inner.close()
     }
 }
+
+// The benches load no tables through it.
+impl Tables for InFlight {}
 
 /// Memory per instance: a fresh lookup rule whose every lookup goes to the
 /// database (bypass, no miss batching), so that each of 64 concurrent

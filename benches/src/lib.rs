@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use omlet::knowledge::Provider;
+use omlet::knowledge::Tables;
 use omlet::knowledge::sqlite::SqliteProvider;
 use omlet::{Knowledge, Record};
 use omlet_lang::Cell;

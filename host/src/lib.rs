@@ -59,7 +59,9 @@ mod wire;
 
 pub use build::{BuildLimits, RuleSource};
 pub use error::{Diagnostic, Error, Limit, Result};
-pub use knowledge::{CacheConfig, CacheMode, Histogram, Knowledge, KnowledgeConfig, OnLookupError, StatementStats, Stats};
+pub use knowledge::{
+    AtomicHistogram, CacheConfig, CacheMode, Histogram, Knowledge, KnowledgeConfig, OnLookupError, StatementStats, Stats,
+};
 pub use omlet_lang::Limits as CompileLimits;
 pub use record::{Record, Value};
 pub use runtime::{Engine, EngineConfig, LoadOptions, ModelInfo, Route, Rule, RuleInfo, StatementInfo, block_on};

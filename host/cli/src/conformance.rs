@@ -13,7 +13,7 @@ use serde_json::Value as Json;
 use omlet::Record;
 use omlet::build::RuleSource;
 use omlet::knowledge::sqlite::SqliteProvider;
-use omlet::knowledge::{BoundStatement, Knowledge, Provider};
+use omlet::knowledge::{BoundStatement, Knowledge, Provider, Tables};
 use omlet::record;
 
 /// A record as the evaluator holds it (the native runs use the language crate directly).

@@ -33,6 +33,7 @@ pub mod mysql;
 pub mod postgres;
 mod provider;
 mod sql;
+mod sql_provider;
 pub mod sqlite;
 mod stats;
 
@@ -46,9 +47,10 @@ use omlet_lang::ir::SqlStatement;
 pub use batching::BatchPlan;
 use batching::{Pending, batch_select};
 pub use config::{CacheConfig, CacheMode, KnowledgeConfig, OnLookupError};
-pub use provider::{BoxFuture, ParamType, Placeholders, Prepared, Provider, coerce};
+pub use provider::{BoxFuture, ParamType, Placeholders, Prepared, Provider, Tables, coerce};
 pub(crate) use provider::{quote_ident, table_sql};
 pub use sql::{HELPER_FUNCTIONS, qualify_helpers, rewrite_helper_calls, rewrite_placeholders};
+pub use sql_provider::{Dialect, SqlProvider};
 pub use stats::{AtomicHistogram, Histogram, StatementStats, Stats};
 
 use crate::{Error, Result};
@@ -440,31 +442,12 @@ mod tests {
         fn prepare_many<'a>(&'a self, _: &'a BatchPlan) -> BoxFuture<'a, Result<(), String>> {
             Box::pin(async { Ok(()) })
         }
-        fn create_table_sql(&self, _: &str, _: &[String], _: &[String]) -> String {
-            String::new()
-        }
-        fn insert_rows<'a>(
-            &'a self,
-            _: &'a str,
-            _: &'a [String],
-            _: &'a [Vec<Cell>],
-            _: bool,
-        ) -> BoxFuture<'a, Result<(u64, u64)>> {
-            Box::pin(async { Ok((0, 0)) })
-        }
-        fn drop_table<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<()>> {
-            Box::pin(async { Ok(()) })
-        }
-        fn count<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<i64>> {
-            Box::pin(async { Ok(0) })
-        }
-        fn execute<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<()>> {
-            Box::pin(async { Ok(()) })
-        }
         fn close<'a>(&'a self) -> BoxFuture<'a, ()> {
             Box::pin(async {})
         }
     }
+
+    impl Tables for Gated {}
 
     async fn gated(slots: usize) -> (Arc<Gated>, Arc<Knowledge>, Arc<BoundStatement>) {
         let p = Gated::new(slots);

@@ -11,22 +11,26 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use omlet_lang::Cell;
-use sqlx::mysql::{MySqlArguments, MySqlConnectOptions, MySqlConnection, MySqlPool, MySqlPoolOptions, MySqlRow};
-use sqlx::{AssertSqlSafe, Column, Executor, Row, SqlSafeStr, Statement, TypeInfo, ValueRef};
+use sqlx::mysql::{MySqlConnection, MySqlRow};
+use sqlx::{AssertSqlSafe, Row};
 
-use super::lanes::{self, Lanes};
-use super::{BatchPlan, BoxFuture, Placeholders, Prepared, Provider};
-use crate::{Error, Result};
+use super::lanes::{self};
+use super::sql_provider::Query;
+use super::sql_provider::Spec;
+use super::{Dialect, ParamType, Placeholders, SqlProvider};
+use crate::Result;
+
+/// MySQL's and MariaDB's dialect: backquotes, `?` placeholders, values
+/// bound as they come, helpers written out inline, `IN (…)` batches, tables
+/// in utf8mb4 with a binary collation.
+pub struct MySql;
 
 /// A MySQL or MariaDB database. Lookups run on up to `pool_size`
 /// connections of their own, one round trip each (see `lanes`); loading
 /// tables and preparing statements go through a small sqlx pool.
-pub struct MySqlProvider {
-    pool: MySqlPool,
-    lanes: Lanes<MySqlConnection>,
-}
+pub type MySqlProvider = SqlProvider<MySql>;
 
-impl MySqlProvider {
+impl SqlProvider<MySql> {
     /// Connects to `url` (`mysql://…`); lookups use up to `pool_size`
     /// connections (at least 1), and loading and preparing up to 2 more.
     /// `connect_timeout` bounds each wait for a connection, the first one
@@ -45,30 +49,16 @@ impl MySqlProvider {
         connect_timeout: Duration,
         statement_timeout: Duration,
     ) -> Result<MySqlProvider> {
-        let err = |e: sqlx::Error| Error::Knowledge(format!("mysql: {}", super::config::redact(&e.to_string())));
-        let options: MySqlConnectOptions = url.parse().map_err(err)?;
-        let pool = MySqlPoolOptions::new()
-            .max_connections(2)
-            .acquire_timeout(connect_timeout)
-            .after_connect(|conn, _| {
-                Box::pin(async move { no_backslash_escapes(conn).await.map_err(|m| sqlx::Error::Configuration(m.into())) })
-            })
-            .connect_with(options.clone())
-            .await
-            .map_err(err)?;
-        let setup: lanes::Setup<MySqlConnection> = Arc::new(move |conn: &mut MySqlConnection| {
+        let pool_setup: lanes::Setup<MySqlConnection> =
+            Arc::new(|conn: &mut MySqlConnection| Box::pin(async move { no_backslash_escapes(conn).await }));
+        let lane_setup: lanes::Setup<MySqlConnection> = Arc::new(move |conn: &mut MySqlConnection| {
             Box::pin(async move {
                 no_backslash_escapes(conn).await?;
                 statement_time(conn, statement_timeout).await;
                 Ok(())
             })
         });
-        Ok(MySqlProvider { pool, lanes: Lanes::new(options, pool_size, connect_timeout, Some(setup)) })
-    }
-
-    /// The sqlx pool, for queries outside the [`Provider`] interface.
-    pub fn pool(&self) -> &MySqlPool {
-        &self.pool
+        SqlProvider::connect_server(url, pool_size, connect_timeout, pool_setup, lane_setup, MySql).await
     }
 }
 
@@ -143,219 +133,52 @@ pub fn helper_expression(name: &str, args: &[String]) -> String {
     }
 }
 
-type MyQuery<'q> = sqlx::query::Query<'q, sqlx::MySql, MySqlArguments>;
-
-fn bind(q: MyQuery<'_>, c: Cell) -> MyQuery<'_> {
-    match c {
-        Cell::Null => q.bind(None::<String>),
-        Cell::Integer(i) => q.bind(i),
-        Cell::Real(f) => q.bind(f),
-        Cell::Text(s) => q.bind(s),
-        Cell::Blob(b) => q.bind(b),
-    }
-}
-
-fn cells(row: &MySqlRow) -> Result<Vec<Cell>, String> {
-    let mut out = Vec::with_capacity(row.columns().len());
-    for i in 0..row.columns().len() {
-        let raw = row.try_get_raw(i).map_err(|e| e.to_string())?;
-        if raw.is_null() {
-            out.push(Cell::Null);
-            continue;
+fn cell(row: &MySqlRow, i: usize, ty: &str) -> Result<Cell, String> {
+    let e = |e: sqlx::Error| e.to_string();
+    Ok(match ty {
+        "BIGINT UNSIGNED" => {
+            let v = row.try_get::<u64, _>(i).map_err(e)?;
+            i64::try_from(v).map(Cell::Integer).unwrap_or(Cell::Real(v as f64))
         }
-        let ty = raw.type_info().name().to_string();
-        let e = |e: sqlx::Error| e.to_string();
-        out.push(match ty.as_str() {
-            "BIGINT UNSIGNED" => {
-                let v = row.try_get::<u64, _>(i).map_err(e)?;
-                i64::try_from(v).map(Cell::Integer).unwrap_or(Cell::Real(v as f64))
+        t if t.contains("INT") || t == "BOOLEAN" || t == "YEAR" => Cell::Integer(row.try_get_unchecked::<i64, _>(i).map_err(e)?),
+        "FLOAT" => Cell::Real(row.try_get::<f32, _>(i).map_err(e)? as f64),
+        "DOUBLE" => Cell::Real(row.try_get::<f64, _>(i).map_err(e)?),
+        // Text with a binary (`_bin`) collation arrives flagged as binary:
+        // UTF-8 bytes are taken as text (OML reads BLOBs as text anyway).
+        "BINARY" | "VARBINARY" | "TINYBLOB" | "BLOB" | "MEDIUMBLOB" | "LONGBLOB" => {
+            let bytes = row.try_get::<Vec<u8>, _>(i).map_err(e)?;
+            match String::from_utf8(bytes) {
+                Ok(s) => Cell::Text(s),
+                Err(b) => Cell::Blob(b.into_bytes()),
             }
-            t if t.contains("INT") || t == "BOOLEAN" || t == "YEAR" => {
-                Cell::Integer(row.try_get_unchecked::<i64, _>(i).map_err(e)?)
-            }
-            "FLOAT" => Cell::Real(row.try_get::<f32, _>(i).map_err(e)? as f64),
-            "DOUBLE" => Cell::Real(row.try_get::<f64, _>(i).map_err(e)?),
-            // Text with a binary (`_bin`) collation arrives flagged as binary:
-            // UTF-8 bytes are taken as text (OML reads BLOBs as text anyway).
-            "BINARY" | "VARBINARY" | "TINYBLOB" | "BLOB" | "MEDIUMBLOB" | "LONGBLOB" => {
-                let bytes = row.try_get::<Vec<u8>, _>(i).map_err(e)?;
-                match String::from_utf8(bytes) {
-                    Ok(s) => Cell::Text(s),
-                    Err(b) => Cell::Blob(b.into_bytes()),
-                }
-            }
-            _ => Cell::Text(row.try_get_unchecked::<String, _>(i).map_err(|_| format!("column {i}: unsupported type {ty}"))?),
-        });
-    }
-    Ok(out)
+        }
+        _ => Cell::Text(row.try_get_unchecked::<String, _>(i).map_err(|_| format!("column {i}: unsupported type {ty}"))?),
+    })
 }
 
-impl Provider for MySqlProvider {
-    fn kind(&self) -> &'static str {
-        "mysql"
+impl Dialect for MySql {
+    type Db = sqlx::MySql;
+    const SPEC: Spec = Spec {
+        kind: "mysql",
+        quote: '`',
+        placeholders: Placeholders::Question,
+        types: ["BIGINT", "DOUBLE", "LONGBLOB", "TEXT", "VARCHAR(255)"],
+    };
+
+    /// UTF-8 text, compared byte for byte as SQLite does.
+    fn table_options() -> &'static str {
+        " default charset=utf8mb4 collate=utf8mb4_bin"
     }
 
-    fn placeholders(&self) -> Placeholders {
-        Placeholders::Question
+    fn bind(q: Query<'_, sqlx::MySql>, c: Cell, _ty: ParamType) -> Query<'_, sqlx::MySql> {
+        super::sql_provider::bind_as_is(q, c)
+    }
+
+    fn cell(row: &MySqlRow, i: usize, ty: &str) -> Result<Cell, String> {
+        cell(row, i, ty)
     }
 
     fn rewrite_sql(&self, sql: String) -> String {
         super::rewrite_helper_calls(&sql, &helper_expression)
     }
-
-    fn lookup_connections(&self) -> usize {
-        self.lanes.size()
-    }
-
-    fn prepare<'a>(&'a self, sql: &'a str) -> BoxFuture<'a, Result<Prepared, String>> {
-        Box::pin(async move {
-            let stmt = (&self.pool).prepare(AssertSqlSafe(sql.to_string()).into_sql_str()).await.map_err(|e| e.to_string())?;
-            Ok(Prepared { columns: stmt.columns().iter().map(|c| c.name().to_string()).collect(), params: Vec::new() })
-        })
-    }
-
-    fn query_first<'a>(
-        &'a self,
-        stmt: &'a super::BoundStatement,
-        params: Vec<Cell>,
-    ) -> BoxFuture<'a, Result<Option<Vec<Cell>>, String>> {
-        Box::pin(async move {
-            let row = self
-                .lanes
-                .run(lanes::query(|conn: &mut MySqlConnection| {
-                    let mut q = sqlx::query(AssertSqlSafe(stmt.sql.to_string()));
-                    for p in &params {
-                        q = bind(q, p.clone());
-                    }
-                    Box::pin(q.fetch_optional(conn))
-                }))
-                .await?;
-            match row {
-                Some(row) => cells(&row).map(Some),
-                None => Ok(None),
-            }
-        })
-    }
-
-    fn query_many<'a>(&'a self, plan: &'a BatchPlan, keys: Vec<Cell>) -> BoxFuture<'a, Result<Vec<Vec<Cell>>, String>> {
-        Box::pin(async move {
-            let sql = format!("{} in ({})", plan.select, vec!["?"; keys.len().max(1)].join(", "));
-            let rows = self
-                .lanes
-                .run(lanes::query(|conn: &mut MySqlConnection| {
-                    let mut q = sqlx::query(AssertSqlSafe(sql.clone()));
-                    if keys.is_empty() {
-                        q = bind(q, Cell::Null);
-                    }
-                    for k in &keys {
-                        q = bind(q, k.clone());
-                    }
-                    Box::pin(q.fetch_all(conn))
-                }))
-                .await?;
-            rows.iter().map(cells).collect()
-        })
-    }
-
-    fn prepare_many<'a>(&'a self, plan: &'a BatchPlan) -> BoxFuture<'a, Result<(), String>> {
-        Box::pin(async move {
-            let sql = format!("{} in (?)", plan.select);
-            (&self.pool).prepare(AssertSqlSafe(sql).into_sql_str()).await.map(|_| ()).map_err(|e| e.to_string())
-        })
-    }
-
-    fn create_table_sql(&self, table: &str, columns: &[String], types: &[String]) -> String {
-        let (create, _) = super::table_sql(table, columns, types, '`', column_type, |_| "?".into());
-        // UTF-8 text, compared byte for byte as SQLite does.
-        format!("{create} default charset=utf8mb4 collate=utf8mb4_bin")
-    }
-
-    fn insert_rows<'a>(
-        &'a self,
-        table: &'a str,
-        columns: &'a [String],
-        rows: &'a [Vec<Cell>],
-        skip_bad: bool,
-    ) -> BoxFuture<'a, Result<(u64, u64)>> {
-        Box::pin(async move {
-            let (_, insert) = super::table_sql(table, columns, &[], '`', column_type, |_| "?".into());
-            let row_err = |n: usize, e: sqlx::Error| Error::Knowledge(format!("table {table}, row {}: {e}", n + 1));
-            let (mut inserted, mut skipped) = (0, 0);
-            if skip_bad {
-                for (n, row) in rows.iter().enumerate() {
-                    let mut q = sqlx::query(AssertSqlSafe(insert.clone()));
-                    for c in row {
-                        q = bind(q, c.clone());
-                    }
-                    match q.execute(&self.pool).await {
-                        Ok(_) => inserted += 1,
-                        Err(e) => {
-                            skipped += 1;
-                            tracing::warn!("{}", row_err(n, e));
-                        }
-                    }
-                }
-                return Ok((inserted, skipped));
-            }
-            let mut tx = self.pool.begin().await.map_err(|e| Error::Knowledge(e.to_string()))?;
-            for (n, row) in rows.iter().enumerate() {
-                let mut q = sqlx::query(AssertSqlSafe(insert.clone()));
-                for c in row {
-                    q = bind(q, c.clone());
-                }
-                q.execute(&mut *tx).await.map_err(|e| row_err(n, e))?;
-                inserted += 1;
-            }
-            tx.commit().await.map_err(|e| Error::Knowledge(e.to_string()))?;
-            Ok((inserted, skipped))
-        })
-    }
-
-    fn drop_table<'a>(&'a self, table: &'a str) -> BoxFuture<'a, Result<()>> {
-        Box::pin(async move {
-            let sql = format!("drop table if exists {}", super::quote_ident(table, '`'));
-            sqlx::query(AssertSqlSafe(sql)).execute(&self.pool).await.map_err(|e| Error::Knowledge(e.to_string()))?;
-            Ok(())
-        })
-    }
-
-    fn execute<'a>(&'a self, sql: &'a str) -> BoxFuture<'a, Result<()>> {
-        Box::pin(async move {
-            sqlx::raw_sql(AssertSqlSafe(sql.to_string()))
-                .execute(&self.pool)
-                .await
-                .map_err(|e| Error::Knowledge(format!("`{sql}`: {e}")))?;
-            Ok(())
-        })
-    }
-
-    fn close<'a>(&'a self) -> BoxFuture<'a, ()> {
-        Box::pin(async move {
-            self.lanes.close().await;
-            self.pool.close().await;
-        })
-    }
-
-    fn count<'a>(&'a self, table: &'a str) -> BoxFuture<'a, Result<i64>> {
-        Box::pin(async move {
-            let sql = format!("select count(*) from {}", super::quote_ident(table, '`'));
-            let row = sqlx::query(AssertSqlSafe(sql)).fetch_one(&self.pool).await.map_err(|e| Error::Knowledge(e.to_string()))?;
-            row.try_get::<i64, _>(0).map_err(|e| Error::Knowledge(e.to_string()))
-        })
-    }
-}
-
-/// A SQLite column type in MySQL's terms.
-fn column_type(t: &str) -> String {
-    let upper = t.to_ascii_uppercase();
-    let pk = upper.contains("PRIMARY KEY");
-    let base = match upper.split_whitespace().next().unwrap_or("TEXT") {
-        "INTEGER" | "INT" | "BIGINT" => "BIGINT",
-        "REAL" | "FLOAT" | "DOUBLE" => "DOUBLE",
-        "BLOB" => "LONGBLOB",
-        // A key needs a bounded length in MySQL.
-        _ if pk => "VARCHAR(255)",
-        _ => "TEXT",
-    };
-    if pk { format!("{base} PRIMARY KEY") } else { base.to_string() }
 }

@@ -53,8 +53,9 @@ pub struct Prepared {
     pub params: Vec<ParamType>,
 }
 
-/// One database behind `knowledge.query`.
-pub trait Provider: Send + Sync + 'static {
+/// One database behind `knowledge.query`: what a lookup needs. Loading
+/// tables and DDL are [`Tables`]' job, which every provider also does.
+pub trait Provider: Tables + Send + Sync + 'static {
     /// For messages: `sqlite`, `postgres`, `mysql`.
     fn kind(&self) -> &'static str;
     /// How this provider's SQL writes positional parameters.
@@ -80,13 +81,22 @@ pub trait Provider: Send + Sync + 'static {
     fn query_many<'a>(&'a self, plan: &'a BatchPlan, keys: Vec<Cell>) -> BoxFuture<'a, Result<Vec<Vec<Cell>>, String>>;
     /// Checks that a batch plan runs here (prepares it).
     fn prepare_many<'a>(&'a self, plan: &'a BatchPlan) -> BoxFuture<'a, Result<(), String>>;
+    /// Closes the connections.
+    fn close<'a>(&'a self) -> BoxFuture<'a, ()>;
+}
 
+/// Tables of a database, outside the lookup allow-list: what the knowdb
+/// loader, `omlet test` and the tests use to create and fill them. Every
+/// method has a default that refuses, so a provider that serves lookups
+/// only (a test double) implements none.
+pub trait Tables: Send + Sync {
     /// `CREATE TABLE` in this dialect, from column types in SQLite's terms
     /// (INTEGER, REAL, TEXT, BLOB, optionally PRIMARY KEY).
-    fn create_table_sql(&self, table: &str, columns: &[String], types: &[String]) -> String;
+    fn create_table_sql(&self, table: &str, columns: &[String], types: &[String]) -> String {
+        table_sql(table, columns, types, '"', str::to_string, |_| "?".into()).0
+    }
 
-    /// Creates `table` and inserts `rows` (all or nothing). Used by the
-    /// knowdb loader and `omlet test`.
+    /// Creates `table` and inserts `rows` (all or nothing).
     fn load_table<'a>(
         &'a self,
         table: &'a str,
@@ -105,18 +115,29 @@ pub trait Provider: Send + Sync + 'static {
     fn insert_rows<'a>(
         &'a self,
         table: &'a str,
-        columns: &'a [String],
-        rows: &'a [Vec<Cell>],
-        skip_bad: bool,
-    ) -> BoxFuture<'a, Result<(u64, u64)>>;
+        _columns: &'a [String],
+        _rows: &'a [Vec<Cell>],
+        _skip_bad: bool,
+    ) -> BoxFuture<'a, Result<(u64, u64)>> {
+        refuse(format!("cannot insert into {table}"))
+    }
     /// Drops `table` if it exists.
-    fn drop_table<'a>(&'a self, table: &'a str) -> BoxFuture<'a, Result<()>>;
+    fn drop_table<'a>(&'a self, table: &'a str) -> BoxFuture<'a, Result<()>> {
+        refuse(format!("cannot drop {table}"))
+    }
     /// The number of rows in `table`.
-    fn count<'a>(&'a self, table: &'a str) -> BoxFuture<'a, Result<i64>>;
+    fn count<'a>(&'a self, table: &'a str) -> BoxFuture<'a, Result<i64>> {
+        refuse(format!("cannot count {table}"))
+    }
     /// Runs one administrative statement (DDL) outside the allow-list.
-    fn execute<'a>(&'a self, sql: &'a str) -> BoxFuture<'a, Result<()>>;
-    /// Closes the pool.
-    fn close<'a>(&'a self) -> BoxFuture<'a, ()>;
+    fn execute<'a>(&'a self, sql: &'a str) -> BoxFuture<'a, Result<()>> {
+        refuse(format!("cannot run `{sql}`"))
+    }
+}
+
+/// What a provider without tables answers.
+fn refuse<'a, T: Send + 'a>(what: String) -> BoxFuture<'a, Result<T>> {
+    Box::pin(async move { Err(crate::Error::Knowledge(format!("this provider keeps no tables: {what}"))) })
 }
 
 /// `CREATE TABLE` and `INSERT` texts for a dialect: `quote` wraps

@@ -3,21 +3,24 @@
 use std::str::FromStr;
 
 use omlet_lang::Cell;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqlitePool, SqlitePoolOptions, SqliteRow};
-use sqlx::{AssertSqlSafe, Column, Executor, Row, SqlSafeStr, Statement, TypeInfo, ValueRef};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqlitePoolOptions, SqliteRow};
+use sqlx::{AssertSqlSafe, Row};
 
 use super::lanes::{self, Lanes};
-use super::{BatchPlan, BoundStatement, BoxFuture, Placeholders, Prepared, Provider};
+use super::sql_provider::Query;
+use super::sql_provider::Spec;
+use super::{BoxFuture, Dialect, ParamType, Placeholders, SqlProvider};
 use crate::{Error, Result};
+
+/// SQLite's dialect: `"` quotes, `?` placeholders, values bound as they
+/// come (SQLite's affinity compares `1001` with `'1001'`), `IN (…)` batches.
+pub struct Sqlite;
 
 /// An SQLite database: in memory, or a file. Lookups run on up to 4
 /// connections of their own (see `lanes`: sqlx's pool would add two trips to
 /// each connection's worker thread per lookup); loading tables and preparing
 /// go through a sqlx pool of one connection.
-pub struct SqliteProvider {
-    pool: SqlitePool,
-    lanes: Lanes<SqliteConnection>,
-}
+pub type SqliteProvider = SqlProvider<Sqlite>;
 
 /// Connections that look things up.
 const LANES: u32 = 4;
@@ -43,7 +46,7 @@ fn lookup_setup() -> lanes::Setup<SqliteConnection> {
     })
 }
 
-impl SqliteProvider {
+impl SqlProvider<Sqlite> {
     /// A fresh in-memory database, shared by the provider's connections (a
     /// named in-memory database in SQLite's shared-cache mode). It lives as
     /// long as one connection to it, so the loading pool keeps its one
@@ -59,7 +62,7 @@ impl SqliteProvider {
             .connect_with(opts.clone())
             .await
             .map_err(knowledge_err)?;
-        Ok(SqliteProvider { pool, lanes: Lanes::new(opts, LANES, std::time::Duration::from_secs(30), Some(lookup_setup())) })
+        Ok(SqlProvider::new(pool, Lanes::new(opts, LANES, std::time::Duration::from_secs(30), Some(lookup_setup())), Sqlite))
     }
 
     /// A database file (created if missing).
@@ -71,12 +74,12 @@ impl SqliteProvider {
             .connect_with(opts.clone())
             .await
             .map_err(knowledge_err)?;
-        Ok(SqliteProvider { pool, lanes: Lanes::new(opts, LANES, std::time::Duration::from_secs(30), Some(lookup_setup())) })
+        Ok(SqlProvider::new(pool, Lanes::new(opts, LANES, std::time::Duration::from_secs(30), Some(lookup_setup())), Sqlite))
     }
 
     /// Runs SQL statements (DDL, inserts), separated by `;`.
     pub async fn execute_script(&self, sql: &str) -> Result<()> {
-        sqlx::raw_sql(AssertSqlSafe(sql.to_string())).execute(&self.pool).await.map_err(knowledge_err)?;
+        sqlx::raw_sql(AssertSqlSafe(sql.to_string())).execute(self.pool()).await.map_err(knowledge_err)?;
         Ok(())
     }
 }
@@ -85,183 +88,30 @@ fn knowledge_err(e: impl std::fmt::Display) -> Error {
     Error::Knowledge(e.to_string())
 }
 
-type SqliteQuery<'q> = sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments>;
+impl Dialect for Sqlite {
+    type Db = sqlx::Sqlite;
+    const SPEC: Spec = Spec {
+        kind: "sqlite",
+        quote: '"',
+        placeholders: Placeholders::Question,
+        types: ["INTEGER", "REAL", "BLOB", "TEXT", "TEXT"],
+    };
 
-fn bind(q: SqliteQuery<'_>, c: Cell) -> SqliteQuery<'_> {
-    match c {
-        Cell::Null => q.bind(None::<i64>),
-        Cell::Integer(i) => q.bind(i),
-        Cell::Real(f) => q.bind(f),
-        Cell::Text(s) => q.bind(s),
-        Cell::Blob(b) => q.bind(b),
-    }
-}
-
-fn cells(row: &SqliteRow) -> Result<Vec<Cell>, String> {
-    let mut out = Vec::with_capacity(row.columns().len());
-    for i in 0..row.columns().len() {
-        let raw = row.try_get_raw(i).map_err(|e| e.to_string())?;
-        if raw.is_null() {
-            out.push(Cell::Null);
-            continue;
-        }
-        let ty = raw.type_info().name().to_string();
-        let cell = match ty.as_str() {
-            "INTEGER" => Cell::Integer(row.try_get::<i64, _>(i).map_err(|e| e.to_string())?),
-            "REAL" => Cell::Real(row.try_get::<f64, _>(i).map_err(|e| e.to_string())?),
-            "BLOB" => Cell::Blob(row.try_get::<Vec<u8>, _>(i).map_err(|e| e.to_string())?),
-            _ => Cell::Text(row.try_get::<String, _>(i).map_err(|e| e.to_string())?),
-        };
-        out.push(cell);
-    }
-    Ok(out)
-}
-
-impl Provider for SqliteProvider {
-    fn kind(&self) -> &'static str {
-        "sqlite"
+    fn column_type(t: &str) -> String {
+        t.to_string()
     }
 
-    fn placeholders(&self) -> Placeholders {
-        Placeholders::Question
+    fn bind(q: Query<'_, sqlx::Sqlite>, c: Cell, _ty: ParamType) -> Query<'_, sqlx::Sqlite> {
+        super::sql_provider::bind_as_is(q, c)
     }
 
-    fn lookup_connections(&self) -> usize {
-        self.lanes.size()
-    }
-
-    fn prepare<'a>(&'a self, sql: &'a str) -> BoxFuture<'a, Result<Prepared, String>> {
-        Box::pin(async move {
-            let stmt = (&self.pool).prepare(AssertSqlSafe(sql.to_string()).into_sql_str()).await.map_err(|e| e.to_string())?;
-            Ok(Prepared { columns: stmt.columns().iter().map(|c| c.name().to_string()).collect(), params: Vec::new() })
-        })
-    }
-
-    fn query_many<'a>(&'a self, plan: &'a BatchPlan, keys: Vec<Cell>) -> BoxFuture<'a, Result<Vec<Vec<Cell>>, String>> {
-        Box::pin(async move {
-            let sql = format!("{} in ({})", plan.select, vec!["?"; keys.len().max(1)].join(", "));
-            let rows = self
-                .lanes
-                .run(lanes::query(|conn: &mut SqliteConnection| {
-                    let mut q = sqlx::query(AssertSqlSafe(sql.clone()));
-                    if keys.is_empty() {
-                        q = bind(q, Cell::Null);
-                    }
-                    for k in &keys {
-                        q = bind(q, k.clone());
-                    }
-                    Box::pin(q.fetch_all(conn))
-                }))
-                .await?;
-            rows.iter().map(cells).collect()
-        })
-    }
-
-    fn prepare_many<'a>(&'a self, plan: &'a BatchPlan) -> BoxFuture<'a, Result<(), String>> {
-        Box::pin(async move {
-            let sql = format!("{} in (?)", plan.select);
-            (&self.pool).prepare(AssertSqlSafe(sql).into_sql_str()).await.map(|_| ()).map_err(|e| e.to_string())
-        })
-    }
-
-    fn create_table_sql(&self, table: &str, columns: &[String], types: &[String]) -> String {
-        super::table_sql(table, columns, types, '"', str::to_string, |_| "?".into()).0
-    }
-
-    fn insert_rows<'a>(
-        &'a self,
-        table: &'a str,
-        columns: &'a [String],
-        rows: &'a [Vec<Cell>],
-        skip_bad: bool,
-    ) -> BoxFuture<'a, Result<(u64, u64)>> {
-        Box::pin(async move {
-            let (_, insert) = super::table_sql(table, columns, &[], '"', str::to_string, |_| "?".into());
-            let row_err = |n: usize, e: sqlx::Error| Error::Knowledge(format!("table {table}, row {}: {e}", n + 1));
-            let (mut inserted, mut skipped) = (0, 0);
-            if skip_bad {
-                for (n, row) in rows.iter().enumerate() {
-                    let mut q = sqlx::query(AssertSqlSafe(insert.clone()));
-                    for c in row {
-                        q = bind(q, c.clone());
-                    }
-                    match q.execute(&self.pool).await {
-                        Ok(_) => inserted += 1,
-                        Err(e) => {
-                            skipped += 1;
-                            tracing::warn!("{}", row_err(n, e));
-                        }
-                    }
-                }
-                return Ok((inserted, skipped));
-            }
-            let mut tx = self.pool.begin().await.map_err(|e| Error::Knowledge(e.to_string()))?;
-            for (n, row) in rows.iter().enumerate() {
-                let mut q = sqlx::query(AssertSqlSafe(insert.clone()));
-                for c in row {
-                    q = bind(q, c.clone());
-                }
-                q.execute(&mut *tx).await.map_err(|e| row_err(n, e))?;
-                inserted += 1;
-            }
-            tx.commit().await.map_err(|e| Error::Knowledge(e.to_string()))?;
-            Ok((inserted, skipped))
-        })
-    }
-
-    fn drop_table<'a>(&'a self, table: &'a str) -> BoxFuture<'a, Result<()>> {
-        Box::pin(async move {
-            let sql = format!("drop table if exists {}", super::quote_ident(table, '"'));
-            sqlx::query(AssertSqlSafe(sql)).execute(&self.pool).await.map_err(knowledge_err)?;
-            Ok(())
-        })
-    }
-
-    fn execute<'a>(&'a self, sql: &'a str) -> BoxFuture<'a, Result<()>> {
-        Box::pin(async move {
-            sqlx::raw_sql(AssertSqlSafe(sql.to_string()))
-                .execute(&self.pool)
-                .await
-                .map_err(|e| Error::Knowledge(format!("`{sql}`: {e}")))?;
-            Ok(())
-        })
-    }
-
-    fn close<'a>(&'a self) -> BoxFuture<'a, ()> {
-        Box::pin(async move {
-            self.lanes.close().await;
-            self.pool.close().await;
-        })
-    }
-
-    fn count<'a>(&'a self, table: &'a str) -> BoxFuture<'a, Result<i64>> {
-        Box::pin(async move {
-            let sql = format!("select count(*) from {}", super::quote_ident(table, '"'));
-            let row = sqlx::query(AssertSqlSafe(sql)).fetch_one(&self.pool).await.map_err(knowledge_err)?;
-            row.try_get::<i64, _>(0).map_err(knowledge_err)
-        })
-    }
-
-    fn query_first<'a>(
-        &'a self,
-        stmt: &'a BoundStatement,
-        params: Vec<Cell>,
-    ) -> BoxFuture<'a, Result<Option<Vec<Cell>>, String>> {
-        Box::pin(async move {
-            let row = self
-                .lanes
-                .run(lanes::query(|conn: &mut SqliteConnection| {
-                    let mut q = sqlx::query(AssertSqlSafe(stmt.sql.to_string()));
-                    for p in &params {
-                        q = bind(q, p.clone());
-                    }
-                    Box::pin(q.fetch_optional(conn))
-                }))
-                .await?;
-            match row {
-                Some(row) => cells(&row).map(Some),
-                None => Ok(None),
-            }
+    fn cell(row: &SqliteRow, i: usize, ty: &str) -> Result<Cell, String> {
+        let e = |e: sqlx::Error| e.to_string();
+        Ok(match ty {
+            "INTEGER" => Cell::Integer(row.try_get::<i64, _>(i).map_err(e)?),
+            "REAL" => Cell::Real(row.try_get::<f64, _>(i).map_err(e)?),
+            "BLOB" => Cell::Blob(row.try_get::<Vec<u8>, _>(i).map_err(e)?),
+            _ => Cell::Text(row.try_get::<String, _>(i).map_err(e)?),
         })
     }
 }

@@ -104,7 +104,7 @@ pub struct Stats {
     pub hit_latency: AtomicHistogram,
     /// Queries that failed or timed out (a failed batch counts once).
     pub errors: AtomicU64,
-    /// Per-statement figures, indexed by [`BoundStatement::stats`].
+    /// Per-statement figures, one per bound statement of the rules loaded on it.
     pub statements: Mutex<Vec<StatementStats>>,
 }
 

@@ -1,7 +1,7 @@
 //! The knowdb loader: CSV with inferred or given types, create/insert SQL
 //! files, expected row counts and the on_error policy.
 
-use omlet::knowledge::Provider;
+use omlet::knowledge::Tables;
 use omlet::knowledge::sqlite::SqliteProvider;
 
 fn write(dir: &std::path::Path, name: &str, text: &str) {

@@ -1,0 +1,364 @@
+//! One provider for every SQL database omlet speaks: [`SqlProvider`], generic
+//! over a small [`Dialect`].
+//!
+//! Everything the three databases do alike is written here once: preparing,
+//! the one-row lookup and the batched lookup on the lookup lanes, creating
+//! and filling tables, counting, dropping, running DDL. A dialect says only
+//! what differs: how identifiers are quoted and placeholders written, how a
+//! SQLite column type reads in its terms, how a cell is bound and a row read,
+//! the batch form (`= ANY($1)` or `IN (…)`), and how statements reach the
+//! helper functions. `sqlite.rs`, `postgres.rs` and `mysql.rs` hold the
+//! dialects and how each connects.
+
+use std::future::Future;
+
+use omlet_lang::Cell;
+use sqlx::pool::PoolOptions;
+use sqlx::{
+    AssertSqlSafe, Column, ColumnIndex, Connection, Database, Encode, Executor, IntoArguments, Pool, Row, SqlSafeStr, Statement,
+    Type, TypeInfo, ValueRef,
+};
+
+use super::lanes::{self, Lanes};
+use super::{BatchPlan, BoundStatement, BoxFuture, ParamType, Placeholders, Prepared, Provider, Tables, quote_ident, table_sql};
+use crate::{Error, Result};
+
+/// A sqlx query of database `DB` with its own arguments.
+pub(crate) type Query<'q, DB> = sqlx::query::Query<'q, DB, <DB as Database>::Arguments>;
+
+/// The plain facts of a dialect.
+#[derive(Debug, Clone, Copy)]
+pub struct Spec {
+    /// For messages: `sqlite`, `postgres`, `mysql`.
+    pub kind: &'static str,
+    /// The identifier quote: `"`, or a backquote for MySQL.
+    pub quote: char,
+    /// How positional parameters are written.
+    pub placeholders: Placeholders,
+    /// The column types for SQLite's INTEGER, REAL, BLOB and TEXT, and for
+    /// TEXT in a primary key (MySQL needs a bounded length there).
+    pub types: [&'static str; 5],
+}
+
+/// Binds a cell as the value it is (SQLite and MySQL compare numbers and
+/// text as SQLite's affinity does, so nothing is coerced).
+pub(crate) fn bind_as_is<'q, DB: Database>(q: Query<'q, DB>, c: Cell) -> Query<'q, DB>
+where
+    i64: Encode<'q, DB> + Type<DB>,
+    f64: Encode<'q, DB> + Type<DB>,
+    String: Encode<'q, DB> + Type<DB>,
+    Vec<u8>: Encode<'q, DB> + Type<DB>,
+    Option<String>: Encode<'q, DB> + Type<DB>,
+{
+    match c {
+        Cell::Null => q.bind(None::<String>),
+        Cell::Integer(i) => q.bind(i),
+        Cell::Real(f) => q.bind(f),
+        Cell::Text(s) => q.bind(s),
+        Cell::Blob(b) => q.bind(b),
+    }
+}
+
+/// What one SQL database does its own way.
+pub trait Dialect: Send + Sync + 'static {
+    /// The sqlx driver.
+    type Db: Database;
+    /// Names, quoting, placeholders and column types.
+    const SPEC: Spec;
+
+    /// A column type in SQLite's terms (INTEGER, REAL, TEXT, BLOB, maybe
+    /// with PRIMARY KEY) in this database's, by [`Spec::types`].
+    fn column_type(sqlite_type: &str) -> String {
+        let upper = sqlite_type.to_ascii_uppercase();
+        let key = upper.contains("PRIMARY KEY");
+        let [integer, real, blob, text, key_text] = Self::SPEC.types;
+        let base = match upper.split_whitespace().next().unwrap_or("TEXT") {
+            "INTEGER" | "INT" | "BIGINT" => integer,
+            "REAL" | "FLOAT" | "DOUBLE" => real,
+            "BLOB" => blob,
+            _ if key => key_text,
+            _ => text,
+        };
+        if key { format!("{base} PRIMARY KEY") } else { base.to_string() }
+    }
+    /// What follows `create table t (…)` (MySQL: its charset and collation).
+    fn table_options() -> &'static str {
+        ""
+    }
+    /// Binds one cell, as the type the database expects when it says.
+    fn bind(q: Query<'_, Self::Db>, c: Cell, ty: ParamType) -> Query<'_, Self::Db>;
+    /// Column `i` of `row`, not NULL, whose type the database names `ty`.
+    fn cell(row: &<Self::Db as Database>::Row, i: usize, ty: &str) -> Result<Cell, String>;
+    /// One result row as cells.
+    fn cells(row: &<Self::Db as Database>::Row) -> Result<Vec<Cell>, String>
+    where
+        usize: ColumnIndex<<Self::Db as Database>::Row>,
+    {
+        let mut out = Vec::with_capacity(row.columns().len());
+        for i in 0..row.columns().len() {
+            let raw = row.try_get_raw(i).map_err(|e| e.to_string())?;
+            if raw.is_null() {
+                out.push(Cell::Null);
+                continue;
+            }
+            let ty = raw.type_info().name().to_string();
+            out.push(Self::cell(row, i, &ty)?);
+        }
+        Ok(out)
+    }
+    /// The parameter types a prepared statement declares (PostgreSQL), or
+    /// none (the others).
+    fn param_types(_stmt: &<Self::Db as Database>::Statement) -> Vec<ParamType> {
+        Vec::new()
+    }
+    /// Adapts a statement, still with its `:name` parameters, to the dialect
+    /// (how helper functions are reached).
+    fn rewrite_sql(&self, sql: String) -> String {
+        sql
+    }
+    /// The batched form of `plan` for `keys` keys.
+    fn batch_sql(plan: &BatchPlan, keys: usize) -> String {
+        format!("{} in ({})", plan.select, vec!["?"; keys.max(1)].join(", "))
+    }
+    /// Binds the keys of a batched query (an empty list matches nothing).
+    fn bind_batch<'q>(q: Query<'q, Self::Db>, _plan: &BatchPlan, keys: &[Cell]) -> Query<'q, Self::Db> {
+        if keys.is_empty() {
+            return Self::bind(q, Cell::Null, ParamType::Any);
+        }
+        keys.iter().fold(q, |q, k| Self::bind(q, k.clone(), ParamType::Any))
+    }
+}
+
+/// A SQL database behind `knowledge.query`: a small sqlx pool for loading
+/// and preparing, and lookup lanes (one round trip per lookup; see `lanes`).
+pub struct SqlProvider<D: Dialect> {
+    pool: Pool<D::Db>,
+    lanes: Lanes<<D::Db as Database>::Connection>,
+    dialect: D,
+}
+
+fn knowledge_err(e: impl std::fmt::Display) -> Error {
+    Error::Knowledge(e.to_string())
+}
+
+impl<D: Dialect> SqlProvider<D>
+where
+    for<'c> &'c mut <D::Db as Database>::Connection: Executor<'c, Database = D::Db>,
+    <D::Db as Database>::Arguments: IntoArguments<D::Db>,
+    usize: ColumnIndex<<D::Db as Database>::Row>,
+{
+    pub(crate) fn new(pool: Pool<D::Db>, lanes: Lanes<<D::Db as Database>::Connection>, dialect: D) -> Self {
+        SqlProvider { pool, lanes, dialect }
+    }
+
+    /// Connects to a database server at `url`: a loading pool of 2
+    /// connections, each readied by `pool_setup`, and up to `pool_size`
+    /// lookup lanes, each readied by `lane_setup`. `connect_timeout` bounds
+    /// every wait for a connection, the first one included. Fails with
+    /// [`Error::Knowledge`] (the URL's password redacted) if the server
+    /// cannot be reached or a connection cannot be readied.
+    pub(crate) async fn connect_server(
+        url: &str,
+        pool_size: u32,
+        connect_timeout: std::time::Duration,
+        pool_setup: lanes::Setup<<D::Db as Database>::Connection>,
+        lane_setup: lanes::Setup<<D::Db as Database>::Connection>,
+        dialect: D,
+    ) -> Result<Self> {
+        let err = |e: sqlx::Error| Error::Knowledge(format!("{}: {}", D::SPEC.kind, super::config::redact(&e.to_string())));
+        let options: <<D::Db as Database>::Connection as Connection>::Options = url.parse().map_err(err)?;
+        let pool = PoolOptions::<D::Db>::new()
+            .max_connections(2)
+            .acquire_timeout(connect_timeout)
+            .after_connect(move |conn, _| {
+                let setup = pool_setup.clone();
+                Box::pin(async move { setup(conn).await.map_err(|m| sqlx::Error::Configuration(m.into())) })
+            })
+            .connect_with(options.clone())
+            .await
+            .map_err(err)?;
+        Ok(SqlProvider::new(pool, Lanes::new(options, pool_size, connect_timeout, Some(lane_setup)), dialect))
+    }
+
+    /// The sqlx pool, for queries outside the [`Provider`] interface.
+    pub fn pool(&self) -> &Pool<D::Db> {
+        &self.pool
+    }
+
+    fn insert_sql(&self, table: &str, columns: &[String]) -> String {
+        table_sql(table, columns, &[], D::SPEC.quote, D::column_type, placeholder(D::SPEC.placeholders)).1
+    }
+
+    /// The insert of one row, its cells bound as they are.
+    fn insert_row<'q>(insert: &str, row: &[Cell]) -> Query<'q, D::Db> {
+        let q = sqlx::query(AssertSqlSafe(insert.to_string()));
+        row.iter().fold(q, |q, c| D::bind(q, c.clone(), ParamType::Any))
+    }
+
+    /// Runs a lookup on a lane: `make` builds the query, `fetch` runs it.
+    async fn on_lane<T, F>(&self, make: impl Fn() -> Query<'static, D::Db>, fetch: F) -> Result<T, String>
+    where
+        F: for<'c> Fn(Query<'static, D::Db>, &'c mut <D::Db as Database>::Connection) -> BoxFuture<'c, Result<T, sqlx::Error>>,
+    {
+        self.lanes.run(lanes::query(|conn: &mut <D::Db as Database>::Connection| fetch(make(), conn))).await
+    }
+}
+
+/// Writes placeholder `i` (1-based) of a dialect.
+fn placeholder(p: Placeholders) -> impl Fn(usize) -> String {
+    move |i| match p {
+        Placeholders::Question => "?".to_string(),
+        Placeholders::Dollar => format!("${i}"),
+    }
+}
+
+/// A boxed, `Send` future over a borrow (the shape the traits return).
+fn boxed<'a, T>(f: impl Future<Output = T> + Send + 'a) -> BoxFuture<'a, T> {
+    Box::pin(f)
+}
+
+impl<D: Dialect> Provider for SqlProvider<D>
+where
+    for<'c> &'c mut <D::Db as Database>::Connection: Executor<'c, Database = D::Db>,
+    <D::Db as Database>::Arguments: IntoArguments<D::Db>,
+    usize: ColumnIndex<<D::Db as Database>::Row>,
+{
+    fn kind(&self) -> &'static str {
+        D::SPEC.kind
+    }
+
+    fn placeholders(&self) -> Placeholders {
+        D::SPEC.placeholders
+    }
+
+    fn rewrite_sql(&self, sql: String) -> String {
+        self.dialect.rewrite_sql(sql)
+    }
+
+    fn lookup_connections(&self) -> usize {
+        self.lanes.size()
+    }
+
+    fn prepare<'a>(&'a self, sql: &'a str) -> BoxFuture<'a, Result<Prepared, String>> {
+        boxed(async move {
+            let stmt = (&self.pool).prepare(AssertSqlSafe(sql.to_string()).into_sql_str()).await.map_err(|e| e.to_string())?;
+            Ok(Prepared { columns: stmt.columns().iter().map(|c| c.name().to_string()).collect(), params: D::param_types(&stmt) })
+        })
+    }
+
+    fn query_first<'a>(
+        &'a self,
+        stmt: &'a BoundStatement,
+        params: Vec<Cell>,
+    ) -> BoxFuture<'a, Result<Option<Vec<Cell>>, String>> {
+        boxed(async move {
+            let make = || {
+                let q = sqlx::query(AssertSqlSafe(stmt.sql.to_string()));
+                params
+                    .iter()
+                    .enumerate()
+                    .fold(q, |q, (i, p)| D::bind(q, p.clone(), stmt.param_types.get(i).copied().unwrap_or(ParamType::Any)))
+            };
+            let row = self.on_lane(make, |q, conn| Box::pin(q.fetch_optional(conn))).await?;
+            row.as_ref().map(D::cells).transpose()
+        })
+    }
+
+    fn query_many<'a>(&'a self, plan: &'a BatchPlan, keys: Vec<Cell>) -> BoxFuture<'a, Result<Vec<Vec<Cell>>, String>> {
+        boxed(async move {
+            let sql = D::batch_sql(plan, keys.len());
+            let make = || D::bind_batch(sqlx::query(AssertSqlSafe(sql.clone())), plan, &keys);
+            let rows = self.on_lane(make, |q, conn| Box::pin(q.fetch_all(conn))).await?;
+            rows.iter().map(D::cells).collect()
+        })
+    }
+
+    fn prepare_many<'a>(&'a self, plan: &'a BatchPlan) -> BoxFuture<'a, Result<(), String>> {
+        boxed(async move {
+            let sql = D::batch_sql(plan, 1);
+            (&self.pool).prepare(AssertSqlSafe(sql).into_sql_str()).await.map(|_| ()).map_err(|e| e.to_string())
+        })
+    }
+
+    fn close<'a>(&'a self) -> BoxFuture<'a, ()> {
+        boxed(async move {
+            self.lanes.close().await;
+            self.pool.close().await;
+        })
+    }
+}
+
+impl<D: Dialect> Tables for SqlProvider<D>
+where
+    for<'c> &'c mut <D::Db as Database>::Connection: Executor<'c, Database = D::Db>,
+    <D::Db as Database>::Arguments: IntoArguments<D::Db>,
+    usize: ColumnIndex<<D::Db as Database>::Row>,
+{
+    fn create_table_sql(&self, table: &str, columns: &[String], types: &[String]) -> String {
+        let create = table_sql(table, columns, types, D::SPEC.quote, D::column_type, placeholder(D::SPEC.placeholders)).0;
+        format!("{create}{}", D::table_options())
+    }
+
+    fn insert_rows<'a>(
+        &'a self,
+        table: &'a str,
+        columns: &'a [String],
+        rows: &'a [Vec<Cell>],
+        skip_bad: bool,
+    ) -> BoxFuture<'a, Result<(u64, u64)>> {
+        boxed(async move {
+            let insert = self.insert_sql(table, columns);
+            let row_err = |n: usize, e: sqlx::Error| Error::Knowledge(format!("table {table}, row {}: {e}", n + 1));
+            let (mut inserted, mut skipped) = (0, 0);
+            if skip_bad {
+                // Row by row, outside a transaction: a bad row is skipped and counted.
+                for (n, row) in rows.iter().enumerate() {
+                    match Self::insert_row(&insert, row).execute(&self.pool).await {
+                        Ok(_) => inserted += 1,
+                        Err(e) => {
+                            skipped += 1;
+                            tracing::warn!("{}", row_err(n, e));
+                        }
+                    }
+                }
+                return Ok((inserted, skipped));
+            }
+            let mut tx = self.pool.begin().await.map_err(knowledge_err)?;
+            for (n, row) in rows.iter().enumerate() {
+                Self::insert_row(&insert, row).execute(&mut *tx).await.map_err(|e| row_err(n, e))?;
+                inserted += 1;
+            }
+            tx.commit().await.map_err(knowledge_err)?;
+            Ok((inserted, skipped))
+        })
+    }
+
+    fn drop_table<'a>(&'a self, table: &'a str) -> BoxFuture<'a, Result<()>> {
+        boxed(async move {
+            let sql = format!("drop table if exists {}", quote_ident(table, D::SPEC.quote));
+            sqlx::query(AssertSqlSafe(sql)).execute(&self.pool).await.map_err(knowledge_err)?;
+            Ok(())
+        })
+    }
+
+    fn count<'a>(&'a self, table: &'a str) -> BoxFuture<'a, Result<i64>> {
+        boxed(async move {
+            let sql = format!("select count(*) from {}", quote_ident(table, D::SPEC.quote));
+            let row = sqlx::query(AssertSqlSafe(sql)).fetch_one(&self.pool).await.map_err(knowledge_err)?;
+            match D::cells(&row).map_err(knowledge_err)?.first() {
+                Some(Cell::Integer(n)) => Ok(*n),
+                other => Err(Error::Knowledge(format!("count(*) of {table} gave {other:?}"))),
+            }
+        })
+    }
+
+    fn execute<'a>(&'a self, sql: &'a str) -> BoxFuture<'a, Result<()>> {
+        boxed(async move {
+            sqlx::raw_sql(AssertSqlSafe(sql.to_string()))
+                .execute(&self.pool)
+                .await
+                .map_err(|e| Error::Knowledge(format!("`{sql}`: {e}")))?;
+            Ok(())
+        })
+    }
+}
