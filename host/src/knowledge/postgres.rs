@@ -160,12 +160,7 @@ const HELPERS_SQL: &str = include_str!("pg_helpers.sql");
 
 impl Dialect for Postgres {
     type Db = sqlx::Postgres;
-    const SPEC: Spec = Spec {
-        kind: "postgres",
-        quote: '"',
-        placeholders: Placeholders::Dollar,
-        types: ["BIGINT", "DOUBLE PRECISION", "BYTEA", "TEXT", "TEXT"],
-    };
+    const SPEC: Spec = Spec::new("postgres", '"', Placeholders::Dollar, ["BIGINT", "DOUBLE PRECISION", "BYTEA", "TEXT", "TEXT"]);
 
     fn bind(q: Query<'_, sqlx::Postgres>, c: Cell, ty: ParamType) -> Query<'_, sqlx::Postgres> {
         bind(q, c, ty)

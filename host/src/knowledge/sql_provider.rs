@@ -40,6 +40,13 @@ pub struct Spec {
     pub types: [&'static str; 5],
 }
 
+impl Spec {
+    /// A dialect's facts, in the order of the fields.
+    pub const fn new(kind: &'static str, quote: char, placeholders: Placeholders, types: [&'static str; 5]) -> Spec {
+        Spec { kind, quote, placeholders, types }
+    }
+}
+
 /// Binds a cell as the value it is (SQLite and MySQL compare numbers and
 /// text as SQLite's affinity does, so nothing is coerced).
 pub(crate) fn bind_as_is<'q, DB: Database>(q: Query<'q, DB>, c: Cell) -> Query<'q, DB>

@@ -90,12 +90,7 @@ fn knowledge_err(e: impl std::fmt::Display) -> Error {
 
 impl Dialect for Sqlite {
     type Db = sqlx::Sqlite;
-    const SPEC: Spec = Spec {
-        kind: "sqlite",
-        quote: '"',
-        placeholders: Placeholders::Question,
-        types: ["INTEGER", "REAL", "BLOB", "TEXT", "TEXT"],
-    };
+    const SPEC: Spec = Spec::new("sqlite", '"', Placeholders::Question, ["INTEGER", "REAL", "BLOB", "TEXT", "TEXT"]);
 
     fn column_type(t: &str) -> String {
         t.to_string()
