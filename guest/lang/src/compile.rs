@@ -839,3 +839,46 @@ impl Host for CompileHost {
         self.now
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Source;
+
+    #[test]
+    fn a_program_names_its_slots_and_statements() {
+        let src = "name : t\n---\nzone = select zone from ip_zone where ip = read(src) ;\nb = read(a) ;\na = read(b) ;\n";
+        let p = compile(&[Source { file: "t.oml", text: src }], (0, 0)).unwrap();
+        // Names are sorted and unique: a name's index is its slot.
+        let mut sorted = p.names.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(p.names, sorted);
+        assert!(p.names.iter().any(|n| n == "src"), "{:?}", p.names);
+        let s = &p.statements[0];
+        assert_eq!((s.table.as_str(), s.file.as_str(), s.line), ("ip_zone", "t.oml", 3));
+        assert_eq!(s.columns, ["zone"]);
+        assert_eq!(s.params.len(), 1);
+        assert!(s.sql.contains(&alloc::format!(":{}", s.params[0])), "{}", s.sql);
+    }
+
+    #[test]
+    fn errors_are_grouped_by_file() {
+        let good = Source { file: "good.oml", text: "name : g\n---\na = read(a) ;\n" };
+        let bad = Source { file: "bad.oml", text: "name : b\n---\na = nosuchfn(a) ;\n" };
+        let errors = compile(&[good, bad], (0, 0)).unwrap_err();
+        assert_eq!(errors.len(), 1);
+        assert_eq!(errors[0].file, "bad.oml");
+        assert_eq!(errors[0].diagnostics[0].line, 3);
+    }
+
+    #[test]
+    fn format_strings_split_into_text_and_names() {
+        assert_eq!(fmt_pieces("{a}-{ b }"), [FmtPiece::Var("a".into()), FmtPiece::Text("-".into()), FmtPiece::Var("b".into())]);
+        assert_eq!(fmt_pieces("{{x}}"), [FmtPiece::Text("{x}".into())]);
+        // Unclosed, empty, or with a format spec: the whole format is invalid (§8.10).
+        for bad in ["{a", "{}", "{a:>3}", "a}"] {
+            assert_eq!(fmt_pieces(bad), [FmtPiece::Invalid], "{bad}");
+        }
+    }
+}

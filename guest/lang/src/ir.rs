@@ -183,7 +183,7 @@ impl core::fmt::Debug for RegexCond {
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum FmtPiece {
     Text(String),
     Var(String),

@@ -1641,3 +1641,47 @@ pub fn closing_paren(src: &str, from: usize, quotes: bool) -> Option<usize> {
     }
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rule_header_and_statements_parse() {
+        let (rule, diags) =
+            parse("name : web\nrule : /nginx/* /apache/*\nenable : false\n---\nip = read(client_ip) ;\nn : digit = read(n) ;\n");
+        assert!(diags.is_empty(), "{diags:?}");
+        let rule = rule.expect("a rule");
+        assert_eq!(rule.name, "web");
+        assert_eq!(rule.patterns, ["/nginx/*", "/apache/*"]);
+        assert!(!rule.enabled);
+        assert_eq!(rule.stmts.len(), 2);
+    }
+
+    #[test]
+    fn a_missing_semicolon_is_reported_where_the_statement_ends() {
+        let (_, diags) = parse("name : t\n---\na = read(a)\nb = read(b) ;\n");
+        let d = diags.first().expect("a diagnostic");
+        // Line 3 holds the unfinished statement (or line 4, where the parser notices).
+        assert!(matches!(d.line, 3 | 4), "{d:?}");
+        assert!(d.column >= 1);
+    }
+
+    #[test]
+    fn literals_parse_by_type_and_bad_ones_say_why() {
+        assert_eq!(literal_value("digit", "42").unwrap(), Const::Digit(42));
+        assert_eq!(literal_value("bool", "true").unwrap(), Const::Bool(true));
+        assert_eq!(literal_value("chars", "x y").unwrap(), Const::Chars("x y".to_string()));
+        assert!(literal_value("bool", "yes").unwrap_err().contains("`true` or `false`"));
+        assert!(literal_value("digit", "4x").unwrap_err().contains("does not parse"));
+    }
+
+    #[test]
+    fn closing_parens_skip_nesting_and_quoted_text() {
+        let src = "f(a, (b), ')') tail";
+        assert_eq!(closing_paren(src, 2, true), Some(13));
+        // Without quote handling, the quoted `)` closes it.
+        assert_eq!(closing_paren(src, 2, false), Some(11));
+        assert_eq!(closing_paren("f(a, (b)", 2, true), None);
+    }
+}

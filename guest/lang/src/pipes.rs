@@ -582,3 +582,62 @@ pub fn helper(h: Helper, args: &[Cell]) -> Cell {
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::value::Field;
+    use alloc::boxed::Box;
+    use alloc::vec;
+
+    #[test]
+    fn base64_round_trips_and_refuses_garbage() {
+        for bytes in [&b""[..], b"f", b"fo", b"foo", b"\x00\xff\x10"] {
+            assert_eq!(base64_decode(&base64_encode(bytes)).as_deref(), Some(bytes));
+        }
+        assert_eq!(base64_encode(b"foo"), "Zm9v");
+        assert_eq!(base64_decode("Zm9v!"), None);
+    }
+
+    #[test]
+    fn json_text_escapes_quotes_and_controls() {
+        let mut out = String::new();
+        json_escape_into("a\"b\\c\nd\u{1}", &mut out);
+        assert_eq!(out, "a\\\"b\\\\c\\nd\\u0001");
+    }
+
+    #[test]
+    fn json_values_follow_the_output_rules() {
+        let render = |v: &Value<'_>| {
+            let mut s = String::new();
+            write_json(v, &mut s, false);
+            s
+        };
+        assert_eq!(render(&Value::Float(1.0)), "1.0");
+        assert_eq!(render(&Value::Float(f64::NAN)), "null");
+        assert_eq!(render(&Value::Ip(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)))), "\"10.0.0.1\"");
+        // An ignored element of an array renders as "", elsewhere as null.
+        let arr = Value::Array(Box::new(vec![Field::new("", Value::Ignore), Field::new("", Value::Digit(2))]));
+        assert_eq!(render(&arr), "[\"\",2]");
+        assert_eq!(render(&Value::Ignore), "null");
+    }
+
+    #[test]
+    fn pipes_pick_and_convert() {
+        let arr = Value::Array(Box::new(vec![Field::new("", Value::Digit(7)), Field::new("", Value::Digit(8))]));
+        assert_eq!(apply(&PipeFn::Nth(1), arr), Value::Digit(8));
+        assert_eq!(apply(&PipeFn::Base64Encode, Value::Chars("foo".into())), Value::Chars("Zm9v".into()));
+        assert_eq!(apply(&PipeFn::Ip4ToInt, Value::Ip(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)))), Value::Digit(167_772_161));
+    }
+
+    #[test]
+    fn sql_helpers_compute_like_the_databases() {
+        let t = |s: &str| Cell::Text(s.to_string());
+        assert_eq!(helper(Helper::Ip4Int, &[t("10.0.0.1")]), Cell::Integer(167_772_161));
+        assert_eq!(helper(Helper::Ip4Int, &[t("not an ip")]), Cell::Integer(0));
+        assert_eq!(helper(Helper::Cidr4Contains, &[t("10.1.2.3"), t("10.0.0.0/8")]), Cell::Integer(1));
+        assert_eq!(helper(Helper::Cidr4Contains, &[t("11.1.2.3"), t("10.0.0.0/8")]), Cell::Integer(0));
+        assert_eq!(helper(Helper::TrimQuotes, &[t("'x'")]), t("x"));
+        assert_eq!(helper(Helper::TrimQuotes, &[t("'x\"")]), t("'x\""));
+    }
+}
