@@ -400,7 +400,8 @@ def main():
             "buffers, output records that borrow the frame's text), and a frame that writes into one "
             "buffer instead of nodes and text apart.", ""]
     lines += ["Readings of the figures above:", "",
-              f"- An empty batch call costs about {fmt_us(empty)} µs (`baseline/empty_guest_call`), a "
+              f"- A call with one empty record costs about {fmt_us(empty)} µs (`baseline/empty_guest_call`; "
+              "an empty batch makes no call at all), a "
               f"one-record call {fmt_us(single_us)} µs (`pure/wasm_single`): one async "
               "component call per record cannot reach 1.5 M rec/s. A synchronous call path for rule sets "
               "without SQL (no fiber) was tried: about 10–15% on one-record calls, inside this VM's "
