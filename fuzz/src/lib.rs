@@ -7,6 +7,7 @@
 //! `assert!` in it states an invariant whose breach is a finding too.
 
 pub mod lang;
+pub mod replay;
 
 #[cfg(feature = "host")]
 pub mod host;

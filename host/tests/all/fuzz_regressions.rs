@@ -15,6 +15,11 @@
 #[path = "../../../fuzz/src/host.rs"]
 mod harness;
 
+#[path = "../../../fuzz/src/replay.rs"]
+mod replay;
+
+use replay::survives;
+
 use std::path::PathBuf;
 
 use omlet_lang::frame::Writer;
@@ -22,22 +27,7 @@ use omlet_lang::value::{Field, Value};
 
 /// The saved findings of one fuzz target, by file name.
 fn findings(target: &str) -> Vec<(String, Vec<u8>)> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fuzz-regressions").join(target);
-    let Ok(entries) = std::fs::read_dir(&dir) else { return Vec::new() };
-    let mut out: Vec<(String, Vec<u8>)> = entries
-        .filter_map(|e| e.ok())
-        .filter(|e| e.path().is_file())
-        .map(|e| (e.file_name().to_string_lossy().into_owned(), std::fs::read(e.path()).expect("read a finding")))
-        .collect();
-    out.sort();
-    out
-}
-
-/// Runs `body` on `input`, naming the input if it panics.
-fn survives(what: &str, input: &[u8], body: fn(&[u8])) {
-    if std::panic::catch_unwind(|| body(input)).is_err() {
-        panic!("{what} panicked on {} bytes: {:?}", input.len(), String::from_utf8_lossy(&input[..input.len().min(300)]));
-    }
+    replay::findings(&PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fuzz-regressions"), target)
 }
 
 #[test]
