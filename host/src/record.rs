@@ -89,7 +89,8 @@ impl Record {
 
     /// The record as a `serde_json::Value` object.
     pub fn to_json_value(&self) -> Json {
-        to_json(&self.fields)
+        // The serde form is the spec §11 form; no text round trip.
+        serde_json::to_value(self).unwrap_or(Json::Null)
     }
 
     /// The value of field `name`, if the record shows one.
@@ -502,11 +503,6 @@ pub fn fields_json(record: &[Field<'_>]) -> String {
     out
 }
 
-/// A record as a `serde_json::Value` (for comparisons in tests and tools).
-pub fn to_json(record: &[Field<'_>]) -> Json {
-    serde_json::from_str(&fields_json(record)).unwrap_or(Json::Null)
-}
-
 /// [`Record::to_json`], as a function (omlet's tests and tools).
 pub fn to_json_string(record: &Record) -> String {
     record.to_json()
@@ -546,6 +542,8 @@ mod tests {
         assert_eq!(via_serde, r.to_json());
         let back: Record = serde_json::from_str(&via_serde).unwrap();
         assert_eq!(back, r);
+        // The JSON value is the JSON text, parsed.
+        assert_eq!(r.to_json_value(), serde_json::from_str::<Json>(&r.to_json()).unwrap());
         // Typed values out, and in again.
         assert_eq!(r.get("d"), Some(Value::Digit(-3)));
         assert_eq!(r.get("a"), Some(Value::Array(vec![1.into(), "two".into(), Value::Array(vec![3.0.into()])])));
