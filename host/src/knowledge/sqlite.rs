@@ -3,8 +3,8 @@
 use std::str::FromStr;
 
 use omlet_lang::Cell;
+use sqlx::Row;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqlitePoolOptions, SqliteRow};
-use sqlx::{AssertSqlSafe, Row};
 
 use super::lanes::{self, Lanes};
 use super::sql_provider::Query;
@@ -75,12 +75,6 @@ impl SqlProvider<Sqlite> {
             .await
             .map_err(knowledge_err)?;
         Ok(SqlProvider::new(pool, Lanes::new(opts, LANES, std::time::Duration::from_secs(30), Some(lookup_setup())), Sqlite))
-    }
-
-    /// Runs SQL statements (DDL, inserts), separated by `;`.
-    pub async fn execute_script(&self, sql: &str) -> Result<()> {
-        sqlx::raw_sql(AssertSqlSafe(sql.to_string())).execute(self.pool()).await.map_err(knowledge_err)?;
-        Ok(())
     }
 }
 

@@ -6,12 +6,12 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use omlet::knowledge::sqlite::SqliteProvider;
-use omlet::knowledge::{BoundStatement, CacheMode, Knowledge, KnowledgeConfig};
+use omlet::knowledge::{BoundStatement, CacheMode, Knowledge, KnowledgeConfig, Tables};
 use omlet_lang::Cell;
 
 async fn setup(cfg: impl FnOnce(&mut KnowledgeConfig)) -> (Arc<Knowledge>, Vec<BoundStatement>) {
     let db = SqliteProvider::memory().await.unwrap();
-    db.execute_script(
+    db.execute(
         "create table perf (id integer primary key, value text);
          insert into perf values (1, 'a'), (2, 'b'), (3, 'c');",
     )
