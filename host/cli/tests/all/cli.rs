@@ -190,17 +190,10 @@ fn example_readme_commands_work() {
 
 #[test]
 fn run_reads_csv_from_standard_input() {
-    use std::io::Write;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_omlet"))
-        .args(["run", "examples/sysmon/sysmon.oml", "--format", "csv", "--model", "windows/sysmon"])
-        .current_dir(root())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(b"EventID,Image\n3,C:\\x\\curl.exe\n").unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = omlet_with_input(
+        &["run", "examples/sysmon/sysmon.oml", "--format", "csv", "--model", "windows/sysmon"],
+        b"EventID,Image\n3,C:\\x\\curl.exe\n",
+    );
     assert!(out.status.success(), "{}", text(&out.stderr));
     let rec: serde_json::Value = serde_json::from_str(text(&out.stdout).trim()).unwrap();
     // CSV values are chars; the rule's typed target makes the digit.
