@@ -151,7 +151,8 @@ pub enum SqlCond {
 
 #[derive(Debug, Clone)]
 pub enum SqlOperand {
-    Column(String),
+    /// A column name, or a bare name that may be a static symbol.
+    Column(String, Span),
     /// An accessor, `@name` or built-in: a bound parameter.
     Value(Expr),
     Literal(Const),

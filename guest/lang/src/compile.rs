@@ -549,7 +549,7 @@ impl Checker<'_> {
         // `1 = ip4_between(read(x), lo_col, hi_col)`, either side (EXTENDED).
         let between = |o: &SqlOperand| {
             matches!(o, SqlOperand::Call { helper: Some(Helper::Ip4Between), args, .. }
-            if args.len() == 3 && matches!(args[1], SqlOperand::Column(_)) && matches!(args[2], SqlOperand::Column(_)))
+            if args.len() == 3 && matches!(args[1], SqlOperand::Column(..)) && matches!(args[2], SqlOperand::Column(..)))
         };
         let one = |o: &SqlOperand| matches!(o, SqlOperand::Literal(Const::Digit(1)));
         if op == "=" && ((between(&left) && one(&right)) || (one(&left) && between(&right))) {
@@ -558,7 +558,7 @@ impl Checker<'_> {
                 let hi = args.pop();
                 let lo = args.pop();
                 let ip = args.pop();
-                if let (Some(ip), Some(SqlOperand::Column(lo)), Some(SqlOperand::Column(hi))) = (ip, lo, hi) {
+                if let (Some(ip), Some(SqlOperand::Column(lo, _)), Some(SqlOperand::Column(hi, _))) = (ip, lo, hi) {
                     let hint = param_hint(&ip).unwrap_or_else(|| lo.clone());
                     let v = self.sql_param_value(ip, span)?;
                     let v = Param::Helper(Helper::Ip4Int, alloc::vec![v]);
@@ -569,13 +569,38 @@ impl Checker<'_> {
             }
             return self.err("malformed ip4_between comparison", span);
         }
+        // Two bare names: the one that is a static symbol is the value.
+        let (left, op, right) = match (&left, &right) {
+            (SqlOperand::Column(l, _), SqlOperand::Column(r, _))
+                if self.statics.contains_key(l) && !self.statics.contains_key(r) =>
+            {
+                (right, flip(op), left)
+            }
+            _ => (left, op, right),
+        };
         let (col, op, value) = match (left, right) {
-            (SqlOperand::Column(c), v) => (SqlOperand::Column(c), op, v),
-            (v, SqlOperand::Column(c)) => (SqlOperand::Column(c), flip(op), v),
+            (SqlOperand::Column(c, s), v) => (SqlOperand::Column(c, s), op, v),
+            (v, SqlOperand::Column(c, s)) => (SqlOperand::Column(c, s), flip(op), v),
             (l, r) => (l, op, r),
         };
+        // Spec §8.11: the value side is an accessor, a built-in, a literal, a
+        // SQL function or a static symbol; any other bare name is an error
+        // (it would otherwise compare two columns).
+        let value = match value {
+            SqlOperand::Column(name, at) => {
+                if !self.statics.contains_key(&name) {
+                    return self.err_hint(
+                        format!("`{name}` on the right of a SQL comparison is neither a value nor a static symbol"),
+                        at,
+                        &format!("to compare with the field `{name}`, write `read({name})`"),
+                    );
+                }
+                SqlOperand::Literal(self.static_ref(&name, at)?)
+            }
+            v => v,
+        };
         let hint = match &col {
-            SqlOperand::Column(c) => c.clone(),
+            SqlOperand::Column(c, _) => c.clone(),
             other => param_hint(other).unwrap_or_else(|| "p".to_string()),
         };
         self.sql_operand(col, &hint, b, span)?;
@@ -588,7 +613,7 @@ impl Checker<'_> {
     /// Renders one side of a comparison; values become parameters.
     fn sql_operand(&mut self, o: SqlOperand, hint: &str, b: &mut SqlBuilder, span: Span) -> CResult<()> {
         match o {
-            SqlOperand::Column(c) => b.sql.push_str(&c),
+            SqlOperand::Column(c, _) => b.sql.push_str(&c),
             SqlOperand::Value(_) | SqlOperand::Literal(_) => {
                 let v = self.sql_param_value(o, span)?;
                 let name = b.bind(hint, v);
@@ -663,7 +688,7 @@ impl Checker<'_> {
                 Ok(Param::Helper(h, vals))
             }
             SqlOperand::Call { name, .. } => self.err(format!("`{name}(…)` cannot be computed as a parameter here"), span),
-            SqlOperand::Column(c) => self.err(format!("column `{c}` where a value was expected"), span),
+            SqlOperand::Column(c, at) => self.err(format!("column `{c}` where a value was expected"), at),
         }
     }
 }
@@ -707,7 +732,7 @@ impl SqlBuilder {
 
 fn mentions_column(o: &SqlOperand) -> bool {
     match o {
-        SqlOperand::Column(_) => true,
+        SqlOperand::Column(..) => true,
         SqlOperand::Call { args, .. } => args.iter().any(mentions_column),
         _ => false,
     }

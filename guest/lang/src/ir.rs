@@ -231,6 +231,9 @@ pub enum PipeFn {
     SkipEmpty,
     StartsWith(String),
     MapTo(Const),
+    /// `base64_decode(Enc)` for an encoding other than UTF-8 (last, so that
+    /// IR written before it still reads).
+    Base64DecodeAs(crate::charset::Charset),
 }
 
 /// A SQL lookup site: which statement, and how to compute its parameters.

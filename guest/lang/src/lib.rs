@@ -19,6 +19,7 @@ extern crate alloc;
 
 pub mod ast;
 pub mod cell;
+pub mod charset;
 pub mod compile;
 pub mod diag;
 pub mod eval;

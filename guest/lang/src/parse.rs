@@ -622,7 +622,7 @@ impl<'s> Parser<'s> {
             let span = self.here();
             return self.err(format!("expected an expression, found {found}"), span);
         }
-        if self.peek() == b'(' {
+        if self.peek_after_ws() == b'(' {
             self.pos = name_start;
             let (c, span) = self.literal()?;
             return Ok(Expr::Literal(c, span));
@@ -676,6 +676,8 @@ impl<'s> Parser<'s> {
         self.ws();
         let start = self.pos;
         let ty = self.type_name().to_string();
+        // Spec §2.1: whitespace may separate the type name from `(`.
+        self.ws();
         if self.peek() != b'(' {
             let span = Span::new(start, self.pos);
             return self.err(format!("expected a literal like `{ty}(…)`"), span);
@@ -825,6 +827,16 @@ impl<'s> Parser<'s> {
 
     /// `[item, item]`: items are any text but `,` and `]`, brackets balanced.
     fn list(&mut self) -> PResult<Vec<String>> {
+        self.ws();
+        if self.rest().starts_with("\\[") {
+            // The reference reads `read(option:\[x\])` as the field `option`.
+            let span = Span::new(self.pos, self.pos + 2);
+            return self.err_hint(
+                "`\\[` is not an option list: the brackets of a list are not escaped",
+                span,
+                "write `option:[x]` (or `keys:[x]`); the reference reads `option:\\[x\\]` as a field named `option`",
+            );
+        }
         self.expect(b'[', "`[`")?;
         let mut items = Vec::new();
         let mut item_start = self.pos;
@@ -1312,6 +1324,9 @@ impl<'s> Parser<'s> {
             return self.err(format!("expected a column, a value or a function, found {found}"), span);
         }
         if self.peek_after_ws() == b'(' {
+            if let Some(c) = self.sql_typed_literal(start, &name)? {
+                return Ok(SqlOperand::Literal(c));
+            }
             self.ws();
             self.pos += 1;
             let mut args = Vec::new();
@@ -1327,7 +1342,28 @@ impl<'s> Parser<'s> {
             let helper = Helper::by_name(&name);
             return Ok(SqlOperand::Call { name, helper, args, span: Span::new(start, self.pos) });
         }
-        Ok(SqlOperand::Column(name))
+        Ok(SqlOperand::Column(name, Span::new(start, self.pos)))
+    }
+
+    /// A typed literal (`digit(1)`, `chars (a)`) where a SQL value may stand:
+    /// it is bound as a parameter like any literal. `time(…)` whose body is
+    /// not a time literal stays a SQL function call (SQLite has `time()`).
+    fn sql_typed_literal(&mut self, start: usize, name: &str) -> PResult<Option<Const>> {
+        if !matches!(name, "chars" | "symbol" | "digit" | "float" | "bool" | "ip" | "time") {
+            return Ok(None);
+        }
+        let after_name = self.pos;
+        let diags = self.diags.len();
+        self.pos = start;
+        match self.literal() {
+            Ok((c, _)) => Ok(Some(c)),
+            Err(()) if name == "time" => {
+                self.diags.truncate(diags);
+                self.pos = after_name;
+                Ok(None)
+            }
+            Err(()) => Err(()),
+        }
     }
 }
 
@@ -1409,9 +1445,15 @@ fn pipe_fn(name: &str, args: Option<&str>) -> Result<PipeFn, FnError> {
         "base64_encode" => no_args(PipeFn::Base64Encode)?,
         "base64_decode" => match arg {
             None | Some("") | Some("Utf8") => PipeFn::Base64Decode,
-            Some(enc) => {
-                return Err(plain(format!("base64_decode encoding `{enc}` is not supported (EXTENDED): only Utf8")));
-            }
+            Some(enc) => match crate::charset::Charset::by_name(enc) {
+                Some(c) => PipeFn::Base64DecodeAs(c),
+                None => {
+                    return Err(plain(format!(
+                        "unknown base64_decode encoding `{enc}`: the encodings are {}",
+                        crate::charset::Charset::NAMES
+                    )));
+                }
+            },
         },
         "html_escape" => no_args(PipeFn::HtmlEscape)?,
         "html_unescape" => no_args(PipeFn::HtmlUnescape)?,
@@ -1501,7 +1543,10 @@ fn pipe_fn(name: &str, args: Option<&str>) -> Result<PipeFn, FnError> {
             PipeFn::MapTo(c)
         }
         "extract_main_word" | "extract_subject_object" => {
-            return Err(plain(format!("`{name}` is not supported (EXTENDED NLP pipe)")));
+            return Err((
+                format!("`{name}` is not supported: an EXTENDED NLP pipe that the spec leaves unspecified"),
+                Some("omlet has no NLP pipes; extract the words in the pipeline before the rule, or with match and regex_match"),
+            ));
         }
         "str_unescape" | "sxf_get" | "digit_range" | "regex_match" | "ends_with" => {
             return Err(plain(format!("`{name}` is not a pipe function")));

@@ -28,6 +28,10 @@ pub fn apply<'a>(f: &'a PipeFn, v: Value<'a>) -> Value<'a> {
             Some(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
             None => String::new(),
         })),
+        (PipeFn::Base64DecodeAs(c), Value::Chars(s)) => Value::Chars(Cow::Owned(match base64_decode(&s) {
+            Some(bytes) => c.decode(&bytes),
+            None => String::new(),
+        })),
         (PipeFn::HtmlEscape, Value::Chars(s)) => Value::Chars(Cow::Owned(html_escape(&s))),
         (PipeFn::HtmlUnescape, Value::Chars(s)) => Value::Chars(Cow::Owned(html_unescape(&s))),
         (PipeFn::JsonEscape, Value::Chars(s)) => {

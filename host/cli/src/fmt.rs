@@ -709,7 +709,7 @@ impl<'s> Walker<'s> {
         if name.is_empty() {
             return self.bug("expected an expression");
         }
-        if self.peek() == b'(' {
+        if self.peek_after_ws() == b'(' {
             self.pos = start;
             return self.literal();
         }
@@ -726,6 +726,10 @@ impl<'s> Walker<'s> {
     fn literal(&mut self) -> R<()> {
         self.ws();
         let ty = self.type_name();
+        self.out.tok(ty);
+        // Whitespace may stand before `(`: the output has none, but keeps a
+        // comment that stands there.
+        self.ws();
         if self.peek() != b'(' {
             return self.bug("expected a literal");
         }
@@ -737,7 +741,7 @@ impl<'s> Walker<'s> {
         }
         let body = &self.src[body_start..self.pos];
         self.pos += 1;
-        self.out.tok(&format!("{ty}({body})"));
+        self.out.tok(&format!("({body})"));
         Ok(())
     }
 

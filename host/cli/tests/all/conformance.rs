@@ -1,5 +1,5 @@
-//! Every case of the shared conformance corpus, through the wasm component
-//! and through the native evaluator.
+//! Every case of the shared conformance corpus and of omlet's own cases,
+//! through the wasm component and through the native evaluator.
 
 use std::path::PathBuf;
 
@@ -7,22 +7,24 @@ use omlet_cli::conformance::{Mode, run_file};
 
 use crate::root;
 
-fn corpus() -> Vec<PathBuf> {
-    let dir = root().join("tests/conformance");
+/// The `.toml` case files of `dir` (relative to the repository), sorted.
+fn case_files(dir: &str) -> Vec<PathBuf> {
+    let dir = root().join(dir);
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "toml"))
         .collect();
     files.sort();
-    assert!(files.len() >= 9, "conformance corpus not found in {}", dir.display());
     files
 }
 
-async fn run(mode: Mode) {
+/// Runs every case of `files` in `mode`; returns how many passed, failing
+/// the test with every failure.
+async fn run(files: Vec<PathBuf>, mode: Mode) -> usize {
     let engine = omlet::Engine::new().unwrap();
     let (mut passed, mut failures) = (0, Vec::new());
-    for f in corpus() {
+    for f in files {
         for o in run_file(&f, mode, &engine).await.unwrap() {
             match o.failure {
                 None => passed += 1,
@@ -31,17 +33,35 @@ async fn run(mode: Mode) {
         }
     }
     assert!(failures.is_empty(), "{} passed, {} failed:\n{}", passed, failures.len(), failures.join("\n"));
-    assert_eq!(passed, 138);
+    passed
+}
+
+/// The shared corpus, vendored in tests/conformance.
+fn corpus() -> Vec<PathBuf> {
+    let files = case_files("tests/conformance");
+    assert!(files.len() >= 9, "conformance corpus not found");
+    files
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn corpus_passes_through_wasm() {
-    run(Mode::Wasm).await;
+    assert_eq!(run(corpus(), Mode::Wasm).await, 138);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn corpus_passes_natively() {
-    run(Mode::Native).await;
+    assert_eq!(run(corpus(), Mode::Native).await, 138);
+}
+
+/// omlet's own cases (tests/cases): forms the shared corpus does not cover.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn own_cases_pass_through_wasm() {
+    assert_eq!(run(case_files("tests/cases"), Mode::Wasm).await, 54);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn own_cases_pass_natively() {
+    assert_eq!(run(case_files("tests/cases"), Mode::Native).await, 54);
 }
 
 /// The examples' own test cases (examples/*/tests.toml), both ways.
