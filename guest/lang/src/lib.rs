@@ -23,12 +23,14 @@ pub mod charset;
 pub mod compile;
 pub mod diag;
 pub mod eval;
+pub mod fmt;
 pub mod frame;
 pub mod ir;
 pub mod limits;
 pub mod parse;
 pub mod pipes;
 pub mod route;
+pub mod syntax;
 pub mod time;
 pub mod value;
 

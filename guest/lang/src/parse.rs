@@ -27,6 +27,7 @@ use crate::ast::*;
 use crate::diag::{Diagnostic, Span};
 use crate::ir::{Cond, Const, Helper, NowFn, PathPart, PipeFn, UrlPart};
 use crate::limits::Limits;
+use crate::syntax::{Recording, SyntaxKind};
 use crate::time::{self, TsUnit};
 use crate::value;
 
@@ -43,34 +44,37 @@ pub struct Parser<'s> {
     /// The last error was the depth limit: recovery restarts from the
     /// statement's start, since the cursor is deep inside brackets.
     too_deep: bool,
+    /// Node and trivia spans for the lossless tree ([`crate::syntax`]).
+    rec: Recording,
+    /// Inside a lookahead: nothing is recorded.
+    quiet: u32,
 }
 
-// The character classes of the name kinds (spec §2.3); `omlet fmt` reads
-// rules with the same ones.
+// The character classes of the name kinds (spec §2.3).
 
 /// Letters, digits, `_` and `.`: object members, pipe arguments.
-pub fn is_simple(c: u8) -> bool {
+pub(crate) fn is_simple(c: u8) -> bool {
     c.is_ascii_alphanumeric() || c == b'_' || c == b'.'
 }
 /// A model name: letters, digits, `_` and `/`.
-pub fn is_model_name(c: u8) -> bool {
+pub(crate) fn is_model_name(c: u8) -> bool {
     c.is_ascii_alphanumeric() || c == b'_' || c == b'/'
 }
 /// A `rule :` pattern: a model name's characters and the wildcards.
-pub fn is_pattern(c: u8) -> bool {
+pub(crate) fn is_pattern(c: u8) -> bool {
     is_model_name(c) || c == b'*' || c == b'?'
 }
 /// A statement target (with wildcards for batch targets).
-pub fn is_target(c: u8) -> bool {
+pub(crate) fn is_target(c: u8) -> bool {
     is_simple(c) || matches!(c, b'/' | b'[' | b']' | b'*')
 }
 /// A field key in `read(…)`/`take(…)`.
-pub fn is_field_key(c: u8) -> bool {
+pub(crate) fn is_field_key(c: u8) -> bool {
     is_simple(c) || matches!(c, b'/' | b'[' | b']')
 }
 
 /// The match functions (§8.7.4), which look like calls inside match arms.
-pub const MATCH_FNS: &[&str] =
+pub(crate) const MATCH_FNS: &[&str] =
     &["starts_with", "ends_with", "contains", "iequals", "is_empty", "regex_match", "gt", "lt", "eq", "in_range"];
 
 /// Parses one rule file, with the default [`Limits`].
@@ -81,7 +85,7 @@ pub fn parse(src: &str) -> (Option<Rule>, Vec<Diagnostic>) {
 /// Parses one rule file; nesting deeper than `limits.max_depth` or a `rule :`
 /// pattern longer than `limits.max_pattern_bytes` is an error.
 pub fn parse_with_limits(src: &str, limits: Limits) -> (Option<Rule>, Vec<Diagnostic>) {
-    let mut p = Parser { src, b: src.as_bytes(), pos: 0, diags: Vec::new(), limits, depth: 0, too_deep: false };
+    let mut p = Parser::new(src, limits);
     let rule = p.rule().ok();
     let mut diags = p.diags;
     for d in &mut diags {
@@ -92,7 +96,73 @@ pub fn parse_with_limits(src: &str, limits: Limits) -> (Option<Rule>, Vec<Diagno
     (rule, diags)
 }
 
+/// Parses `src` for its lossless tree: what [`crate::syntax::syntax`] builds from.
+pub(crate) fn record(src: &str) -> Recording {
+    let mut p = Parser::new(src, Limits::default());
+    let start = p.pos;
+    if p.rule().is_err() {
+        // Where the parse stopped, the rest of the file is one error node.
+        p.ws();
+        let at = p.pos.max(start);
+        p.rec.nodes.push((SyntaxKind::Error, at, src.len()));
+    }
+    p.rec
+}
+
 impl<'s> Parser<'s> {
+    fn new(src: &'s str, limits: Limits) -> Parser<'s> {
+        Parser {
+            src,
+            b: src.as_bytes(),
+            pos: 0,
+            diags: Vec::new(),
+            limits,
+            depth: 0,
+            too_deep: false,
+            rec: Recording::default(),
+            quiet: 0,
+        }
+    }
+
+    // ----- the record for the lossless tree ----------------------------------
+
+    /// Whitespace or a comment from `start` to the cursor.
+    fn trivia(&mut self, kind: SyntaxKind, start: usize) {
+        if self.quiet == 0 && self.pos > start {
+            self.rec.trivia.push((kind, start, self.pos));
+        }
+    }
+
+    /// A token boundary at the cursor: the parser skips whitespace between
+    /// any two tokens, so where it found none, one token still ends here.
+    fn cut(&mut self) {
+        if self.quiet == 0 && self.rec.cuts.last() != Some(&self.pos) {
+            self.rec.cuts.push(self.pos);
+        }
+    }
+
+    /// The end of what was read: the cursor, less the trivia skipped just
+    /// before it (a node ends with its last significant byte).
+    fn end(&self) -> usize {
+        let mut e = self.pos;
+        for t in self.rec.trivia.iter().rev().take(16) {
+            if t.2 == e && t.1 < e {
+                e = t.1;
+            } else if t.2 < e {
+                break;
+            }
+        }
+        e
+    }
+
+    /// A `kind` construct read from `start` to [`Self::end`].
+    fn done(&mut self, kind: SyntaxKind, start: usize) {
+        if self.quiet == 0 {
+            let end = self.end().max(start);
+            self.rec.nodes.push((kind, start, end));
+        }
+    }
+
     // ----- low level -------------------------------------------------------
 
     fn peek(&self) -> u8 {
@@ -110,34 +180,45 @@ impl<'s> Parser<'s> {
 
     /// Skips whitespace and comments.
     fn ws(&mut self) {
+        self.cut();
         loop {
             self.pattern_ws();
             if self.peek() == b'/' && self.peek_at(1) == b'*' {
+                let start = self.pos;
                 match self.rest()[2..].find("*/") {
                     Some(i) => self.pos += i + 4,
                     None => self.pos = self.b.len(),
                 }
+                self.trivia(SyntaxKind::BlockComment, start);
             } else {
                 break;
             }
         }
+        self.cut();
     }
 
     /// Skips whitespace, `#` and `//` comments, but not `/* … */`: in the
     /// pattern list of `rule :` a `/` starts a pattern (`/*`, `/*/access`).
     fn pattern_ws(&mut self) {
+        self.cut();
         loop {
             let c = self.peek();
+            let start = self.pos;
             if c.is_ascii_whitespace() {
-                self.pos += 1;
+                while self.peek().is_ascii_whitespace() {
+                    self.pos += 1;
+                }
+                self.trivia(SyntaxKind::Whitespace, start);
             } else if c == b'#' || (c == b'/' && self.peek_at(1) == b'/') {
                 while !self.at_end() && self.peek() != b'\n' {
                     self.pos += 1;
                 }
+                self.trivia(SyntaxKind::LineComment, start);
             } else {
                 break;
             }
         }
+        self.cut();
     }
 
     /// Enters one level of nesting, or reports that the limit is passed
@@ -172,6 +253,7 @@ impl<'s> Parser<'s> {
                     self.pos = start;
                 }
                 self.recover();
+                self.done(SyntaxKind::Error, start);
                 None
             }
         }
@@ -244,7 +326,9 @@ impl<'s> Parser<'s> {
     /// The next char after whitespace, without consuming anything.
     fn peek_after_ws(&mut self) -> u8 {
         let save = self.pos;
+        self.quiet += 1;
         self.ws();
+        self.quiet -= 1;
         let c = self.peek();
         self.pos = save;
         c
@@ -285,6 +369,7 @@ impl<'s> Parser<'s> {
             let span = self.here();
             return self.err_hint("a rule must start with its name", span, "write `name : my/model` on the first line");
         }
+        let item = self.pos;
         self.pos += 4;
         self.expect(b':', "`:` after `name`")?;
         self.ws();
@@ -299,6 +384,7 @@ impl<'s> Parser<'s> {
             );
         }
         let name_span = Span::new(start, self.pos);
+        self.done(SyntaxKind::NameItem, item);
         let mut patterns = Vec::new();
         let mut pattern_spans = Vec::new();
         let mut enabled = true;
@@ -306,6 +392,7 @@ impl<'s> Parser<'s> {
             self.ws();
             if self.rest().starts_with("---") {
                 self.pos += 3;
+                self.done(SyntaxKind::Separator, self.pos - 3);
                 break;
             }
             if self.at_end() {
@@ -358,7 +445,9 @@ impl<'s> Parser<'s> {
                     }
                     patterns.push(pat.to_string());
                     pattern_spans.push(Span::new(ps, self.pos));
+                    self.done(SyntaxKind::Pattern, ps);
                 }
+                self.done(SyntaxKind::RuleItem, start);
             } else if self.at_word("enable") {
                 self.pos += 6;
                 self.expect(b':', "`:` after `enable`")?;
@@ -373,6 +462,7 @@ impl<'s> Parser<'s> {
                     let span = self.here();
                     return self.err("`enable` takes `true` or `false`", span);
                 }
+                self.done(SyntaxKind::EnableItem, start);
             } else {
                 let word = self.take_while(|c| !c.is_ascii_whitespace() && c != b':');
                 let span = Span::new(start, start + word.len().max(1));
@@ -395,8 +485,10 @@ impl<'s> Parser<'s> {
         loop {
             self.ws();
             if self.at_word("static") && self.peek_after_static() == b'{' {
+                let start = self.pos;
                 if self.static_block(&mut statics).is_err() {
                     self.recover_block();
+                    self.done(SyntaxKind::Error, start);
                 }
             } else {
                 break;
@@ -411,7 +503,9 @@ impl<'s> Parser<'s> {
             }
             if self.rest().starts_with("---") {
                 // EXTENDED: the trailing (privacy) section is ignored.
+                let start = self.pos;
                 self.pos = self.b.len();
+                self.rec.nodes.push((SyntaxKind::Tail, start, self.pos));
                 break;
             }
             if self.at_word("static") && self.peek_after_static() == b'{' {
@@ -420,7 +514,9 @@ impl<'s> Parser<'s> {
                     Diagnostic::new("static blocks must come right after `---`", span)
                         .with_hint("move this block above the first statement"),
                 );
+                let start = self.pos;
                 self.recover_block();
+                self.done(SyntaxKind::Error, start);
                 continue;
             }
             if let Some(s) = self.statement_or_skip() {
@@ -441,7 +537,9 @@ impl<'s> Parser<'s> {
     fn peek_after_static(&mut self) -> u8 {
         let save = self.pos;
         self.pos += 6;
+        self.quiet += 1;
         self.ws();
+        self.quiet -= 1;
         let c = self.peek();
         self.pos = save;
         c
@@ -466,11 +564,13 @@ impl<'s> Parser<'s> {
     }
 
     fn static_block(&mut self, out: &mut Vec<Binding>) -> PResult<()> {
+        let start = self.pos;
         self.pos += 6;
         self.expect(b'{', "`{`")?;
         loop {
             self.ws();
             if self.eat(b'}') {
+                self.done(SyntaxKind::StaticBlock, start);
                 return Ok(());
             }
             if self.at_end() {
@@ -498,6 +598,7 @@ impl<'s> Parser<'s> {
             let name = name.to_string();
             let tspan = Span::new(ts, self.pos);
             let ty = self.opt_type()?;
+            self.done(SyntaxKind::Target, ts);
             targets.push(Target { name, ty, span: tspan });
             self.ws();
             if self.eat(b',') {
@@ -522,6 +623,7 @@ impl<'s> Parser<'s> {
             );
         }
         self.pos += 1;
+        self.done(SyntaxKind::Statement, start);
         Ok(Binding { targets, expr, span: Span::new(start, self.pos) })
     }
 
@@ -531,6 +633,7 @@ impl<'s> Parser<'s> {
         if self.peek() != b':' {
             return Ok(None);
         }
+        let colon = self.pos;
         self.pos += 1;
         self.ws();
         let ts = self.pos;
@@ -539,6 +642,7 @@ impl<'s> Parser<'s> {
             let span = self.here();
             return self.err("expected a type name after `:`", span);
         }
+        self.done(SyntaxKind::Type, colon);
         Ok(Some((ty.to_string(), Span::new(ts, self.pos))))
     }
 
@@ -576,6 +680,7 @@ impl<'s> Parser<'s> {
         if self.at_word("collect") {
             self.pos += 7;
             let src = self.var_access()?;
+            self.done(SyntaxKind::Collect, start);
             return Ok(Expr::Collect(Box::new(src), Span::new(start, self.pos)));
         }
         if self.at_word("fmt") && self.peek_after(3) == b'(' {
@@ -633,13 +738,16 @@ impl<'s> Parser<'s> {
         if ident.is_empty() || is_target(self.peek()) {
             return self.err("expected an expression", span);
         }
+        self.done(SyntaxKind::Ident, name_start);
         Ok(Expr::Ident(ident.to_string(), span))
     }
 
     fn peek_after(&mut self, n: usize) -> u8 {
         let save = self.pos;
         self.pos += n;
+        self.quiet += 1;
         self.ws();
+        self.quiet -= 1;
         let c = self.peek();
         self.pos = save;
         c
@@ -668,6 +776,7 @@ impl<'s> Parser<'s> {
             let span = self.here();
             return self.err("built-in functions take no arguments", span);
         }
+        self.done(SyntaxKind::Builtin, start);
         Ok(Expr::Now(f, Span::new(start, self.pos)))
     }
 
@@ -694,7 +803,10 @@ impl<'s> Parser<'s> {
         let span = Span::new(start, self.pos);
         let body = literal_body(raw);
         match literal_value(&ty, &body) {
-            Ok(c) => Ok((c, span)),
+            Ok(c) => {
+                self.done(SyntaxKind::Literal, start);
+                Ok((c, span))
+            }
             Err(msg) => {
                 self.diags.push(Diagnostic::new(msg, span));
                 Err(())
@@ -711,6 +823,7 @@ impl<'s> Parser<'s> {
             let span = Span::new(start, self.pos + 1);
             return self.err("expected a field name after `@`", span);
         }
+        self.done(SyntaxKind::At, start);
         Ok(Expr::At(name.to_string(), Span::new(start, self.pos)))
     }
 
@@ -800,6 +913,7 @@ impl<'s> Parser<'s> {
         }
         if allow_default && self.peek_after_ws() == b'{' {
             self.ws();
+            let body = self.pos;
             self.pos += 1;
             self.ws();
             if self.peek() != b'_' || is_target(self.peek_at(1)) {
@@ -811,9 +925,11 @@ impl<'s> Parser<'s> {
             let value = self.expr(false)?;
             self.eat(b';');
             self.expect(b'}', "`}` closing the default body")?;
+            self.done(SyntaxKind::DefaultBody, body);
             acc.default = Some(Box::new(value));
         }
         acc.span = Span::new(start, self.pos);
+        self.done(SyntaxKind::Access, start);
         Ok(acc)
     }
 
@@ -838,6 +954,7 @@ impl<'s> Parser<'s> {
             );
         }
         self.expect(b'[', "`[`")?;
+        let list_start = self.pos - 1;
         let mut items = Vec::new();
         let mut item_start = self.pos;
         let mut depth = 0;
@@ -856,6 +973,7 @@ impl<'s> Parser<'s> {
                     }
                     if self.peek() == b']' {
                         self.pos += 1;
+                        self.done(SyntaxKind::List, list_start);
                         return Ok(items);
                     }
                     item_start = self.pos + 1;
@@ -875,6 +993,7 @@ impl<'s> Parser<'s> {
             let span = self.here();
             return self.err("expected `|` and a pipe function", span);
         }
+        self.done(SyntaxKind::Pipe, start);
         Ok(Expr::Pipe { source: Box::new(source), fns, span: Span::new(start, self.pos) })
     }
 
@@ -902,7 +1021,10 @@ impl<'s> Parser<'s> {
     fn pipe_fn(&mut self) -> PResult<PipeFn> {
         let (name, args, span) = self.call_head();
         match pipe_fn(&name, args.as_ref().map(|(a, _)| a.as_str())) {
-            Ok(f) => Ok(f),
+            Ok(f) => {
+                self.done(SyntaxKind::PipeFn, span.start as usize);
+                Ok(f)
+            }
             Err((msg, hint)) => {
                 let mut d = Diagnostic::new(msg, span);
                 if let Some(h) = hint {
@@ -947,8 +1069,10 @@ impl<'s> Parser<'s> {
             self.expect(b'=', "`=` after the member name")?;
             let expr = self.expr(false)?;
             self.eat(b';');
+            self.done(SyntaxKind::Member, ms);
             members.push(Member { names, ty, expr, span: Span::new(ms, self.pos) });
         }
+        self.done(SyntaxKind::Object, start);
         Ok(Expr::Object(members, Span::new(start, self.pos)))
     }
 
@@ -981,6 +1105,7 @@ impl<'s> Parser<'s> {
             return self.err("`fmt` needs at least one argument after the format string", span);
         }
         self.expect(b')', "`)` closing `fmt`")?;
+        self.done(SyntaxKind::Fmt, start);
         Ok(Expr::Fmt { format, args, span: Span::new(start, self.pos) })
     }
 
@@ -1024,6 +1149,7 @@ impl<'s> Parser<'s> {
                 self.arrow()?;
                 let r = self.expr(false)?;
                 self.arm_sep();
+                self.done(SyntaxKind::Arm, arm_start);
                 default = Some(r);
                 continue;
             }
@@ -1056,12 +1182,14 @@ impl<'s> Parser<'s> {
             self.arrow()?;
             let result = self.expr(false)?;
             self.arm_sep();
+            self.done(SyntaxKind::Arm, arm_start);
             arms.push(Arm { conds, result, span: Span::new(arm_start, self.pos) });
         }
         if arms.is_empty() {
             let span = Span::new(start, start + 5);
             return self.err("match needs at least one non-default arm", span);
         }
+        self.done(SyntaxKind::Match, start);
         Ok(Expr::Match(Box::new(Match { sources, tuple, arms, default, span: Span::new(start, self.pos) })))
     }
 
@@ -1084,6 +1212,8 @@ impl<'s> Parser<'s> {
 
     /// `atom { "|" atom }`
     fn cond(&mut self) -> PResult<Vec<CondAtom>> {
+        self.ws();
+        let start = self.pos;
         let mut atoms = Vec::new();
         loop {
             atoms.push(self.cond_atom()?);
@@ -1091,6 +1221,7 @@ impl<'s> Parser<'s> {
                 break;
             }
         }
+        self.done(SyntaxKind::Cond, start);
         Ok(atoms)
     }
 
@@ -1110,6 +1241,7 @@ impl<'s> Parser<'s> {
             self.expect(b',', "`,` between the range bounds")?;
             let hi = self.operand()?;
             self.expect(b')', "`)` closing the range")?;
+            self.done(SyntaxKind::Range, save);
             return Ok(CondAtom::In(lo, hi));
         }
         if MATCH_FNS.contains(&name.as_str()) && next == b'(' {
@@ -1117,7 +1249,10 @@ impl<'s> Parser<'s> {
             let (name, args, span) = self.call_head();
             let args = args.map(|(a, _)| a).unwrap_or_default();
             return match match_fn(&name, &args) {
-                Ok(c) => Ok(CondAtom::Fn(c)),
+                Ok(c) => {
+                    self.done(SyntaxKind::MatchFn, span.start as usize);
+                    Ok(CondAtom::Fn(c))
+                }
                 Err(msg) => self.err(msg, span),
             };
         }
@@ -1141,6 +1276,7 @@ impl<'s> Parser<'s> {
             let span = self.here();
             return self.err(format!("expected a literal or a static symbol, found {found}"), span);
         }
+        self.done(SyntaxKind::Ident, start);
         Ok(Operand::Ident(ident.to_string(), Span::new(start, self.pos)))
     }
 
@@ -1203,10 +1339,13 @@ impl<'s> Parser<'s> {
         }
         self.pos += 5;
         let cond = self.sql_or()?;
+        self.done(SyntaxKind::Sql, start);
         Ok(Expr::Sql(Box::new(Sql { columns, table, cond, span: Span::new(start, self.pos) })))
     }
 
     fn sql_or(&mut self) -> PResult<SqlCond> {
+        self.ws();
+        let start = self.pos;
         let mut parts = vec_of(self.sql_and()?);
         loop {
             self.ws();
@@ -1217,10 +1356,15 @@ impl<'s> Parser<'s> {
                 break;
             }
         }
+        if parts.len() > 1 {
+            self.done(SyntaxKind::SqlOr, start);
+        }
         Ok(if parts.len() == 1 { parts.pop().unwrap_or(SqlCond::Or(Vec::new())) } else { SqlCond::Or(parts) })
     }
 
     fn sql_and(&mut self) -> PResult<SqlCond> {
+        self.ws();
+        let start = self.pos;
         let mut parts = vec_of(self.sql_unary()?);
         loop {
             self.ws();
@@ -1230,6 +1374,9 @@ impl<'s> Parser<'s> {
             } else {
                 break;
             }
+        }
+        if parts.len() > 1 {
+            self.done(SyntaxKind::SqlAnd, start);
         }
         Ok(if parts.len() == 1 { parts.pop().unwrap_or(SqlCond::And(Vec::new())) } else { SqlCond::And(parts) })
     }
@@ -1244,14 +1391,19 @@ impl<'s> Parser<'s> {
     fn sql_unary_at(&mut self) -> PResult<SqlCond> {
         self.ws();
         if self.at_word_ci("not") {
+            let start = self.pos;
             self.pos += 3;
-            return Ok(SqlCond::Not(Box::new(self.sql_unary()?)));
+            let inner = self.sql_unary()?;
+            self.done(SyntaxKind::SqlNot, start);
+            return Ok(SqlCond::Not(Box::new(inner)));
         }
         if self.peek() == b'(' {
             // A group, unless it is the start of a comparison (no such form).
+            let start = self.pos;
             self.pos += 1;
             let inner = self.sql_or()?;
             self.expect(b')', "`)` closing the group")?;
+            self.done(SyntaxKind::SqlGroup, start);
             return Ok(SqlCond::Group(Box::new(inner)));
         }
         let start = self.pos;
@@ -1266,6 +1418,7 @@ impl<'s> Parser<'s> {
         self.pos += op.len();
         let op = if op == "<>" { "!=" } else { op };
         let right = self.sql_operand()?;
+        self.done(SyntaxKind::SqlCmp, start);
         Ok(SqlCond::Cmp { left, op, right, span: Span::new(start, self.pos) })
     }
 
@@ -1292,6 +1445,7 @@ impl<'s> Parser<'s> {
             }
             let text = self.src[s..self.pos].to_string();
             self.pos += 1;
+            self.done(SyntaxKind::SqlLiteral, start);
             return Ok(SqlOperand::Literal(Const::Chars(text)));
         }
         if c.is_ascii_digit() || ((c == b'-' || c == b'+') && self.peek_at(1).is_ascii_digit()) {
@@ -1301,10 +1455,14 @@ impl<'s> Parser<'s> {
             let text = &self.src[s..self.pos];
             let span = Span::new(s, self.pos);
             if let Some(d) = value::parse_digit(text) {
+                self.done(SyntaxKind::SqlLiteral, start);
                 return Ok(SqlOperand::Literal(Const::Digit(d)));
             }
             return match value::parse_float(text) {
-                Some(f) => Ok(SqlOperand::Literal(Const::Float(f))),
+                Some(f) => {
+                    self.done(SyntaxKind::SqlLiteral, start);
+                    Ok(SqlOperand::Literal(Const::Float(f)))
+                }
                 None => self.err("invalid number", span),
             };
         }
@@ -1340,8 +1498,10 @@ impl<'s> Parser<'s> {
                 }
             }
             let helper = Helper::by_name(&name);
+            self.done(SyntaxKind::SqlCall, start);
             return Ok(SqlOperand::Call { name, helper, args, span: Span::new(start, self.pos) });
         }
+        self.done(SyntaxKind::SqlColumn, start);
         Ok(SqlOperand::Column(name, Span::new(start, self.pos)))
     }
 
@@ -1365,6 +1525,28 @@ impl<'s> Parser<'s> {
             Err(()) => Err(()),
         }
     }
+}
+
+/// The items of a list's inside (between `[` and `]`), as
+/// [`Parser::list`] reads them: split at `,` outside nested brackets,
+/// trimmed, empty ones left out.
+pub(crate) fn list_items(inner: &str) -> Vec<&str> {
+    let mut items = Vec::new();
+    let (mut depth, mut start) = (0, 0);
+    for (i, c) in inner.bytes().enumerate() {
+        match c {
+            b'[' => depth += 1,
+            b']' if depth > 0 => depth -= 1,
+            b',' if depth == 0 => {
+                items.push(inner[start..i].trim());
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    items.push(inner[start..].trim());
+    items.retain(|i| !i.is_empty());
+    items
 }
 
 fn vec_of<T>(t: T) -> Vec<T> {
@@ -1568,7 +1750,7 @@ fn quoted(a: &str) -> Option<String> {
     }
 }
 
-fn split_args(args: &str) -> Vec<String> {
+pub(crate) fn split_args(args: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut cur = String::new();
     let mut quote = None;
@@ -1661,7 +1843,7 @@ fn match_fn(name: &str, args: &str) -> Result<Cond, String> {
 /// nested parentheses are counted and, with `quotes`, `'…'` and `"…"` (with
 /// backslash escapes) are skipped. `None` when it never closes. The parser
 /// and `omlet fmt` read literal bodies and argument lists with it.
-pub fn closing_paren(src: &str, from: usize, quotes: bool) -> Option<usize> {
+pub(crate) fn closing_paren(src: &str, from: usize, quotes: bool) -> Option<usize> {
     let b = src.as_bytes();
     let (mut depth, mut quote, mut i) = (1u32, 0u8, from);
     while i < b.len() {

@@ -360,7 +360,7 @@ fn fmt(paths: &[PathBuf], check: bool) -> omlet::Result<ExitCode> {
     let (mut differ, mut failed) = (0, 0);
     for f in omlet::build::oml_files(paths)? {
         let text = std::fs::read_to_string(&f).map_err(|e| Error::Io { path: f.clone(), source: e })?;
-        let formatted = match omlet_cli::fmt::format_source(&text) {
+        let formatted = match omlet_lang::fmt::format_source(&text) {
             Ok(t) => t,
             Err(e) => {
                 failed += 1;
@@ -376,7 +376,7 @@ fn fmt(paths: &[PathBuf], check: bool) -> omlet::Result<ExitCode> {
         differ += 1;
         if check {
             println!("would reformat {}", f.display());
-            print!("{}", omlet_cli::fmt::first_difference(&text, &formatted, 3));
+            print!("{}", omlet_lang::fmt::first_difference(&text, &formatted, 3));
         } else {
             std::fs::write(&f, formatted).map_err(|e| Error::Io { path: f.clone(), source: e })?;
             println!("{}", f.display());
