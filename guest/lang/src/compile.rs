@@ -264,11 +264,27 @@ impl Checker<'_> {
             None => Ok(Type::Auto),
             Some((name, span)) => match Type::parse(name) {
                 Some(t) => Ok(t),
-                None => self.err_hint(
-                    format!("unknown type name `{name}`"),
-                    *span,
-                    "types are auto, chars, digit, float, bool, ip, time, obj and array",
-                ),
+                None => {
+                    // The names other languages use, mapped as the docs' table maps them.
+                    let like = match name.to_ascii_lowercase().as_str() {
+                        "int" | "integer" | "long" | "i64" | "number" => Some("digit"),
+                        "string" | "str" | "text" | "char" => Some("chars"),
+                        "boolean" => Some("bool"),
+                        "double" | "real" | "f64" | "decimal" => Some("float"),
+                        "object" | "map" | "dict" | "json" => Some("obj"),
+                        "list" | "vec" => Some("array"),
+                        "datetime" | "timestamp" | "date" => Some("time"),
+                        "ipaddr" | "ipv4" | "ipv6" | "addr" => Some("ip"),
+                        _ => None,
+                    };
+                    let hint = match like {
+                        Some(t) => {
+                            format!("OML calls this type `{t}` (types: auto, chars, digit, float, bool, ip, time, obj, array)")
+                        }
+                        None => "types are auto, chars, digit, float, bool, ip, time, obj and array".to_string(),
+                    };
+                    self.err_hint(format!("unknown type name `{name}`"), *span, &hint)
+                }
             },
         }
     }

@@ -17,10 +17,11 @@ fn several_errors_in_one_file_are_all_reported() {
 }
 
 #[test]
-fn a_missing_semicolon_is_reported_at_the_next_token_and_parsing_goes_on() {
+fn a_missing_semicolon_is_reported_where_it_is_missing_and_parsing_goes_on() {
     let d = errors("name : t\n---\na = read(a)\nb = read(b) ;\nc = digit(q) ;\n");
     assert_eq!(d.len(), 2, "{d:#?}");
-    assert_eq!((d[0].line, d[0].column), (4, 1));
+    // Right after `read(a)`, the end of the statement that lacks the `;`.
+    assert_eq!((d[0].line, d[0].column), (3, 12));
     assert!(d[0].message.contains("expected `;`"));
     assert_eq!(d[0].hint.as_deref(), Some("every statement ends with `;`"));
     assert_eq!((d[1].line, d[1].column), (5, 5));
@@ -80,4 +81,32 @@ fn a_non_ascii_character_in_a_field_name_is_an_error_not_a_panic() {
         let message = &errors[0].diagnostics[0].message;
         assert!(message.starts_with("invalid character in field name") || message.contains("expected"), "{message}");
     }
+}
+
+/// Issue 17: one mistake gives one error, and the error names the fix.
+#[test]
+fn typos_get_one_error_that_suggests_the_name() {
+    let one = |src: &str| {
+        let e = errors(src);
+        assert_eq!(e.len(), 1, "{e:#?}");
+        e.into_iter().next().unwrap()
+    };
+    let d = one("name : t\n---\nx = match read(a) { contain('x') => chars(y) ; _ => chars(z) ; } ;\ny = read(b) ;\n");
+    assert!(d.message.contains("did you mean `contains`"), "{d:?}");
+    let d = one("name : t\n---\nx = pipe read(a) | base64_encod ;\n");
+    assert!(d.message.contains("did you mean `base64_encode`"), "{d:?}");
+    let d = one("name : t\n---\nx = tak(a) ;\n");
+    assert!(d.message.contains("did you mean `take(…)`"), "{d:?}");
+    for (ty, want) in [("int", "digit"), ("string", "chars"), ("boolean", "bool")] {
+        let d = one(&format!("name : t\n---\nx : {ty} = read(a) ;\n"));
+        assert!(d.hint.as_deref().unwrap_or("").contains(&format!("`{want}`")), "{d:?}");
+    }
+}
+
+#[test]
+fn a_wildcard_in_a_tuple_arm_says_so() {
+    let e = errors("name : t\n---\nx = match (read(a), read(b)) { (_, chars(y)) => chars(1) ; _ => chars(2) ; } ;\n");
+    assert_eq!(e.len(), 1, "{e:#?}");
+    assert!(e[0].message.contains("tuple arm"), "{:?}", e[0]);
+    assert!(!e[0].message.contains("static"), "{:?}", e[0]);
 }
