@@ -9,7 +9,7 @@
 use std::io::{BufRead, BufReader, Cursor};
 use std::path::PathBuf;
 
-use omlet::stream::{Format, ReadLimits, read_with};
+use omlet::stream::{EmptyCell, Format, ReadLimits, read_with};
 
 /// Target `frame_host`: bytes → the host's frame decoder (`decode_record`
 /// for `evaluate` outputs, `decode_batch` for `evaluate-batch` outputs).
@@ -67,6 +67,7 @@ pub fn jsonl_csv(data: &[u8]) {
     let limits = ReadLimits {
         max_line_bytes: [8, 64, 300, 4096][(head & 3) as usize],
         csv_max_record_lines: [1, 2, 3, 64][((head >> 2) & 3) as usize],
+        csv_empty_cell: if head & 0x40 == 0 { EmptyCell::Absent } else { EmptyCell::Text },
     };
     let buffer = [1, 3, 16, 8192][((head >> 4) & 3) as usize];
     consume(input, Format::Jsonl, &limits, buffer);

@@ -24,7 +24,8 @@ pub enum Format {
     /// One JSON object per line; blank lines are not records.
     Jsonl,
     /// Comma-separated values with a header line. Every value is `chars`
-    /// (convert with typed targets in the rule); an empty cell is an empty string.
+    /// (convert with typed targets in the rule); an empty cell is an absent
+    /// field, unless [`ReadLimits::csv_empty_cell`] says otherwise.
     Csv,
 }
 
@@ -61,12 +62,25 @@ pub struct ReadLimits {
     /// A record whose quote is still open past that is one error, and reading
     /// starts again at the line after its first (docs/decisions.md).
     pub csv_max_record_lines: usize,
+    /// Not a bound: what an empty CSV cell becomes (default
+    /// [`EmptyCell::Absent`], so that a rule's default body applies to it).
+    pub csv_empty_cell: EmptyCell,
 }
 
 impl Default for ReadLimits {
     fn default() -> Self {
-        ReadLimits { max_line_bytes: 16 << 20, csv_max_record_lines: 64 }
+        ReadLimits { max_line_bytes: 16 << 20, csv_max_record_lines: 64, csv_empty_cell: EmptyCell::Absent }
     }
+}
+
+/// What an empty CSV cell (`a,,c`, or `a,"",c`) becomes in its record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EmptyCell {
+    /// No field: `read(b) { _ : chars(none) }` takes its default. A log
+    /// exporter writes an empty cell for a value it does not have.
+    Absent,
+    /// A field holding the empty string `""`.
+    Text,
 }
 
 /// Most bytes of input in one guest call, whatever the batch size: a batch
@@ -101,6 +115,7 @@ pub fn read_with(
             number: 0,
             max_lines: limits.csv_max_record_lines.max(1),
             max_bytes: limits.max_line_bytes,
+            empty: limits.csv_empty_cell,
         }),
     }
 }
@@ -236,6 +251,7 @@ struct Csv {
     number: u64,
     max_lines: usize,
     max_bytes: usize,
+    empty: EmptyCell,
 }
 
 /// A CSV record's text, or why its lines are no record and its first line.
@@ -342,6 +358,7 @@ impl Iterator for Csv {
                         names
                             .iter()
                             .zip(values)
+                            .filter(|(_, v)| !(v.is_empty() && self.empty == EmptyCell::Absent))
                             .map(|(n, v)| Field::new(Cow::Owned(n.clone()), Value::Chars(Cow::Owned(v))))
                             .collect(),
                     )),
@@ -583,5 +600,17 @@ mod tests {
         assert_eq!(got[1].record.as_ref().unwrap().to_json(), r#"{"ip":"10.0.0.2","status":"a,b"}"#);
         assert_eq!((got[2].number, got[2].line), (3, 4));
         assert_eq!(got[2].record.as_ref().unwrap_err().to_string(), "line 4: 1 values for 2 columns");
+    }
+
+    #[test]
+    fn empty_csv_cells_are_absent_unless_asked_for_as_text() {
+        let text = "a,b,c\nx,,z\n";
+        let got = all(text, Format::Csv);
+        assert_eq!(got[0].record.as_ref().unwrap().to_json(), r#"{"a":"x","c":"z"}"#);
+        let limits = ReadLimits { csv_empty_cell: EmptyCell::Text, ..Default::default() };
+        let got: Vec<Input> = read_with(Box::new(std::io::Cursor::new(text.as_bytes().to_vec())), Format::Csv, &limits)
+            .map(|r| r.unwrap())
+            .collect();
+        assert_eq!(got[0].record.as_ref().unwrap().to_json(), r#"{"a":"x","b":"","c":"z"}"#);
     }
 }

@@ -106,10 +106,51 @@ pub struct Outcome {
 /// Fails with [`Error::Io`], or [`Error::Input`] for bad TOML.
 pub fn read_cases(path: &Path) -> Result<Vec<Case>> {
     let text = std::fs::read_to_string(path).map_err(|e| Error::Io { path: path.into(), source: e })?;
-    let f: CaseFile =
-        toml::from_str(&text).map_err(|e| Error::Input { what: path.display().to_string(), message: e.to_string() })?;
+    let bad = |message: String| Error::Input { what: path.display().to_string(), message };
+    // A misspelled key (`expect =`) would silently test nothing: name it.
+    let table: toml::Table = toml::from_str(&text).map_err(|e| bad(e.to_string()))?;
+    if let Some(k) = table.keys().find(|k| k.as_str() != "case") {
+        return Err(bad(format!("unknown top-level key `{k}`: a case file holds `[[case]]` tables")));
+    }
+    for (i, case) in table.get("case").and_then(|c| c.as_array()).into_iter().flatten().enumerate() {
+        let name = case.get("name").and_then(|n| n.as_str()).map(str::to_string).unwrap_or_else(|| format!("#{}", i + 1));
+        for key in case.as_table().into_iter().flat_map(|t| t.keys()) {
+            if !CASE_KEYS.contains(&key.as_str()) {
+                let hint = match omlet_lang::parse::nearest(key, CASE_KEYS) {
+                    Some(k) => format!(" (did you mean `{k}`?)"),
+                    None => String::new(),
+                };
+                return Err(bad(format!("case {name}: unknown key `{key}`{hint}; the keys are in docs/rule-authors.md")));
+            }
+        }
+    }
+    let f: CaseFile = table.try_into().map_err(|e: toml::de::Error| bad(e.to_string()))?;
     Ok(f.case)
 }
+
+/// The keys a case may have: what the runner reads, and the corpus's
+/// descriptive keys (`class`, `source`, …), which it ignores.
+const CASE_KEYS: &[&str] = &[
+    "name",
+    "oml",
+    "oml_file",
+    "input",
+    "input_types",
+    "knowledge",
+    "knowdb",
+    "expected",
+    "expected_types",
+    "expected_ignored",
+    "expected_error",
+    "spec_expected",
+    "spec_required",
+    "reference_error",
+    "reference_expected",
+    "class",
+    "source",
+    "confidence",
+    "notes",
+];
 
 /// Runs every case of one file, each with its knowledge in a fresh in-memory
 /// SQLite; `oml_file` and `knowdb` are relative to the file. A failing case
@@ -122,9 +163,23 @@ pub async fn run_file(path: &Path, mode: Mode, engine: &Engine) -> Result<Vec<Ou
 /// [`run_file`], with the knowledge tables in `db` if given, else in a fresh
 /// in-memory SQLite per case.
 pub async fn run_file_on(path: &Path, mode: Mode, engine: &Engine, db: Option<&TestDb>) -> Result<Vec<Outcome>> {
+    run_matching(path, mode, engine, db, None).await
+}
+
+/// [`run_file_on`], only the cases whose name contains `filter` (all when `None`).
+pub async fn run_matching(
+    path: &Path,
+    mode: Mode,
+    engine: &Engine,
+    db: Option<&TestDb>,
+    filter: Option<&str>,
+) -> Result<Vec<Outcome>> {
     let mut out = Vec::new();
     let dir = path.parent().unwrap_or(Path::new("."));
     for mut case in read_cases(path)? {
+        if filter.is_some_and(|f| !case.name.contains(f)) {
+            continue;
+        }
         if let Some(k) = &case.knowdb {
             case.knowdb = Some(dir.join(k).display().to_string());
         }

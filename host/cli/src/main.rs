@@ -1,6 +1,6 @@
 //! The omlet CLI: build, check and run OML rules.
 
-use std::io::{BufRead, BufWriter, IsTerminal, Write};
+use std::io::{BufRead, BufWriter, IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -10,7 +10,7 @@ use std::time::Instant;
 use clap::{Parser, Subcommand};
 use omlet::build::RuleSource;
 use omlet::knowledge::sqlite::SqliteProvider;
-use omlet::stream::{Counting, Format, Outcome, RouteBy};
+use omlet::stream::{Counting, EmptyCell, Format, Outcome, RouteBy};
 use omlet::{Engine, Error, Knowledge};
 
 #[derive(Parser)]
@@ -29,19 +29,20 @@ enum Cmd {
         /// Rule files (.oml) and directories (searched recursively for .oml files).
         #[arg(required = true)]
         rules: Vec<PathBuf>,
-        /// Where to write the component.
+        /// Where to write the component; `-` writes it to standard output.
         #[arg(short, long)]
         output: PathBuf,
     },
     /// Report compile errors of rules (checked together, as one rule set) without building.
     Check {
-        /// Rule files (.oml) and directories.
+        /// Rule files (.oml) and directories; `-` reads one rule from standard input.
         #[arg(required = true)]
         rules: Vec<PathBuf>,
     },
     /// Show what a built component holds: models, patterns, SQL statements, IR version, source hash.
     Inspect {
-        /// A component built by `omlet build`.
+        /// A component built by `omlet build`, or rule files and directories
+        /// (built in memory first).
         component: PathBuf,
         /// Print JSON instead of text.
         #[arg(long)]
@@ -57,7 +58,11 @@ enum Cmd {
         /// Input format; by default `csv` for *.csv files, else `jsonl`.
         #[arg(long, value_parser = ["jsonl", "csv"])]
         format: Option<String>,
-        /// Output file for the JSONL records (default: standard output).
+        /// What an empty CSV cell becomes: `absent` (no field, so a default
+        /// body applies) or `text` (the empty string).
+        #[arg(long, default_value = "absent", value_parser = ["absent", "text"])]
+        csv_empty: String,
+        /// Output file for the JSONL records (default, or `-`: standard output).
         #[arg(short, long)]
         output: Option<PathBuf>,
         /// File for error lines, one JSON object per failed record with its record
@@ -84,8 +89,13 @@ enum Cmd {
         /// A knowledge config (TOML: provider URL, pool, timeouts, cache, policy).
         #[arg(long)]
         knowledge: Option<PathBuf>,
-        /// Print the summary as `text` (default) or `json`, with per-statement lookup statistics.
-        #[arg(long, num_args = 0..=1, default_missing_value = "text")]
+        /// Run a rule set that has SQL lookups without any knowledge: every
+        /// lookup's fields are then absent. Without this flag such a run is refused.
+        #[arg(long, conflicts_with_all = ["knowdb", "knowledge"])]
+        no_knowledge: bool,
+        /// Print the summary as `text` (default) or `json`, with per-statement
+        /// lookup statistics. The value needs `=`: `--stats=json`.
+        #[arg(long, num_args = 0..=1, default_missing_value = "text", require_equals = true, value_parser = ["text", "json"])]
         stats: Option<String>,
         /// Records per guest call.
         #[arg(long, default_value_t = 256)]
@@ -100,7 +110,8 @@ enum Cmd {
     },
     /// Rewrite rule files in the canonical layout (comments kept).
     Fmt {
-        /// Rule files, or directories searched recursively for *.oml.
+        /// Rule files, or directories searched recursively for *.oml; `-`
+        /// formats standard input to standard output.
         #[arg(required = true)]
         files: Vec<PathBuf>,
         /// Change nothing: list the files that would change and fail if there are any.
@@ -109,8 +120,12 @@ enum Cmd {
     },
     /// Run test cases (conformance-corpus format) and report `N passed, M failed`.
     Test {
+        /// Case files (.toml), or directories searched recursively for them.
         #[arg(required = true)]
         files: Vec<PathBuf>,
+        /// Run only the cases whose name contains this text.
+        #[arg(long)]
+        filter: Option<String>,
         /// Evaluate with the native build of the evaluator instead of the wasm component.
         #[arg(long)]
         native: bool,
@@ -136,6 +151,7 @@ async fn main() -> ExitCode {
             rule,
             input,
             format,
+            csv_empty,
             output,
             errors,
             rule_path,
@@ -144,6 +160,7 @@ async fn main() -> ExitCode {
             unrouted,
             knowdb,
             knowledge,
+            no_knowledge,
             stats,
             batch,
             concurrency,
@@ -163,6 +180,7 @@ async fn main() -> ExitCode {
             let opts = RunOptions {
                 input,
                 format,
+                csv_empty: if csv_empty == "text" { EmptyCell::Text } else { EmptyCell::Absent },
                 output,
                 errors,
                 route,
@@ -171,10 +189,11 @@ async fn main() -> ExitCode {
                 batch: batch.max(1),
                 concurrency: concurrency as usize,
                 quiet,
+                no_knowledge,
             };
             run(&rule, &knowdb, knowledge.as_deref(), opts).await
         }
-        Cmd::Test { files, native, knowledge } => test(&files, native, knowledge.as_deref()).await,
+        Cmd::Test { files, filter, native, knowledge } => test(&files, filter.as_deref(), native, knowledge.as_deref()).await,
         Cmd::Fmt { files, check } => fmt(&files, check),
     };
     match result {
@@ -270,7 +289,11 @@ fn build(rules: &[PathBuf], output: &Path) -> omlet::Result<ExitCode> {
             return Ok(ExitCode::FAILURE);
         }
     };
-    std::fs::write(output, &bytes).map_err(|e| Error::Io { path: output.into(), source: e })?;
+    if output == Path::new("-") {
+        std::io::stdout().write_all(&bytes).map_err(|e| Error::Io { path: output.into(), source: e })?;
+    } else {
+        std::fs::write(output, &bytes).map_err(|e| Error::Io { path: output.into(), source: e })?;
+    }
     eprintln!(
         "built {} ({} models, {} bytes) in {:.0} ms",
         output.display(),
@@ -282,7 +305,25 @@ fn build(rules: &[PathBuf], output: &Path) -> omlet::Result<ExitCode> {
 }
 
 async fn inspect(component: &Path, json: bool) -> omlet::Result<ExitCode> {
-    let bytes = std::fs::read(component).map_err(|e| Error::Io { path: component.into(), source: e })?;
+    let bytes = if component.is_dir() || component.extension().is_some_and(|e| e == "oml") {
+        // Rules, not a component: build them in memory, as `omlet build` would.
+        let sources = RuleSource::collect(&[component.to_path_buf()])?;
+        match omlet::build::build_component(&sources) {
+            Ok(b) => b,
+            Err(e) => {
+                report(&sources, &e);
+                return Ok(ExitCode::FAILURE);
+            }
+        }
+    } else {
+        std::fs::read(component).map_err(|e| Error::Io { path: component.into(), source: e })?
+    };
+    if !bytes.starts_with(b"\0asm") {
+        return Err(Error::Input {
+            what: component.display().to_string(),
+            message: "not a WebAssembly component: inspect takes a component built by `omlet build`, or .oml files".into(),
+        });
+    }
     let rule = Engine::new()?.load_component(&bytes, &omlet::LoadOptions::new()).await?;
     let info = rule.info();
     let statement = |i: &u32| {
@@ -326,8 +367,38 @@ async fn inspect(component: &Path, json: bool) -> omlet::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn test(files: &[PathBuf], native: bool, knowledge: Option<&str>) -> omlet::Result<ExitCode> {
-    use omlet_cli::conformance::{Mode, TestDb, run_file_on};
+/// The case files `paths` name: files as given, directories searched
+/// recursively for `*.toml` (in name order).
+fn case_files(paths: &[PathBuf]) -> omlet::Result<Vec<PathBuf>> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> omlet::Result<()> {
+        let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+            .map_err(|e| Error::Io { path: dir.into(), source: e })?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .collect();
+        entries.sort();
+        for p in entries {
+            if p.is_dir() {
+                walk(&p, out)?;
+            } else if p.extension().is_some_and(|e| e == "toml") {
+                out.push(p);
+            }
+        }
+        Ok(())
+    }
+    let mut out = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            walk(p, &mut out)?;
+        } else {
+            out.push(p.clone());
+        }
+    }
+    Ok(out)
+}
+
+async fn test(files: &[PathBuf], filter: Option<&str>, native: bool, knowledge: Option<&str>) -> omlet::Result<ExitCode> {
+    use omlet_cli::conformance::{Mode, TestDb, run_matching};
+    let files = case_files(files)?;
     let engine = Engine::new()?;
     let mode = if native { Mode::Native } else { Mode::Wasm };
     let db = match knowledge {
@@ -335,8 +406,8 @@ async fn test(files: &[PathBuf], native: bool, knowledge: Option<&str>) -> omlet
         None => None,
     };
     let (mut passed, mut failed) = (0, 0);
-    for f in files {
-        for o in run_file_on(f, mode, &engine, db.as_ref()).await? {
+    for f in &files {
+        for o in run_matching(f, mode, &engine, db.as_ref(), filter).await? {
             match o.failure {
                 None => passed += 1,
                 Some(why) => {
@@ -357,6 +428,27 @@ async fn test(files: &[PathBuf], native: bool, knowledge: Option<&str>) -> omlet
 /// names them; with `--check` only names them (with their first difference).
 /// A file that does not compile is reported and left alone.
 fn fmt(paths: &[PathBuf], check: bool) -> omlet::Result<ExitCode> {
+    if paths.len() == 1 && paths[0] == Path::new("-") {
+        // Standard input to standard output, like rustfmt and gofmt in a pipe.
+        let text = sources(paths)?.remove(0).text;
+        return match omlet_lang::fmt::format_source(&text) {
+            Ok(formatted) if check => {
+                if formatted != text {
+                    print!("{}", omlet_lang::fmt::first_difference(&text, &formatted, 3));
+                }
+                Ok(if formatted == text { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+            }
+            Ok(formatted) => {
+                print!("{formatted}");
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(e) => {
+                let sep = if e.starts_with(|c: char| c.is_ascii_digit()) { ":" } else { ": " };
+                eprintln!("<stdin>{sep}{e}");
+                Ok(ExitCode::FAILURE)
+            }
+        };
+    }
     let (mut differ, mut failed) = (0, 0);
     for f in omlet::build::oml_files(paths)? {
         let text = std::fs::read_to_string(&f).map_err(|e| Error::Io { path: f.clone(), source: e })?;
@@ -385,8 +477,18 @@ fn fmt(paths: &[PathBuf], check: bool) -> omlet::Result<ExitCode> {
     Ok(if failed > 0 || (check && differ > 0) { ExitCode::FAILURE } else { ExitCode::SUCCESS })
 }
 
+/// The rule sources `paths` name; `-` alone is one rule on standard input.
+fn sources(paths: &[PathBuf]) -> omlet::Result<Vec<RuleSource>> {
+    if paths.len() == 1 && paths[0] == Path::new("-") {
+        let mut text = String::new();
+        std::io::stdin().read_to_string(&mut text).map_err(|e| Error::Io { path: "-".into(), source: e })?;
+        return Ok(vec![RuleSource { file: "<stdin>".into(), text }]);
+    }
+    RuleSource::collect(paths)
+}
+
 fn check(rules: &[PathBuf]) -> omlet::Result<ExitCode> {
-    let sources = RuleSource::collect(rules)?;
+    let sources = sources(rules)?;
     match omlet::build::compile(&sources) {
         Ok(p) => {
             for m in &p.models {
@@ -407,6 +509,7 @@ const MAX_ERROR_INPUT_CHARS: usize = 4096;
 struct RunOptions {
     input: String,
     format: Format,
+    csv_empty: EmptyCell,
     output: Option<PathBuf>,
     errors: Option<PathBuf>,
     route: RouteBy,
@@ -415,6 +518,7 @@ struct RunOptions {
     batch: usize,
     concurrency: usize,
     quiet: bool,
+    no_knowledge: bool,
 }
 
 fn create(path: &Path) -> omlet::Result<Box<dyn Write + Send>> {
@@ -440,6 +544,28 @@ async fn run(rule: &Path, knowdb: &[PathBuf], config: Option<&Path>, o: RunOptio
     let engine = Engine::new()?;
     let options = omlet::LoadOptions::new().knowledge(knowledge.clone());
     let rule = engine.load_path(rule, &options).await?;
+    if let RouteBy::Model(m) = &o.route
+        && !rule.info().models.iter().any(|x| &x.name == m)
+    {
+        // Before any record is read: otherwise every record is an error.
+        let names: Vec<&str> = rule.info().models.iter().map(|x| x.name.as_str()).collect();
+        return Err(Error::Config(format!("--model {m}: the rule set has no such model (its models: {})", names.join(", "))));
+    }
+    if knowledge.is_none() && !o.no_knowledge && !rule.info().statements.is_empty() {
+        // Without knowledge every lookup is absent: the enrichment would be
+        // lost without a word. Say what to pass instead.
+        let info = rule.info();
+        let first = &info.statements[0];
+        let more = match info.statements.len() {
+            1 => String::new(),
+            n => format!(" (and {} more)", n - 1),
+        };
+        return Err(Error::Config(format!(
+            "{}:{}:{}: this rule set looks up the table `{}`{more}, but no knowledge was given: pass \
+             --knowdb knowdb.toml or --knowledge config.toml, or --no-knowledge to run with every lookup absent",
+            first.file, first.line, first.column, first.table
+        )));
+    }
 
     // Input, with a byte count for the progress bar when it is a file.
     let (reader, total): (Box<dyn BufRead + Send>, Option<u64>) = if o.input == "-" {
@@ -464,8 +590,8 @@ async fn run(rule: &Path, knowdb: &[PathBuf], config: Option<&Path>, o: RunOptio
     };
 
     let mut out: Box<dyn Write + Send> = match &o.output {
-        Some(p) => create(p)?,
-        None => Box::new(BufWriter::new(std::io::stdout())),
+        Some(p) if p != Path::new("-") => create(p)?,
+        _ => Box::new(BufWriter::new(std::io::stdout())),
     };
     let mut err_out: Box<dyn Write + Send> = match &o.errors {
         Some(p) => create(p)?,
@@ -518,7 +644,8 @@ async fn run(rule: &Path, knowdb: &[PathBuf], config: Option<&Path>, o: RunOptio
         }
         Ok(())
     };
-    let inputs = omlet::stream::read(reader, o.format);
+    let limits = omlet::stream::ReadLimits { csv_empty_cell: o.csv_empty, ..Default::default() };
+    let inputs = omlet::stream::read_with(reader, o.format, &limits);
     let result = omlet::stream::run(rule, inputs, o.route.clone(), o.batch, o.concurrency, sink).await;
     progress.finish_and_clear();
     let _ = out.flush();

@@ -113,7 +113,7 @@ impl Stats {
         a.load(Ordering::Relaxed)
     }
 
-    /// A JSON summary (for `omlet run --stats json`).
+    /// A JSON summary (for `omlet run --stats=json`).
     pub fn to_json(&self) -> serde_json::Value {
         let stmts = self.statements.lock().map(|s| s.clone()).unwrap_or_default();
         let h = self.hit_latency.snapshot();

@@ -4,11 +4,11 @@ use std::process::{Command, Output, Stdio};
 
 use crate::root;
 
-fn omlet(args: &[&str]) -> Output {
+pub(crate) fn omlet(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_omlet")).args(args).current_dir(root()).stdin(Stdio::null()).output().unwrap()
 }
 
-fn text(b: &[u8]) -> String {
+pub(crate) fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
@@ -58,7 +58,7 @@ fn run_routes_by_field_and_accounts_for_every_record() {
     let (out_file, err_file) = (dir.path().join("out.jsonl"), dir.path().join("errors.jsonl"));
     let mut args = vec!["run", "examples", "-i", "examples/ruleset/records.jsonl", "--rule-path-field", "rule_path"];
     args.extend(KNOWDBS);
-    args.extend(["-o", out_file.to_str().unwrap(), "--errors", err_file.to_str().unwrap(), "--stats", "json"]);
+    args.extend(["-o", out_file.to_str().unwrap(), "--errors", err_file.to_str().unwrap(), "--stats=json"]);
     let out = omlet(&args);
     // One record is unclaimed: the run says so with its exit status.
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
@@ -203,7 +203,7 @@ fn run_reads_csv_from_standard_input() {
 
 // ----- the sandbox, from the command line ------------------------------------------
 
-fn omlet_with_input(args: &[&str], input: &[u8]) -> Output {
+pub(crate) fn omlet_with_input(args: &[&str], input: &[u8]) -> Output {
     use std::io::Write;
     let mut child = Command::new(env!("CARGO_BIN_EXE_omlet"))
         .args(args)

@@ -3,6 +3,7 @@
 //! the SQL cases on real databases, all of which use the test-case runner.
 //! Run one module with `cargo test -p omlet-cli --test all MODULE::`.
 
+mod author;
 mod cli;
 mod conformance;
 mod databases;
