@@ -40,9 +40,10 @@ fn columns_count_characters_not_bytes() {
     let d = errors("name : t\n---\n名字 = chars(ok) ;\nx = chars(高危) | bad ;\n");
     // `名字` is not a target name: the error is at column 1 of line 3.
     assert_eq!((d[0].line, d[0].column), (3, 1), "{d:#?}");
-    // A literal cannot be piped: the `|` after `chars(高危)` is at character 15.
+    // A literal cannot be piped: the statement should end after `chars(高危)`,
+    // whose `)` is character 13, so the missing `;` is at character 14.
     let last = d.last().unwrap();
-    assert_eq!((last.line, last.column), (4, 15), "{d:#?}");
+    assert_eq!((last.line, last.column), (4, 14), "{d:#?}");
     assert!(last.message.contains("found `|`"));
 }
 
