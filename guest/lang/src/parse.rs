@@ -1832,7 +1832,7 @@ const PIPE_FNS: &[&str] = &[
 
 const PIPE_CATALOGUE: &str = "the pipe functions are base64_encode, base64_decode, html_escape, html_unescape, \
     json_escape, json_unescape, str_escape, Time::to_ts, Time::to_ts_ms, Time::to_ts_us, Time::to_ts_zone, nth, get, \
-    path, url, ip4_to_int, to_json, to_str, skip_empty, starts_with and map_to (docs/rule-authors.md)";
+    path, url, ip4_to_int, to_json, to_str, skip_empty, starts_with and map_to";
 
 /// The known name closest to `name`, if it is close enough to be a typo:
 /// at most one edit for short names, two for longer ones, or a prefix.

@@ -430,22 +430,33 @@ impl TestDb {
 
 fn input_record(json: &str, types: &std::collections::BTreeMap<String, String>) -> std::result::Result<Fields, String> {
     let mut rec = record::from_json_str(json).map_err(|e| format!("input: {e}"))?.into_fields();
-    for f in &mut rec {
+    retype(&mut rec, types).map_err(|e| format!("input {e}"))?;
+    Ok(rec)
+}
+
+/// Gives the top-level fields named in `types` the type said there, from
+/// their text: `ip`, `time` (`YYYY-MM-DD HH:MM:SS` and the other forms of
+/// time literals), `digit`, `float`, `bool` (only `true` is true) or
+/// `chars`. `omlet test`'s `input_types` and `omlet run --input-types` use
+/// it, so that a test and a run see the same record.
+pub fn retype(
+    fields: &mut [Field<'static>],
+    types: &std::collections::BTreeMap<String, String>,
+) -> std::result::Result<(), String> {
+    for f in fields {
         let Some(ty) = types.get(f.name.as_ref()) else { continue };
         let text = f.value.raw_text().into_owned();
         f.value = match ty.as_str() {
-            "ip" => Value::Ip(text.parse().map_err(|_| format!("input {}: not an IP: {text}", f.name))?),
-            "time" => {
-                Value::Time(omlet_lang::time::parse_time(&text).ok_or_else(|| format!("input {}: not a time: {text}", f.name))?)
-            }
-            "digit" => Value::Digit(text.parse().map_err(|_| format!("input {}: not a digit: {text}", f.name))?),
-            "float" => Value::Float(text.parse().map_err(|_| format!("input {}: not a float: {text}", f.name))?),
+            "ip" => Value::Ip(text.parse().map_err(|_| format!("{}: not an IP: {text}", f.name))?),
+            "time" => Value::Time(omlet_lang::time::parse_time(&text).ok_or_else(|| format!("{}: not a time: {text}", f.name))?),
+            "digit" => Value::Digit(text.parse().map_err(|_| format!("{}: not a digit: {text}", f.name))?),
+            "float" => Value::Float(text.parse().map_err(|_| format!("{}: not a float: {text}", f.name))?),
             "bool" => Value::Bool(text == "true"),
             "chars" => Value::Chars(text.into()),
-            other => return Err(format!("input_types: unknown type {other}")),
+            other => return Err(format!("unknown type {other} for {} (ip, time, digit, float, bool or chars)", f.name)),
         };
     }
-    Ok(rec)
+    Ok(())
 }
 
 fn kind_of(rec: &[Field<'static>], name: &str) -> Option<Kind> {

@@ -14,7 +14,16 @@ use omlet::stream::{Counting, EmptyCell, Format, Outcome, RouteBy};
 use omlet::{Engine, Error, Knowledge};
 
 #[derive(Parser)]
-#[command(name = "omlet", version, about = "Compile OML rules to WebAssembly components and run them")]
+#[command(
+    name = "omlet",
+    version,
+    about = "Compile OML rules to WebAssembly components and run them",
+    after_help = "Exit status: 0 when all went well; 1 when a record failed or was unrouted (run), a case \
+failed (test), a file needs formatting (fmt --check), a rule does not compile, or the command could not \
+do its job (a missing file, a refused configuration); 2 for a usage error.\n\
+Logging: OMLET_LOG=warn (or info, debug, or a tracing filter such as omlet=debug) prints the \
+library's log on standard error; errors only by default."
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -38,6 +47,13 @@ enum Cmd {
         /// Rule files (.oml) and directories; `-` reads one rule from standard input.
         #[arg(required = true)]
         rules: Vec<PathBuf>,
+        /// Also check every lookup's table and columns against this knowdb.toml
+        /// (repeat it for several).
+        #[arg(long, conflicts_with = "knowledge")]
+        knowdb: Vec<PathBuf>,
+        /// Also check every lookup against the database of this knowledge config.
+        #[arg(long)]
+        knowledge: Option<PathBuf>,
     },
     /// Show what a built component holds: models, patterns, SQL statements, IR version, source hash.
     Inspect {
@@ -62,6 +78,11 @@ enum Cmd {
         /// body applies) or `text` (the empty string).
         #[arg(long, default_value = "absent", value_parser = ["absent", "text"])]
         csv_empty: String,
+        /// Types for input fields that JSON and CSV cannot say, as in a test
+        /// case's `input_types`: `ts=time,src=ip` (ip, time, digit, float,
+        /// bool, chars). A value that does not parse makes its record an error.
+        #[arg(long, value_delimiter = ',', value_parser = parse_input_type)]
+        input_types: Vec<(String, String)>,
         /// Output file for the JSONL records (default, or `-`: standard output).
         #[arg(short, long)]
         output: Option<PathBuf>,
@@ -145,13 +166,14 @@ async fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.cmd {
         Cmd::Build { rules, output } => build(&rules, &output),
-        Cmd::Check { rules } => check(&rules),
+        Cmd::Check { rules, knowdb, knowledge } => check(&rules, &knowdb, knowledge.as_deref()).await,
         Cmd::Inspect { component, json } => inspect(&component, json).await,
         Cmd::Run {
             rule,
             input,
             format,
             csv_empty,
+            input_types,
             output,
             errors,
             rule_path,
@@ -181,6 +203,7 @@ async fn main() -> ExitCode {
                 input,
                 format,
                 csv_empty: if csv_empty == "text" { EmptyCell::Text } else { EmptyCell::Absent },
+                input_types: input_types.into_iter().collect(),
                 output,
                 errors,
                 route,
@@ -198,6 +221,10 @@ async fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
+        Err(e @ Error::Statement { .. }) => {
+            report(&[], &e);
+            ExitCode::FAILURE
+        }
         Err(e) => {
             eprintln!("{e}");
             ExitCode::FAILURE
@@ -205,34 +232,89 @@ async fn main() -> ExitCode {
     }
 }
 
-/// Prints compile errors with miette: file:line:column, the source line
-/// and a marker under the span, and the hint.
+/// One error to show with its source: where, what, and how to fix it.
+struct Shown<'a> {
+    file: &'a str,
+    line: u32,
+    column: u32,
+    span: std::ops::Range<usize>,
+    message: &'a str,
+    hint: Option<&'a str>,
+}
+
+/// Prints compile errors (and lookups the knowledge base refused) with
+/// miette: file:line:column, the source line and a marker under the span,
+/// and the hint.
 fn report(sources: &[RuleSource], err: &Error) {
+    if let Error::Statement { file, line, column, sql, message } = err {
+        // The same snippet as a compile error, from the rule file when it
+        // can be read (a built component may come without its sources).
+        let text =
+            sources.iter().find(|s| &s.file == file).map(|s| s.text.clone()).or_else(|| std::fs::read_to_string(file).ok());
+        match text.and_then(|t| offset_of(&t, *line, *column).map(|at| (t, at))) {
+            Some((text, at)) => {
+                let end = at + text[at..].find(char::is_whitespace).unwrap_or(0);
+                let message = format!("lookup `{sql}` fails on the knowledge base: {message}");
+                show(&text, &Shown { file, line: *line, column: *column, span: at..end, message: &message, hint: None });
+            }
+            None => eprintln!("{err}"),
+        }
+        return;
+    }
     let Error::Compile { diagnostics, .. } = err else {
         eprintln!("{err}");
         return;
     };
     for d in diagnostics.iter().take(MAX_REPORTED) {
         let text = sources.iter().find(|s| s.file == d.file).map(|s| s.text.as_str()).unwrap_or_default();
-        let (start, end) = (d.span.start, d.span.end.max(d.span.start + 1));
-        let line = text.get(..start.min(text.len())).and_then(|b| b.rfind('\n')).map(|i| i + 1).unwrap_or(0);
-        let line_len = text[line..].find('\n').unwrap_or(text.len() - line);
-        if line_len > MAX_SNIPPET_LINE {
-            // A very long line: an excerpt around the column, not the line.
-            eprintln!("{}", excerpt(&d.file, text, d, start, end.min(line + line_len)));
-            continue;
-        }
-        let mut diag = miette::MietteDiagnostic::new(format!("{}:{}:{}: {}", d.file, d.line, d.column, d.message))
-            .with_label(miette::LabeledSpan::at(start..end.min(text.len().max(start)), "here"));
-        if let Some(h) = &d.hint {
-            diag = diag.with_help(h.clone());
-        }
-        let report = miette::Report::new(diag).with_source_code(miette::NamedSource::new(&d.file, text.to_string()));
-        eprintln!("{report:?}");
+        let shown = Shown {
+            file: &d.file,
+            line: d.line,
+            column: d.column,
+            span: d.span.clone(),
+            message: &d.message,
+            hint: d.hint.as_deref(),
+        };
+        show(text, &shown);
     }
     if diagnostics.len() > MAX_REPORTED {
         eprintln!("… and {} more errors (the first {MAX_REPORTED} are shown)", diagnostics.len() - MAX_REPORTED);
     }
+}
+
+fn show(text: &str, d: &Shown<'_>) {
+    let (start, end) = (d.span.start, d.span.end.max(d.span.start + 1));
+    let line = text.get(..start.min(text.len())).and_then(|b| b.rfind('\n')).map(|i| i + 1).unwrap_or(0);
+    let line_len = text[line..].find('\n').unwrap_or(text.len() - line);
+    if line_len > MAX_SNIPPET_LINE {
+        // A very long line: an excerpt around the column, not the line.
+        eprintln!("{}", excerpt(text, d, start, end.min(line + line_len)));
+        return;
+    }
+    let mut diag = miette::MietteDiagnostic::new(format!("{}:{}:{}: {}", d.file, d.line, d.column, d.message))
+        .with_label(miette::LabeledSpan::at(start..end.min(text.len().max(start)), "here"));
+    if let Some(h) = d.hint {
+        diag = diag.with_help(h.to_string());
+    }
+    let report = miette::Report::new(diag).with_source_code(miette::NamedSource::new(d.file, text.to_string()));
+    eprintln!("{report:?}");
+}
+
+/// `NAME=TYPE` of `--input-types`.
+fn parse_input_type(s: &str) -> Result<(String, String), String> {
+    let (name, ty) = s.split_once('=').ok_or_else(|| format!("`{s}`: write NAME=TYPE, such as ts=time"))?;
+    if !["ip", "time", "digit", "float", "bool", "chars"].contains(&ty) {
+        return Err(format!("`{ty}`: the types are ip, time, digit, float, bool and chars"));
+    }
+    Ok((name.trim().to_string(), ty.to_string()))
+}
+
+/// The byte offset of 1-based `line` and `column` (in characters) in `text`.
+fn offset_of(text: &str, line: u32, column: u32) -> Option<usize> {
+    let start = if line <= 1 { 0 } else { text.match_indices('\n').nth(line as usize - 2)?.0 + 1 };
+    let rest = &text[start..];
+    let col = rest.char_indices().nth(column.saturating_sub(1) as usize).map(|(i, _)| i)?;
+    Some(start + col)
 }
 
 /// An error line's text: the error, without the line number that the
@@ -251,7 +333,7 @@ const MAX_SNIPPET_LINE: usize = 400;
 
 /// `file:line:col: message`, then up to 60 characters each side of the
 /// error with a caret under it.
-fn excerpt(file: &str, text: &str, d: &omlet::Diagnostic, start: usize, end: usize) -> String {
+fn excerpt(text: &str, d: &Shown<'_>, start: usize, end: usize) -> String {
     let floor = |mut i: usize| {
         while i > 0 && !text.is_char_boundary(i) {
             i -= 1;
@@ -266,14 +348,15 @@ fn excerpt(file: &str, text: &str, d: &omlet::Diagnostic, start: usize, end: usi
     let caret_at = text[from..start.min(text.len())].chars().count();
     let width = text.get(start..end.min(to).max(start)).map(|s| s.chars().count()).unwrap_or(1).clamp(1, 60);
     let mut out = format!(
-        "{file}:{}:{}: error: {}\n  … {window} …\n    {}{}",
+        "{}:{}:{}: error: {}\n  … {window} …\n    {}{}",
+        d.file,
         d.line,
         d.column,
         d.message,
         " ".repeat(caret_at),
         "^".repeat(width)
     );
-    if let Some(h) = &d.hint {
+    if let Some(h) = d.hint {
         out.push_str(&format!("\n  = hint: {h}"));
     }
     out
@@ -487,10 +570,19 @@ fn sources(paths: &[PathBuf]) -> omlet::Result<Vec<RuleSource>> {
     RuleSource::collect(paths)
 }
 
-fn check(rules: &[PathBuf]) -> omlet::Result<ExitCode> {
+async fn check(rules: &[PathBuf], knowdb: &[PathBuf], config: Option<&Path>) -> omlet::Result<ExitCode> {
     let sources = sources(rules)?;
     match omlet::build::compile(&sources) {
         Ok(p) => {
+            if let Some(knowledge) = open_knowledge(knowdb, config).await? {
+                // Loading binds every lookup on the database: a wrong table
+                // or column is reported here, not at the first `run`.
+                let options = omlet::LoadOptions::new().knowledge(knowledge);
+                if let Err(e) = Engine::new()?.load_sources(&sources, &options).await {
+                    report(&sources, &e);
+                    return Ok(ExitCode::FAILURE);
+                }
+            }
             for m in &p.models {
                 eprintln!("{}: ok ({})", m.file, m.name);
             }
@@ -510,6 +602,7 @@ struct RunOptions {
     input: String,
     format: Format,
     csv_empty: EmptyCell,
+    input_types: std::collections::BTreeMap<String, String>,
     output: Option<PathBuf>,
     errors: Option<PathBuf>,
     route: RouteBy,
@@ -526,8 +619,10 @@ fn create(path: &Path) -> omlet::Result<Box<dyn Write + Send>> {
     Ok(Box::new(BufWriter::new(f)))
 }
 
-async fn run(rule: &Path, knowdb: &[PathBuf], config: Option<&Path>, o: RunOptions) -> omlet::Result<ExitCode> {
-    let knowledge = match (knowdb, config) {
+/// The knowledge of `--knowdb` files (in-memory SQLite, their tables only)
+/// or of a `--knowledge` config; `None` when neither is given.
+async fn open_knowledge(knowdb: &[PathBuf], config: Option<&Path>) -> omlet::Result<Option<Arc<Knowledge>>> {
+    Ok(match (knowdb, config) {
         ([], Some(c)) => Some(omlet::knowledge::KnowledgeConfig::read(c)?.open().await?),
         ([], None) => None,
         (dbs, _) => {
@@ -540,7 +635,11 @@ async fn run(rule: &Path, knowdb: &[PathBuf], config: Option<&Path>, o: RunOptio
             let config = omlet::knowledge::KnowledgeConfig { tables: Some(tables), ..Default::default() };
             Some(Arc::new(Knowledge::with_config(Arc::new(db), config)))
         }
-    };
+    })
+}
+
+async fn run(rule: &Path, knowdb: &[PathBuf], config: Option<&Path>, o: RunOptions) -> omlet::Result<ExitCode> {
+    let knowledge = open_knowledge(knowdb, config).await?;
     let engine = Engine::new()?;
     let options = omlet::LoadOptions::new().knowledge(knowledge.clone());
     let rule = engine.load_path(rule, &options).await?;
@@ -645,7 +744,21 @@ async fn run(rule: &Path, knowdb: &[PathBuf], config: Option<&Path>, o: RunOptio
         Ok(())
     };
     let limits = omlet::stream::ReadLimits { csv_empty_cell: o.csv_empty, ..Default::default() };
-    let inputs = omlet::stream::read_with(reader, o.format, &limits);
+    let types = o.input_types.clone();
+    let inputs = omlet::stream::read_with(reader, o.format, &limits).map(move |item| {
+        item.map(|mut input| {
+            if !types.is_empty()
+                && let Ok(rec) = input.record
+            {
+                let mut fields = rec.into_fields();
+                input.record = match omlet_cli::conformance::retype(&mut fields, &types) {
+                    Ok(()) => Ok(omlet::Record::from_fields(fields)),
+                    Err(m) => Err(Error::Input { what: format!("line {}", input.line), message: m }),
+                };
+            }
+            input
+        })
+    });
     let result = omlet::stream::run(rule, inputs, o.route.clone(), o.batch, o.concurrency, sink).await;
     progress.finish_and_clear();
     let _ = out.flush();

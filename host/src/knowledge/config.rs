@@ -200,7 +200,8 @@ impl KnowledgeConfig {
     /// Fails with [`Error::Io`] if the file cannot be read, and with
     /// [`Error::Knowledge`] for bad TOML, an unknown key, or an unset or
     /// unclosed `${VAR}`.
-    pub fn read(path: &Path) -> Result<KnowledgeConfig> {
+    pub fn read(path: impl AsRef<Path>) -> Result<KnowledgeConfig> {
+        let path = path.as_ref();
         let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
         let mut c: KnowledgeConfig =
             toml::from_str(&text).map_err(|e| Error::Knowledge(format!("{}: {}", path.display(), e.to_string().trim())))?;

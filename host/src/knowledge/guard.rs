@@ -334,9 +334,14 @@ pub fn check(sql: &str, policy: &Policy) -> Result<Checked, String> {
     let listed = policy.tables.as_ref().map(|t| t.iter().any(|x| x == table));
     match listed {
         Some(true) => Ok(checked),
-        Some(false) => Err(format!(
-            "the table `{table}` is not among the knowledge tables this rule may read (`tables` in the knowledge config)"
-        )),
+        Some(false) => {
+            let allowed: Vec<&str> = policy.tables.iter().flatten().map(String::as_str).collect();
+            let near = omlet_lang::parse::nearest(table, &allowed).map(|t| format!("; did you mean `{t}`?")).unwrap_or_default();
+            Err(format!(
+                "the table `{table}` is not among the knowledge tables this rule may read ({}){near}",
+                if allowed.is_empty() { "none are allowed".to_string() } else { allowed.join(", ") }
+            ))
+        }
         None if table.contains('.') => Err(format!(
             "the schema-qualified table `{table}` is refused: list it in `tables` of the knowledge config to allow it"
         )),
@@ -390,6 +395,8 @@ mod tests {
         let p = Policy { tables: Some(vec!["ip_zone".into(), "geo.city".into()]), functions: vec!["lower".into()] };
         assert!(check("select zone from ip_zone where lower(name) = :n", &p).is_ok());
         assert!(check("select zone from other where name = :n", &p).unwrap_err().contains("`other`"));
+        let e = check("select zone from ip_zon where name = :n", &p).unwrap_err();
+        assert!(e.contains("(ip_zone, geo.city); did you mean `ip_zone`?"), "{e}");
         assert!(check("select c from geo.city where id = :id", &p).is_ok(), "a qualified name listed exactly");
         let c = check("select a, b from ip_zone where x = :x", &p).unwrap();
         assert_eq!((c.table.as_str(), c.columns), ("ip_zone", vec!["a".to_string(), "b".to_string()]));

@@ -107,3 +107,45 @@ fn test_runs_a_directory_filters_cases_and_names_unknown_keys() {
     assert_ne!(out.status.code(), Some(0));
     assert!(text(&out.stderr).contains("unknown key `expect` (did you mean `expected`?)"), "{}", text(&out.stderr));
 }
+
+#[test]
+fn check_with_a_knowdb_finds_a_wrong_table_and_names_the_right_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let rule = rule_file(&dir, "t.oml", "name : z\n---\nzone = select zone from ip_zon where ip_start_int = read(ip) ;\n");
+    let knowdb = crate::root().join("examples/nginx/knowdb/knowdb.toml");
+    let out = omlet(&["check", &rule, "--knowdb", knowdb.to_str().unwrap()]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("t.oml:3:8") && err.contains("did you mean `ip_zone`?"), "{err}");
+    // The snippet shows the line, as for a compile error.
+    assert!(err.contains("zone = select zone from ip_zon"), "{err}");
+    // run shows the same.
+    let out = omlet_with_input(&["run", &rule, "--knowdb", knowdb.to_str().unwrap()], b"{\"ip\":1}\n");
+    assert!(text(&out.stderr).contains("zone = select zone from ip_zon"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn input_types_make_run_see_what_a_test_sees() {
+    let dir = tempfile::tempdir().unwrap();
+    let rule = rule_file(&dir, "ts.oml", "name : t\n---\nepoch = pipe read(ts) | Time::to_ts ;\n");
+    let case = "[[case]]\nname = \"epoch\"\noml_file = \"ts.oml\"\ninput = '{\"ts\":\"2024-05-01 12:00:00\"}'\n\
+        input_types = { ts = \"time\" }\nexpected = '{\"epoch\":1714536000}'\n";
+    let cases = rule_file(&dir, "cases.toml", case);
+    let out = omlet(&["test", &cases]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    let out = omlet_with_input(
+        &["run", &rule, "--input-types", "ts=time"],
+        b"{\"ts\":\"2024-05-01 12:00:00\"}\n{\"ts\":\"not a time\"}\n",
+    );
+    assert_eq!(text(&out.stdout), "{\"epoch\":1714536000}\n");
+    let err = text(&out.stderr);
+    assert!(err.contains("\"record\":2") && err.contains("not a time"), "{err}");
+}
+
+#[test]
+fn help_documents_exit_codes_and_logging_and_usage_errors_exit_2() {
+    let out = omlet(&["--help"]);
+    let help = text(&out.stdout);
+    assert!(help.contains("Exit status: 0") && help.contains("2 for a usage error") && help.contains("OMLET_LOG"), "{help}");
+    assert_eq!(omlet(&["run", "--no-such-flag"]).status.code(), Some(2));
+}
