@@ -278,10 +278,12 @@ impl Checker<'_> {
                         _ => None,
                     };
                     let hint = match like {
-                        Some(t) => {
-                            format!("OML calls this type `{t}` (types: auto, chars, digit, float, bool, ip, time, obj, array)")
+                        Some(t) => format!(
+                            "OML calls this type `{t}` (types: auto, chars, digit, float, bool, ip, time, obj, array; docs/language.md §3)"
+                        ),
+                        None => {
+                            "types are auto, chars, digit, float, bool, ip, time, obj and array (docs/language.md §3)".to_string()
                         }
-                        None => "types are auto, chars, digit, float, bool, ip, time, obj and array".to_string(),
                     };
                     self.err_hint(format!("unknown type name `{name}`"), *span, &hint)
                 }

@@ -1281,7 +1281,8 @@ impl<'s> Parser<'s> {
                 msg,
                 span,
                 "a condition is a literal (`chars(x)`), `in (lo, hi)`, `!x`, a static symbol or a match function: \
-                 starts_with, ends_with, contains, iequals, is_empty, regex_match, gt, lt, eq, in_range",
+                 starts_with, ends_with, contains, iequals, is_empty, regex_match, gt, lt, eq, in_range \
+                 (docs/language.md §8)",
             );
         }
         if MATCH_FNS.contains(&name.as_str()) && next == b'(' {
@@ -1832,7 +1833,7 @@ const PIPE_FNS: &[&str] = &[
 
 const PIPE_CATALOGUE: &str = "the pipe functions are base64_encode, base64_decode, html_escape, html_unescape, \
     json_escape, json_unescape, str_escape, Time::to_ts, Time::to_ts_ms, Time::to_ts_us, Time::to_ts_zone, nth, get, \
-    path, url, ip4_to_int, to_json, to_str, skip_empty, starts_with and map_to";
+    path, url, ip4_to_int, to_json, to_str, skip_empty, starts_with and map_to (docs/language.md §7)";
 
 /// The known name closest to `name`, if it is close enough to be a typo:
 /// at most one edit for short names, two for longer ones, or a prefix.

@@ -8,6 +8,7 @@ mod cli;
 mod conformance;
 mod databases;
 mod differential;
+mod docs;
 
 /// The repository's root.
 pub fn root() -> &'static std::path::Path {

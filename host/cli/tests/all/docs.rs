@@ -1,0 +1,103 @@
+//! The examples of docs/language.md are tests: each `oml` block runs with
+//! its `# input:` (and `# knowledge:`, `# input_types:`) through the wasm component and the
+//! native evaluator, and must give its `# output:`, or fail to compile with
+//! an error containing its `# error:` text.
+
+use omlet_cli::conformance::{Mode, run_file};
+
+use crate::root;
+
+struct Example {
+    line: usize,
+    oml: String,
+    input: String,
+    knowledge: Option<String>,
+    input_types: Option<String>,
+    output: Option<String>,
+    error: Option<String>,
+}
+
+fn examples(markdown: &str) -> Vec<Example> {
+    let mut out = Vec::new();
+    let mut lines = markdown.lines().enumerate();
+    while let Some((n, l)) = lines.next() {
+        if l.trim() != "```oml" {
+            continue;
+        }
+        let mut body = Vec::new();
+        for (_, l) in lines.by_ref() {
+            if l.trim() == "```" {
+                break;
+            }
+            body.push(l);
+        }
+        let directive = |key: &str| body.iter().find_map(|l| l.strip_prefix(key).map(|v| v.trim().to_string()));
+        let text = body.join("\n") + "\n";
+        let oml = if body.iter().any(|l| l.starts_with("name :")) { text } else { format!("name : example\n---\n{text}") };
+        out.push(Example {
+            line: n + 1,
+            oml,
+            input: directive("# input:").unwrap_or_else(|| "{}".into()),
+            knowledge: directive("# knowledge:"),
+            input_types: directive("# input_types:"),
+            output: directive("# output:"),
+            error: directive("# error:"),
+        });
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_example_of_the_language_reference_runs() {
+    let md = std::fs::read_to_string(root().join("docs/language.md")).unwrap();
+    let all = examples(&md);
+    assert!(all.len() >= 25, "only {} examples", all.len());
+    let mut cases = Vec::new();
+    for e in &all {
+        assert!(
+            e.output.is_some() != e.error.is_some(),
+            "docs/language.md:{}: an example needs `# output:` or `# error:`",
+            e.line
+        );
+        if let Some(want) = &e.error {
+            let errors = omlet_lang::compile(&[omlet_lang::Source { file: "example.oml", text: &e.oml }], (0, 0))
+                .expect_err(&format!("docs/language.md:{}: the example compiles", e.line));
+            let first = &errors[0].diagnostics[0].message;
+            assert!(first.contains(want.as_str()), "docs/language.md:{}: the error is `{first}`, not `{want}`", e.line);
+            continue;
+        }
+        let mut case = toml::Table::new();
+        case.insert("name".into(), format!("docs/language.md:{}", e.line).into());
+        case.insert("oml".into(), e.oml.clone().into());
+        case.insert("input".into(), e.input.clone().into());
+        if let Some(k) = &e.knowledge {
+            case.insert("knowledge".into(), k.clone().into());
+        }
+        if let Some(t) = &e.input_types {
+            // `a=time, b=ip`, as `omlet run --input-types` takes them.
+            let types: toml::Table = t
+                .split(',')
+                .filter_map(|p| p.split_once('='))
+                .map(|(k, v)| (k.trim().to_string(), toml::Value::from(v.trim())))
+                .collect();
+            case.insert("input_types".into(), types.into());
+        }
+        case.insert("expected".into(), e.output.clone().unwrap_or_default().into());
+        cases.push(toml::Value::Table(case));
+    }
+    let mut file = toml::Table::new();
+    file.insert("case".into(), toml::Value::Array(cases));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("language.toml");
+    std::fs::write(&path, toml::to_string(&file).unwrap()).unwrap();
+    let engine = omlet::Engine::new().unwrap();
+    for mode in [Mode::Wasm, Mode::Native] {
+        let failures: Vec<String> = run_file(&path, mode, &engine)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter_map(|o| o.failure.map(|f| format!("{} ({mode:?}): {f}", o.name)))
+            .collect();
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
+}
