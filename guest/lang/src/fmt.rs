@@ -54,24 +54,6 @@ pub fn format_source(text: &str) -> Result<String, String> {
     Ok(out)
 }
 
-/// A short report of where `old` and `new` first differ: the line number,
-/// then up to `context` lines of each side, prefixed `-` and `+`.
-pub fn first_difference(old: &str, new: &str, context: usize) -> String {
-    let (a, b): (Vec<&str>, Vec<&str>) = (old.lines().collect(), new.lines().collect());
-    let first = a.iter().zip(&b).position(|(x, y)| x != y).unwrap_or(a.len().min(b.len()));
-    let mut s = format!("@@ line {} @@\n", first + 1);
-    for l in a.iter().skip(first).take(context) {
-        let _ = writeln!(s, "-{l}");
-    }
-    for l in b.iter().skip(first).take(context) {
-        let _ = writeln!(s, "+{l}");
-    }
-    if a.len() == b.len() && first == a.len() {
-        s.push_str("(line ends or trailing whitespace differ)\n");
-    }
-    s
-}
-
 // ----- the safety check -------------------------------------------------------
 
 fn compile(text: &str) -> Result<Program, String> {
@@ -651,12 +633,6 @@ mod tests {
         let e = format_source("name : t\n---\nx : int = read(a) ;\n").unwrap_err();
         assert!(e.starts_with("3:5: "), "{e}");
         assert!(format_source("name : t\nx = 1").is_err());
-    }
-
-    #[test]
-    fn first_difference_shows_the_lines() {
-        let d = first_difference("a\nb\nc\n", "a\nB\nc\n", 2);
-        assert_eq!(d, "@@ line 2 @@\n-b\n-c\n+B\n+c\n");
     }
 
     #[test]

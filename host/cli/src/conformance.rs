@@ -469,16 +469,32 @@ fn compare(case: &Case, expected: &str, actual: &[Field<'static>]) -> std::resul
     let got: Json = serde_json::from_str(&got_text).map_err(|e| format!("output is not JSON: {e}"))?;
     let diff = || format!("expected: {expected}\n  actual: {got_text}");
     let (Json::Object(w), Json::Object(g)) = (&want, &got) else { return Err(diff()) };
+    // Field by field: what is missing, extra or different, then the order.
+    let mut lines = Vec::new();
+    for (k, wv) in w {
+        match g.get(k) {
+            None => lines.push(format!("missing  {k}: expected {wv}")),
+            Some(gv) => {
+                let typed = actual.iter().find(|f| f.name == k.as_str()).map(|f| &f.value);
+                if !matches(wv, gv, typed) {
+                    lines.push(format!("changed  {k}: expected {wv}, got {gv}"));
+                }
+            }
+        }
+    }
+    for (k, gv) in g {
+        if !w.contains_key(k) {
+            lines.push(format!("extra    {k}: {gv}"));
+        }
+    }
     let wk: Vec<&String> = w.keys().collect();
     let gk: Vec<&String> = g.keys().collect();
-    if wk != gk {
-        return Err(diff());
+    if lines.is_empty() && wk != gk {
+        let names = |v: &[&String]| v.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ");
+        lines.push(format!("order    the fields are right, in another order: expected {}; got {}", names(&wk), names(&gk)));
     }
-    for (k, wv) in w {
-        let typed = actual.iter().find(|f| f.name == k.as_str()).map(|f| &f.value);
-        if !matches(wv, &g[k], typed) {
-            return Err(diff());
-        }
+    if !lines.is_empty() {
+        return Err(format!("{}\n{}", lines.join("\n"), diff()));
     }
     for (k, ty) in &case.expected_types {
         let got = kind_of(actual, k).map(Kind::name);
@@ -560,6 +576,16 @@ mod tests {
 
     fn field(name: &'static str, value: Value<'static>) -> Field<'static> {
         Field::new(name, value)
+    }
+
+    #[test]
+    fn a_failed_case_says_which_fields_differ() {
+        let case: Case = toml::from_str("name = 'c'\noml = ''\ninput = '{}'").unwrap();
+        let out = vec![field("a", Value::Digit(1)), field("b", Value::Chars("x".into())), field("z", Value::Bool(true))];
+        let e = compare(&case, r#"{"a":1,"b":"y","c":2}"#, &out).unwrap_err();
+        assert!(e.starts_with("changed  b: expected \"y\", got \"x\"\nmissing  c: expected 2\nextra    z: true\n"), "{e}");
+        let e = compare(&case, r#"{"b":"x","a":1,"z":true}"#, &out).unwrap_err();
+        assert!(e.starts_with("order    the fields are right, in another order: expected b, a, z; got a, b, z"), "{e}");
     }
 
     #[test]

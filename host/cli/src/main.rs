@@ -139,6 +139,11 @@ enum Cmd {
         #[arg(long)]
         check: bool,
     },
+    /// Print a completion script for a shell (bash, zsh, fish, elvish, powershell).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
     /// Run test cases (conformance-corpus format) and report `N passed, M failed`.
     Test {
         /// Case files (.toml), or directories searched recursively for them.
@@ -218,6 +223,11 @@ async fn main() -> ExitCode {
         }
         Cmd::Test { files, filter, native, knowledge } => test(&files, filter.as_deref(), native, knowledge.as_deref()).await,
         Cmd::Fmt { files, check } => fmt(&files, check),
+        Cmd::Completions { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(shell, &mut Cli::command(), "omlet", &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
+        }
     };
     match result {
         Ok(code) => code,
@@ -298,6 +308,12 @@ fn show(text: &str, d: &Shown<'_>) {
     }
     let report = miette::Report::new(diag).with_source_code(miette::NamedSource::new(d.file, text.to_string()));
     eprintln!("{report:?}");
+}
+
+/// What formatting would change in `file`, as a unified diff (two lines of
+/// context), the way `diff -u` and `rustfmt --check` show it.
+fn unified_diff(file: &str, old: &str, new: &str) -> String {
+    similar::TextDiff::from_lines(old, new).unified_diff().context_radius(2).header(file, file).to_string()
 }
 
 /// `NAME=TYPE` of `--input-types`.
@@ -517,7 +533,7 @@ fn fmt(paths: &[PathBuf], check: bool) -> omlet::Result<ExitCode> {
         return match omlet_lang::fmt::format_source(&text) {
             Ok(formatted) if check => {
                 if formatted != text {
-                    print!("{}", omlet_lang::fmt::first_difference(&text, &formatted, 3));
+                    print!("{}", unified_diff("<stdin>", &text, &formatted));
                 }
                 Ok(if formatted == text { ExitCode::SUCCESS } else { ExitCode::FAILURE })
             }
@@ -551,7 +567,7 @@ fn fmt(paths: &[PathBuf], check: bool) -> omlet::Result<ExitCode> {
         differ += 1;
         if check {
             println!("would reformat {}", f.display());
-            print!("{}", omlet_lang::fmt::first_difference(&text, &formatted, 3));
+            print!("{}", unified_diff(&f.display().to_string(), &text, &formatted));
         } else {
             std::fs::write(&f, formatted).map_err(|e| Error::Io { path: f.clone(), source: e })?;
             println!("{}", f.display());

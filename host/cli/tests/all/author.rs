@@ -149,3 +149,12 @@ fn help_documents_exit_codes_and_logging_and_usage_errors_exit_2() {
     assert!(help.contains("Exit status: 0") && help.contains("2 for a usage error") && help.contains("OMLET_LOG"), "{help}");
     assert_eq!(omlet(&["run", "--no-such-flag"]).status.code(), Some(2));
 }
+
+#[test]
+fn completions_are_generated_for_the_shells() {
+    let out = omlet(&["completions", "bash"]);
+    assert_eq!(out.status.code(), Some(0));
+    let script = text(&out.stdout);
+    assert!(script.contains("omlet") && script.contains("--input-types"), "{}", &script[..script.len().min(300)]);
+    assert_eq!(omlet(&["completions", "zsh"]).status.code(), Some(0));
+}

@@ -163,6 +163,10 @@ fn every_rule_in_the_repository_is_formatted_and_fmt_fixes_layout() {
     let out = omlet(&["fmt", "--check", dir.path().to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stdout).starts_with(&format!("would reformat {}", f.display())), "{}", text(&out.stdout));
+    // A true diff: the comment lines fmt keeps are context, not deletions.
+    let diff = text(&out.stdout);
+    assert!(diff.contains("-x   :digit=take( a ) ;   # also kept\n+x : digit = take(a) ; # also kept\n"), "{diff}");
+    assert!(diff.contains("\n // kept\n") && !diff.contains("-// kept"), "{diff}");
     let out = omlet(&["fmt", f.to_str().unwrap()]);
     assert!(out.status.success());
     assert_eq!(std::fs::read_to_string(&f).unwrap(), "name : m\n---\n// kept\nx : digit = take(a) ; # also kept\n");
