@@ -54,6 +54,11 @@ enum Cmd {
         /// Also check every lookup against the database of this knowledge config.
         #[arg(long)]
         knowledge: Option<PathBuf>,
+        /// Print the result as one JSON object on standard output (for editors
+        /// and CI): `ok`, `models`, and `diagnostics` with file, line, column,
+        /// byte span, message and hint.
+        #[arg(long)]
+        json: bool,
     },
     /// Show what a built component holds: models, patterns, SQL statements, IR version, source hash.
     Inspect {
@@ -152,6 +157,10 @@ enum Cmd {
         /// Run only the cases whose name contains this text.
         #[arg(long)]
         filter: Option<String>,
+        /// Print one JSON object on standard output instead of text (for CI):
+        /// `passed`, `failed`, and every case with its file, name and failure.
+        #[arg(long)]
+        json: bool,
         /// Evaluate with the native build of the evaluator instead of the wasm component.
         #[arg(long)]
         native: bool,
@@ -171,7 +180,7 @@ async fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.cmd {
         Cmd::Build { rules, output } => build(&rules, &output),
-        Cmd::Check { rules, knowdb, knowledge } => check(&rules, &knowdb, knowledge.as_deref()).await,
+        Cmd::Check { rules, knowdb, knowledge, json } => check(&rules, &knowdb, knowledge.as_deref(), json).await,
         Cmd::Inspect { component, json } => inspect(&component, json).await,
         Cmd::Run {
             rule,
@@ -199,12 +208,14 @@ async fn main() -> ExitCode {
                 (_, _, Some(m)) => RouteBy::Model(m),
                 _ => RouteBy::Only,
             };
+            let format_given = format.is_some();
             let format = match format.as_deref() {
                 Some("csv") => Format::Csv,
                 Some(_) => Format::Jsonl,
                 None => Format::of_path(&input),
             };
             let opts = RunOptions {
+                format_given,
                 input,
                 format,
                 csv_empty: if csv_empty == "text" { EmptyCell::Text } else { EmptyCell::Absent },
@@ -221,7 +232,9 @@ async fn main() -> ExitCode {
             };
             run(&rule, &knowdb, knowledge.as_deref(), opts).await
         }
-        Cmd::Test { files, filter, native, knowledge } => test(&files, filter.as_deref(), native, knowledge.as_deref()).await,
+        Cmd::Test { files, filter, json, native, knowledge } => {
+            test(&files, filter.as_deref(), json, native, knowledge.as_deref()).await
+        }
         Cmd::Fmt { files, check } => fmt(&files, check),
         Cmd::Completions { shell } => {
             use clap::CommandFactory;
@@ -314,6 +327,17 @@ fn show(text: &str, d: &Shown<'_>) {
 /// context), the way `diff -u` and `rustfmt --check` show it.
 fn unified_diff(file: &str, old: &str, new: &str) -> String {
     similar::TextDiff::from_lines(old, new).unified_diff().context_radius(2).header(file, file).to_string()
+}
+
+/// A line that is no JSON object but a comma-separated list of names.
+fn looks_like_csv_header(line: &str) -> bool {
+    let line = line.trim();
+    !line.starts_with('{')
+        && line.contains(',')
+        && line.split(',').all(|c| {
+            let c = c.trim().trim_matches('"');
+            !c.is_empty() && c.chars().all(|ch| ch.is_alphanumeric() || "_-./ ".contains(ch))
+        })
 }
 
 /// `NAME=TYPE` of `--input-types`.
@@ -495,7 +519,13 @@ fn case_files(paths: &[PathBuf]) -> omlet::Result<Vec<PathBuf>> {
     Ok(out)
 }
 
-async fn test(files: &[PathBuf], filter: Option<&str>, native: bool, knowledge: Option<&str>) -> omlet::Result<ExitCode> {
+async fn test(
+    files: &[PathBuf],
+    filter: Option<&str>,
+    json: bool,
+    native: bool,
+    knowledge: Option<&str>,
+) -> omlet::Result<ExitCode> {
     use omlet_cli::conformance::{Mode, TestDb, run_matching};
     let files = case_files(files)?;
     let engine = Engine::new()?;
@@ -504,14 +534,21 @@ async fn test(files: &[PathBuf], filter: Option<&str>, native: bool, knowledge: 
         Some(url) => Some(TestDb::create(url).await?),
         None => None,
     };
-    let (mut passed, mut failed) = (0, 0);
+    let (mut passed, mut failed, mut cases) = (0, 0, Vec::new());
     for f in &files {
         for o in run_matching(f, mode, &engine, db.as_ref(), filter).await? {
+            if json {
+                cases.push(serde_json::json!({
+                    "file": f.display().to_string(), "name": o.name, "ok": o.failure.is_none(), "failure": o.failure,
+                }));
+            }
             match o.failure {
                 None => passed += 1,
                 Some(why) => {
                     failed += 1;
-                    println!("FAIL {}: {}\n  {}", f.display(), o.name, why.replace('\n', "\n  "));
+                    if !json {
+                        println!("FAIL {}: {}\n  {}", f.display(), o.name, why.replace('\n', "\n  "));
+                    }
                 }
             }
         }
@@ -519,7 +556,11 @@ async fn test(files: &[PathBuf], filter: Option<&str>, native: bool, knowledge: 
     if let Some(db) = db {
         db.finish().await?;
     }
-    println!("{passed} passed, {failed} failed");
+    if json {
+        println!("{}", serde_json::json!({ "passed": passed, "failed": failed, "cases": cases }));
+    } else {
+        println!("{passed} passed, {failed} failed");
+    }
     Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
@@ -586,28 +627,63 @@ fn sources(paths: &[PathBuf]) -> omlet::Result<Vec<RuleSource>> {
     RuleSource::collect(paths)
 }
 
-async fn check(rules: &[PathBuf], knowdb: &[PathBuf], config: Option<&Path>) -> omlet::Result<ExitCode> {
+async fn check(rules: &[PathBuf], knowdb: &[PathBuf], config: Option<&Path>, json: bool) -> omlet::Result<ExitCode> {
     let sources = sources(rules)?;
-    match omlet::build::compile(&sources) {
-        Ok(p) => {
-            if let Some(knowledge) = open_knowledge(knowdb, config).await? {
-                // Loading binds every lookup on the database: a wrong table
-                // or column is reported here, not at the first `run`.
+    let result = match omlet::build::compile(&sources) {
+        Ok(p) => match open_knowledge(knowdb, config).await? {
+            // Loading binds every lookup on the database: a wrong table or
+            // column is reported here, not at the first `run`.
+            Some(knowledge) => {
                 let options = omlet::LoadOptions::new().knowledge(knowledge);
-                if let Err(e) = Engine::new()?.load_sources(&sources, &options).await {
-                    report(&sources, &e);
-                    return Ok(ExitCode::FAILURE);
-                }
+                Engine::new()?.load_sources(&sources, &options).await.map(|_| p)
             }
+            None => Ok(p),
+        },
+        Err(e) => Err(e),
+    };
+    if json {
+        let (models, diagnostics) = match &result {
+            Ok(p) => (p.models.iter().map(|m| serde_json::json!({ "name": m.name, "file": m.file })).collect(), Vec::new()),
+            Err(e) => (Vec::new(), json_diagnostics(e)),
+        };
+        let ok = result.is_ok();
+        println!("{}", serde_json::json!({ "ok": ok, "models": models, "diagnostics": diagnostics }));
+        return Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE });
+    }
+    match result {
+        Ok(p) => {
             for m in &p.models {
                 eprintln!("{}: ok ({})", m.file, m.name);
             }
             Ok(ExitCode::SUCCESS)
         }
-        Err(e) => {
+        Err(e @ (Error::Compile { .. } | Error::Statement { .. })) => {
             report(&sources, &e);
             Ok(ExitCode::FAILURE)
         }
+        Err(e) => Err(e),
+    }
+}
+
+/// The diagnostics of a failed check, as JSON objects.
+fn json_diagnostics(e: &Error) -> Vec<serde_json::Value> {
+    match e {
+        Error::Compile { diagnostics, .. } => diagnostics
+            .iter()
+            .map(|d| {
+                serde_json::json!({
+                    "file": d.file, "line": d.line, "column": d.column,
+                    "span": [d.span.start, d.span.end], "message": d.message, "hint": d.hint,
+                })
+            })
+            .collect(),
+        Error::Statement { file, line, column, sql, message } => vec![serde_json::json!({
+            "file": file, "line": line, "column": column, "span": null,
+            "message": format!("lookup `{sql}` fails on the knowledge base: {message}"), "hint": null,
+        })],
+        other => vec![serde_json::json!({
+            "file": null, "line": null, "column": null, "span": null, "message": other.to_string(), "hint": null,
+        })],
     }
 }
 
@@ -617,6 +693,8 @@ const MAX_ERROR_INPUT_CHARS: usize = 4096;
 struct RunOptions {
     input: String,
     format: Format,
+    /// `--format` was given (not guessed from the file name).
+    format_given: bool,
     csv_empty: EmptyCell,
     input_types: std::collections::BTreeMap<String, String>,
     output: Option<PathBuf>,
@@ -691,7 +769,22 @@ async fn run(rule: &Path, knowdb: &[PathBuf], config: Option<&Path>, o: RunOptio
         (Box::new(std::io::BufReader::with_capacity(1 << 16, f)), len)
     };
     let (reader, read_bytes) = Counting::new(reader);
-    let reader: Box<dyn BufRead + Send> = Box::new(std::io::BufReader::new(reader));
+    let mut reader: Box<dyn BufRead + Send> = Box::new(std::io::BufReader::new(reader));
+    if o.format == Format::Jsonl && !o.format_given {
+        // CSV read as JSONL would give an error line per record: one hint instead.
+        let head = reader.fill_buf().map_err(|e| Error::Io { path: o.input.clone().into(), source: e })?;
+        let first = String::from_utf8_lossy(head);
+        let first = first.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+        if looks_like_csv_header(first) {
+            return Err(Error::Input {
+                what: if o.input == "-" { "stdin".into() } else { o.input.clone() },
+                message: format!(
+                    "the first line is not a JSON object but looks like a CSV header (`{}`): pass --format csv",
+                    first.chars().take(80).collect::<String>()
+                ),
+            });
+        }
+    }
     let progress = match total {
         Some(len) if !o.quiet && std::io::stderr().is_terminal() => {
             let bar = indicatif::ProgressBar::new(len);

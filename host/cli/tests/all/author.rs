@@ -158,3 +158,37 @@ fn completions_are_generated_for_the_shells() {
     assert!(script.contains("omlet") && script.contains("--input-types"), "{}", &script[..script.len().min(300)]);
     assert_eq!(omlet(&["completions", "zsh"]).status.code(), Some(0));
 }
+
+#[test]
+fn csv_read_as_jsonl_gets_one_hint_not_an_error_per_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let rule = rule_file(&dir, "p.oml", "name : p\n---\nv = read(a) ;\n");
+    let out = omlet_with_input(&["run", &rule], b"a,b\nx,y\nz,w\n");
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("looks like a CSV header") && err.contains("--format csv"), "{err}");
+    // Asked for JSONL, it gets JSONL: one error line per record.
+    let out = omlet_with_input(&["run", &rule, "--format", "jsonl"], b"a,b\nx,y\n");
+    assert_eq!(text(&out.stderr).matches("\"kind\":\"failed\"").count(), 2);
+}
+
+#[test]
+fn check_and_test_speak_json_for_machines() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = rule_file(&dir, "bad.oml", "name : t\n---\na = read(a)\nb = read(b) ;\n");
+    let out = omlet(&["check", "--json", &bad]);
+    assert_eq!(out.status.code(), Some(1));
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["ok"], false);
+    assert_eq!((j["diagnostics"][0]["line"].as_u64(), j["diagnostics"][0]["column"].as_u64()), (Some(3), Some(12)));
+    let cases = rule_file(
+        &dir,
+        "c.toml",
+        "[[case]]\nname = \"ok\"\noml = '''\nname : t\n---\nv = read(a) ;\n'''\ninput = '{\"a\":1}'\nexpected = '{\"v\":2}'\n",
+    );
+    let out = omlet(&["test", "--json", &cases]);
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((j["passed"].as_u64(), j["failed"].as_u64()), (Some(0), Some(1)));
+    assert!(j["cases"][0]["failure"].as_str().unwrap().starts_with("changed  v: expected 2, got 1"), "{j}");
+}
