@@ -173,17 +173,17 @@ fn every_rule_in_the_repository_is_formatted_and_fmt_fixes_layout() {
     assert!(omlet(&["fmt", "--check", f.to_str().unwrap()]).status.success());
 }
 
-/// Every `cargo run -q -p omlet-cli -- …` line in the examples' READMEs works as
+/// Every `omlet …` command line in the examples' READMEs works as
 /// written (from the repository root), with the exit status it promises.
 #[test]
 fn example_readme_commands_work() {
     let mut ran = 0;
     for ex in ["nginx", "sysmon", "apt", "ruleset"] {
         let readme = std::fs::read_to_string(root().join("examples").join(ex).join("README.md")).unwrap();
-        for line in readme.lines().filter(|l| l.starts_with("cargo run -q -p omlet-cli -- ")) {
+        for line in readme.lines().filter(|l| l.starts_with("omlet ")) {
             let (command, comment) = line.split_once("  # ").unwrap_or((line, ""));
             let expect = if comment.starts_with("exits 1") { 1 } else { 0 };
-            let args: Vec<&str> = command["cargo run -q -p omlet-cli -- ".len()..].split_whitespace().collect();
+            let args: Vec<&str> = command["omlet ".len()..].split_whitespace().collect();
             let out = omlet(&args);
             assert_eq!(out.status.code(), Some(expect), "examples/{ex}/README.md: {line}\n{}", text(&out.stderr));
             ran += 1;
