@@ -244,7 +244,22 @@ impl Knowledge {
             // a placeholder per occurrence.
             let sql = self.provider.rewrite_sql(s.sql.clone());
             let (sql, order) = rewrite_placeholders(&sql, &s.params, self.provider.placeholders());
-            let prepared = self.provider.prepare(&sql).await.map_err(refused)?;
+            let prepared = match self.provider.prepare(&sql).await {
+                Ok(p) => p,
+                Err(message) => {
+                    // Say what the table has: a misspelled column is the
+                    // usual cause. (The guard allowed the name: a plain
+                    // identifier, safe to put in SQL.)
+                    let all = format!("select * from {}", s.table);
+                    let message = match self.provider.prepare(&self.provider.rewrite_sql(all)).await {
+                        Ok(t) if !t.columns.is_empty() => {
+                            format!("{message} (the table `{}` has the columns {})", s.table, t.columns.join(", "))
+                        }
+                        _ => message,
+                    };
+                    return Err(refused(message));
+                }
+            };
             let stats = {
                 let mut st = self.stats.statements.lock().map_err(|_| Error::Knowledge("stats poisoned".into()))?;
                 match st.iter().position(|x| x.sql == sql) {

@@ -122,6 +122,12 @@ fn check_with_a_knowdb_finds_a_wrong_table_and_names_the_right_one() {
     // run shows the same.
     let out = omlet_with_input(&["run", &rule, "--knowdb", knowdb.to_str().unwrap()], b"{\"ip\":1}\n");
     assert!(text(&out.stderr).contains("zone = select zone from ip_zon"), "{}", text(&out.stderr));
+    // A misspelled column: the message lists the table's columns.
+    let rule = rule_file(&dir, "c.oml", "name : z\n---\nzone = select zonex from ip_zone where lo_int = read(ip) ;\n");
+    let out = omlet(&["check", "--json", &rule, "--knowdb", knowdb.to_str().unwrap()]);
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let message = j["diagnostics"][0]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("zonex") && message.contains("has the columns cidr, lo_int, hi_int, zone, owner"), "{j}");
 }
 
 #[test]
