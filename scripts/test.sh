@@ -21,6 +21,8 @@ fi
 # included (checked natively).
 cargo fmt --check
 cargo clippy -j2 --workspace --all-targets -- -D warnings
+# The library without its server drivers (a host that uses SQLite only).
+cargo clippy -j2 -p omlet --no-default-features -- -D warnings
 
 # Includes the freshness test: the committed guest must carry the hash of
 # the current guest/ and wit/ sources (host/tests/all/component.rs).

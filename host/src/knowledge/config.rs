@@ -27,7 +27,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+#[cfg(feature = "mysql")]
 use super::mysql::MySqlProvider;
+#[cfg(feature = "postgres")]
 use super::postgres::PostgresProvider;
 use super::sqlite::SqliteProvider;
 use super::{Knowledge, Provider};
@@ -242,9 +244,11 @@ impl KnowledgeConfig {
 pub enum AnyProvider {
     /// `sqlite::memory:` or `sqlite://FILE`.
     Sqlite(SqliteProvider),
-    /// `postgres://…` or `postgresql://…`.
+    /// `postgres://…` or `postgresql://…` (feature `postgres`).
+    #[cfg(feature = "postgres")]
     Postgres(PostgresProvider),
-    /// `mysql://…` or `mariadb://…`.
+    /// `mysql://…` or `mariadb://…` (feature `mysql`).
+    #[cfg(feature = "mysql")]
     MySql(MySqlProvider),
 }
 
@@ -253,7 +257,9 @@ impl AnyProvider {
     pub fn into_dyn(self) -> Arc<dyn Provider> {
         match self {
             AnyProvider::Sqlite(p) => Arc::new(p),
+            #[cfg(feature = "postgres")]
             AnyProvider::Postgres(p) => Arc::new(p),
+            #[cfg(feature = "mysql")]
             AnyProvider::MySql(p) => Arc::new(p),
         }
     }
@@ -275,21 +281,41 @@ pub async fn connect_with(
     connect_timeout: Duration,
     statement_timeout: Duration,
 ) -> Result<AnyProvider> {
+    // Used by the server drivers only, which this build may leave out.
+    #[cfg(not(any(feature = "postgres", feature = "mysql")))]
+    let _ = (pool_size, connect_timeout, statement_timeout);
     if url == "sqlite::memory:" {
         Ok(AnyProvider::Sqlite(SqliteProvider::memory().await?))
     } else if let Some(path) = url.strip_prefix("sqlite://") {
         Ok(AnyProvider::Sqlite(SqliteProvider::open(Path::new(path)).await?))
     } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        Ok(AnyProvider::Postgres(PostgresProvider::connect(url, pool_size, connect_timeout, statement_timeout).await?))
+        #[cfg(feature = "postgres")]
+        return Ok(AnyProvider::Postgres(PostgresProvider::connect(url, pool_size, connect_timeout, statement_timeout).await?));
+        #[cfg(not(feature = "postgres"))]
+        return Err(without("postgres", url));
     } else if url.starts_with("mysql://") || url.starts_with("mariadb://") {
-        let url = url.replacen("mariadb://", "mysql://", 1);
-        Ok(AnyProvider::MySql(MySqlProvider::connect(&url, pool_size, connect_timeout, statement_timeout).await?))
+        #[cfg(feature = "mysql")]
+        {
+            let url = url.replacen("mariadb://", "mysql://", 1);
+            return Ok(AnyProvider::MySql(MySqlProvider::connect(&url, pool_size, connect_timeout, statement_timeout).await?));
+        }
+        #[cfg(not(feature = "mysql"))]
+        return Err(without("mysql", url));
     } else {
         Err(Error::Knowledge(format!(
             "unsupported knowledge URL `{}`: use sqlite::memory:, sqlite://FILE, postgres://… or mysql://…",
             redact(url)
         )))
     }
+}
+
+/// The error for a URL whose driver this build leaves out.
+#[cfg(not(all(feature = "postgres", feature = "mysql")))]
+fn without(feature: &str, url: &str) -> Error {
+    Error::Knowledge(format!(
+        "knowledge URL `{}`: this omlet was built without the `{feature}` feature (enable it in the host's Cargo.toml)",
+        redact(url)
+    ))
 }
 
 /// `text` with the password of every URL in it replaced by `***`:

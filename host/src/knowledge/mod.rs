@@ -29,7 +29,9 @@ pub mod config;
 pub mod guard;
 pub mod knowdb;
 mod lanes;
+#[cfg(feature = "mysql")]
 pub mod mysql;
+#[cfg(feature = "postgres")]
 pub mod postgres;
 mod provider;
 mod sql;
