@@ -198,3 +198,35 @@ fn check_and_test_speak_json_for_machines() {
     assert_eq!((j["passed"].as_u64(), j["failed"].as_u64()), (Some(0), Some(1)));
     assert!(j["cases"][0]["failure"].as_str().unwrap().starts_with("changed  v: expected 2, got 1"), "{j}");
 }
+
+/// A rule of a kind the examples do not cover (sshd auth lines, CSV input,
+/// a CSV knowdb, a time field), written from docs/language.md alone: every
+/// record comes out enriched, and nothing is dropped without a word.
+#[test]
+fn a_new_kind_of_rule_runs_end_to_end_from_the_docs() {
+    let dir = tempfile::tempdir().unwrap();
+    let rule = rule_file(
+        &dir,
+        "ssh.oml",
+        "name : ssh/auth\n---\nuser = read(user) { _ : chars(unknown) } ;\nsrc : ip = read(src) ;\n\
+         outcome = match read(result) {\n    chars(Accepted) => chars(success) ;\n    \
+         starts_with('Failed') | contains('Invalid') => chars(failure) ;\n    _ => chars(other) ;\n} ;\n\
+         team = select team from user_teams where user = read(user) ;\nepoch = pipe read(ts) | Time::to_ts_zone(0, s) ;\n",
+    );
+    rule_file(&dir, "user_teams.csv", "user,team\nroot,ops\nalice,dev\n");
+    let knowdb = rule_file(&dir, "knowdb.toml", "[[tables]]\nname = \"user_teams\"\ncsv = \"user_teams.csv\"\n");
+    let input = rule_file(
+        &dir,
+        "auth.csv",
+        "user,src,result,ts\nroot,10.0.0.9,Failed password,2024-05-01 12:00:00\n,10.0.0.8,Invalid user,2024-05-01 12:00:02\n",
+    );
+    let out = omlet(&["check", &rule, "--knowdb", &knowdb]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let out = omlet(&["run", &rule, "--input", &input, "--knowdb", &knowdb, "--input-types", "ts=time"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        "{\"user\":\"root\",\"src\":\"10.0.0.9\",\"outcome\":\"failure\",\"team\":\"ops\",\"epoch\":1714564800}\n\
+         {\"user\":\"unknown\",\"src\":\"10.0.0.8\",\"outcome\":\"failure\",\"epoch\":1714564802}\n"
+    );
+}
