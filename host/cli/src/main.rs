@@ -161,6 +161,10 @@ enum Cmd {
         /// `passed`, `failed`, and every case with its file, name and failure.
         #[arg(long)]
         json: bool,
+        /// Also write a JUnit XML report to this file (one test suite per case
+        /// file), for CI systems that read JUnit.
+        #[arg(long)]
+        junit: Option<PathBuf>,
         /// Evaluate with the native build of the evaluator instead of the wasm component.
         #[arg(long)]
         native: bool,
@@ -232,8 +236,8 @@ async fn main() -> ExitCode {
             };
             run(&rule, &knowdb, knowledge.as_deref(), opts).await
         }
-        Cmd::Test { files, filter, json, native, knowledge } => {
-            test(&files, filter.as_deref(), json, native, knowledge.as_deref()).await
+        Cmd::Test { files, filter, json, junit, native, knowledge } => {
+            test(&files, filter.as_deref(), json, junit.as_deref(), native, knowledge.as_deref()).await
         }
         Cmd::Fmt { files, check } => fmt(&files, check),
         Cmd::Completions { shell } => {
@@ -523,6 +527,7 @@ async fn test(
     files: &[PathBuf],
     filter: Option<&str>,
     json: bool,
+    junit: Option<&Path>,
     native: bool,
     knowledge: Option<&str>,
 ) -> omlet::Result<ExitCode> {
@@ -535,8 +540,11 @@ async fn test(
         None => None,
     };
     let (mut passed, mut failed, mut cases) = (0, 0, Vec::new());
+    let mut suites = Vec::new();
     for f in &files {
-        for o in run_matching(f, mode, &engine, db.as_ref(), filter).await? {
+        let outcomes = run_matching(f, mode, &engine, db.as_ref(), filter).await?;
+        suites.push(junit_suite(&f.display().to_string(), &outcomes));
+        for o in outcomes {
             if json {
                 cases.push(serde_json::json!({
                     "file": f.display().to_string(), "name": o.name, "ok": o.failure.is_none(), "failure": o.failure,
@@ -556,12 +564,56 @@ async fn test(
     if let Some(db) = db {
         db.finish().await?;
     }
+    if let Some(path) = junit {
+        let xml = format!("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n{}</testsuites>\n", suites.concat());
+        std::fs::write(path, xml).map_err(|e| Error::Io { path: path.into(), source: e })?;
+    }
     if json {
         println!("{}", serde_json::json!({ "passed": passed, "failed": failed, "cases": cases }));
     } else {
         println!("{passed} passed, {failed} failed");
     }
     Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// One case file's outcomes as a JUnit `<testsuite>`.
+fn junit_suite(file: &str, outcomes: &[omlet_cli::conformance::Outcome]) -> String {
+    let failures = outcomes.iter().filter(|o| o.failure.is_some()).count();
+    let mut xml = format!("  <testsuite name=\"{}\" tests=\"{}\" failures=\"{failures}\">\n", xml_escape(file), outcomes.len());
+    for o in outcomes {
+        let head = format!("    <testcase classname=\"{}\" name=\"{}\"", xml_escape(file), xml_escape(&o.name));
+        match &o.failure {
+            None => xml.push_str(&format!("{head}/>\n")),
+            Some(why) => {
+                let first = why.lines().next().unwrap_or_default();
+                xml.push_str(&format!(
+                    "{head}>\n      <failure message=\"{}\">{}</failure>\n    </testcase>\n",
+                    xml_escape(first),
+                    xml_escape(why)
+                ));
+            }
+        }
+    }
+    xml.push_str("  </testsuite>\n");
+    xml
+}
+
+/// Text for XML attributes and content.
+fn xml_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            // Characters XML 1.0 cannot hold at all.
+            c if (c as u32) < 0x20 && !matches!(c, '\n' | '\t' | '\r') => out.push('\u{fffd}'),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// `omlet fmt`: rewrites the files that are not in the canonical layout and

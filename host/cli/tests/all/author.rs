@@ -180,7 +180,7 @@ fn csv_read_as_jsonl_gets_one_hint_not_an_error_per_line() {
 }
 
 #[test]
-fn check_and_test_speak_json_for_machines() {
+fn check_and_test_speak_json_and_junit_for_machines() {
     let dir = tempfile::tempdir().unwrap();
     let bad = rule_file(&dir, "bad.oml", "name : t\n---\na = read(a)\nb = read(b) ;\n");
     let out = omlet(&["check", "--json", &bad]);
@@ -193,10 +193,14 @@ fn check_and_test_speak_json_for_machines() {
         "c.toml",
         "[[case]]\nname = \"ok\"\noml = '''\nname : t\n---\nv = read(a) ;\n'''\ninput = '{\"a\":1}'\nexpected = '{\"v\":2}'\n",
     );
-    let out = omlet(&["test", "--json", &cases]);
+    let junit = dir.path().join("report.xml");
+    let out = omlet(&["test", "--json", &cases, "--junit", junit.to_str().unwrap()]);
     let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!((j["passed"].as_u64(), j["failed"].as_u64()), (Some(0), Some(1)));
     assert!(j["cases"][0]["failure"].as_str().unwrap().starts_with("changed  v: expected 2, got 1"), "{j}");
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    assert!(xml.contains("tests=\"1\" failures=\"1\"") && xml.contains("<testcase classname="), "{xml}");
+    assert!(xml.contains("<failure message=\"changed  v: expected 2, got 1\">"), "{xml}");
 }
 
 /// A rule of a kind the examples do not cover (sshd auth lines, CSV input,
