@@ -363,44 +363,43 @@ impl<'s> Printer<'s> {
             }
             K::Arm | K::Member => self.item(n),
             K::Match | K::Object | K::StaticBlock => self.block(n),
-            K::Sql => self.walk(n, |p, c| match c {
-                SyntaxElement::Node(m) => p.node(m),
-                SyntaxElement::Token(t) => {
-                    let text = t.text(p.src);
-                    if text.eq_ignore_ascii_case("where") {
-                        p.out.brk();
-                    }
-                    p.tok(text, K::Sql);
-                }
-            }),
             _ => self.inline(n),
         }
+    }
+
+    /// [`Self::walk`] where child nodes print by their own rules: `each`
+    /// gets the text of every significant token of `n` itself.
+    fn tokens(&mut self, n: &SyntaxNode, mut each: impl FnMut(&mut Self, &str)) {
+        let src = self.src;
+        self.walk(n, |p, c| match c {
+            SyntaxElement::Node(m) => p.node(m),
+            SyntaxElement::Token(t) => each(p, t.text(src)),
+        });
     }
 
     /// Tokens on one line, spaced by [`Self::spaced`]; child nodes by their
     /// own rules.
     fn inline(&mut self, n: &SyntaxNode) {
         let kind = n.kind;
-        self.walk(n, |p, c| match c {
-            SyntaxElement::Node(m) => p.node(m),
-            SyntaxElement::Token(t) => {
-                let text = t.text(p.src);
-                match kind {
-                    // The body's `;` is optional and not written.
-                    K::DefaultBody if text == ";" => {}
-                    K::List => {
-                        let inner = text.strip_prefix('[').and_then(|t| t.strip_suffix(']')).unwrap_or(text);
-                        let items = crate::parse::list_items(inner);
-                        p.tok(&format!("[{}]", items.join(", ")), kind);
-                    }
-                    K::PipeFn | K::MatchFn if text.starts_with('(') => {
-                        let inner = text.strip_prefix('(').and_then(|t| t.strip_suffix(')')).unwrap_or(text);
-                        let args = crate::parse::split_args(inner);
-                        p.tok(&format!("({})", args.join(", ")), kind);
-                    }
-                    _ => p.tok(text, kind),
-                }
+        self.tokens(n, |p, text| match kind {
+            // The body's `;` is optional and not written.
+            K::DefaultBody if text == ";" => {}
+            // A lookup continues with `where` on the next line.
+            K::Sql if text.eq_ignore_ascii_case("where") => {
+                p.out.brk();
+                p.tok(text, kind);
             }
+            K::List => {
+                let inner = text.strip_prefix('[').and_then(|t| t.strip_suffix(']')).unwrap_or(text);
+                let items = crate::parse::list_items(inner);
+                p.tok(&format!("[{}]", items.join(", ")), kind);
+            }
+            K::PipeFn | K::MatchFn if text.starts_with('(') => {
+                let inner = text.strip_prefix('(').and_then(|t| t.strip_suffix(')')).unwrap_or(text);
+                let args = crate::parse::split_args(inner);
+                p.tok(&format!("({})", args.join(", ")), kind);
+            }
+            _ => p.tok(text, kind),
         });
     }
 
@@ -409,18 +408,13 @@ impl<'s> Printer<'s> {
     fn item(&mut self, n: &SyntaxNode) {
         let kind = n.kind;
         let mut body = kind == K::Member;
-        self.walk(n, |p, c| match c {
-            SyntaxElement::Node(m) => p.node(m),
-            SyntaxElement::Token(t) => {
-                let text = t.text(p.src);
-                if text == "=>" {
-                    body = true;
-                }
-                // After `=>` (an arm's result), a `,` or `;` ends the item;
-                // before it, a `,` separates tuple conditions or member names.
-                if text == ";" || (body && kind == K::Arm && text == ",") {
-                    return;
-                }
+        self.tokens(n, |p, text| {
+            if text == "=>" {
+                body = true;
+            }
+            // After `=>` (an arm's result), a `,` or `;` ends the item;
+            // before it, a `,` separates tuple conditions or member names.
+            if !(text == ";" || (body && kind == K::Arm && text == ",")) {
                 p.tok(text, kind);
             }
         });
@@ -431,20 +425,17 @@ impl<'s> Printer<'s> {
     /// `… {`, one item per line 4 spaces deeper, `}` under the opening line.
     fn block(&mut self, n: &SyntaxNode) {
         let kind = n.kind;
-        self.walk(n, |p, c| match c {
-            SyntaxElement::Node(m) => p.node(m),
-            SyntaxElement::Token(t) => match t.text(p.src) {
-                "{" => {
-                    p.tok("{", kind);
-                    p.out.open();
-                }
-                "}" => {
-                    p.out.close();
-                    p.prev = "}".to_string();
-                    p.prev_ctx = kind;
-                }
-                text => p.tok(text, kind),
-            },
+        self.tokens(n, |p, text| match text {
+            "{" => {
+                p.tok("{", kind);
+                p.out.open();
+            }
+            "}" => {
+                p.out.close();
+                p.prev = "}".to_string();
+                p.prev_ctx = kind;
+            }
+            text => p.tok(text, kind),
         });
     }
 

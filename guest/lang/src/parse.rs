@@ -18,6 +18,7 @@
 //! overflow the stack, and the tree it builds is as shallow for the checker,
 //! the IR and the evaluator that recurse over it.
 
+use alloc::borrow::Cow;
 use alloc::boxed::Box;
 use alloc::format;
 use alloc::string::{String, ToString};
@@ -966,33 +967,15 @@ impl<'s> Parser<'s> {
         }
         self.expect(b'[', "`[`")?;
         let list_start = self.pos - 1;
-        let mut items = Vec::new();
-        let mut item_start = self.pos;
-        let mut depth = 0;
-        loop {
-            if self.at_end() {
-                let span = self.here();
-                return self.err("unclosed list: expected `]`", span);
-            }
-            match self.peek() {
-                b'[' => depth += 1,
-                b']' if depth > 0 => depth -= 1,
-                b']' | b',' => {
-                    let item = self.src[item_start..self.pos].trim();
-                    if !item.is_empty() {
-                        items.push(item.to_string());
-                    }
-                    if self.peek() == b']' {
-                        self.pos += 1;
-                        self.done(SyntaxKind::List, list_start);
-                        return Ok(items);
-                    }
-                    item_start = self.pos + 1;
-                }
-                _ => {}
-            }
-            self.pos += 1;
-        }
+        let Some(end) = list_end(self.src, self.pos) else {
+            self.pos = self.src.len();
+            let span = self.here();
+            return self.err("unclosed list: expected `]`", span);
+        };
+        let items = list_items(&self.src[self.pos..end]).into_iter().map(str::to_string).collect();
+        self.pos = end + 1;
+        self.done(SyntaxKind::List, list_start);
+        Ok(items)
     }
 
     fn pipe_tail(&mut self, source: Expr, start: usize) -> PResult<Expr> {
@@ -1550,7 +1533,7 @@ impl<'s> Parser<'s> {
     /// it is bound as a parameter like any literal. `time(…)` whose body is
     /// not a time literal stays a SQL function call (SQLite has `time()`).
     fn sql_typed_literal(&mut self, start: usize, name: &str) -> PResult<Option<Const>> {
-        if !matches!(name, "chars" | "symbol" | "digit" | "float" | "bool" | "ip" | "time") {
+        if !LITERAL_TYPES.contains(&name) {
             return Ok(None);
         }
         let after_name = self.pos;
@@ -1586,26 +1569,26 @@ fn open_braces(text: &str) -> i32 {
     depth.max(0)
 }
 
-/// The items of a list's inside (between `[` and `]`), as
-/// [`Parser::list`] reads them: split at `,` outside nested brackets,
-/// trimmed, empty ones left out.
-pub(crate) fn list_items(inner: &str) -> Vec<&str> {
-    let mut items = Vec::new();
-    let (mut depth, mut start) = (0, 0);
-    for (i, c) in inner.bytes().enumerate() {
+/// Where the `]` that closes a list opened just before `from` stands:
+/// brackets inside items nest.
+fn list_end(src: &str, from: usize) -> Option<usize> {
+    let mut depth = 0;
+    for (i, c) in src.bytes().enumerate().skip(from) {
         match c {
             b'[' => depth += 1,
-            b']' if depth > 0 => depth -= 1,
-            b',' if depth == 0 => {
-                items.push(inner[start..i].trim());
-                start = i + 1;
-            }
+            b']' if depth == 0 => return Some(i),
+            b']' => depth -= 1,
             _ => {}
         }
     }
-    items.push(inner[start..].trim());
-    items.retain(|i| !i.is_empty());
-    items
+    None
+}
+
+/// The items of a list's inside (between `[` and `]`): any text between
+/// commas, trimmed, empty ones left out. The parser and the printer both
+/// read lists with it.
+pub(crate) fn list_items(inner: &str) -> Vec<&str> {
+    inner.split(',').map(str::trim).filter(|i| !i.is_empty()).collect()
 }
 
 fn vec_of<T>(t: T) -> Vec<T> {
@@ -1673,7 +1656,8 @@ pub fn literal_value(ty: &str, body: &str) -> Result<Const, String> {
     })
 }
 
-type FnError = (String, Option<&'static str>);
+/// A pipe function's error: the message and, when known, how to fix it.
+type FnError = (String, Option<Cow<'static, str>>);
 
 fn plain(msg: String) -> FnError {
     (msg, None)
@@ -1717,14 +1701,14 @@ fn pipe_fn(name: &str, args: Option<&str>) -> Result<PipeFn, FnError> {
             if parts.next().is_some() || digits.is_empty() || !digits.bytes().all(|c| c.is_ascii_digit()) {
                 return Err((
                     format!("bad arguments for Time::to_ts_zone: `{a}`"),
-                    Some("write Time::to_ts_zone(8, s): an hour offset (no `+`) and s, ms or us"),
+                    Some(Cow::Borrowed("write Time::to_ts_zone(8, s): an hour offset (no `+`) and s, ms or us")),
                 ));
             }
             let unit = match u {
                 "s" | "ss" => TsUnit::Seconds,
                 "ms" => TsUnit::Millis,
                 "us" => TsUnit::Micros,
-                _ => return Err((format!("unknown time unit `{u}`"), Some("units are s, ms and us"))),
+                _ => return Err((format!("unknown time unit `{u}`"), Some(Cow::Borrowed("units are s, ms and us")))),
             };
             match z.parse::<i64>() {
                 Ok(h) if h.abs() < 24 => PipeFn::ToTs { zone_hours: h, unit },
@@ -1734,7 +1718,7 @@ fn pipe_fn(name: &str, args: Option<&str>) -> Result<PipeFn, FnError> {
         "nth" => {
             let a = arg.unwrap_or("");
             if a.is_empty() || !a.bytes().all(|c| c.is_ascii_digit()) {
-                return Err((format!("bad index for nth: `{a}`"), Some("nth takes a non-negative index: nth(0)")));
+                return Err((format!("bad index for nth: `{a}`"), Some(Cow::Borrowed("nth takes a non-negative index: nth(0)"))));
             }
             PipeFn::Nth(a.parse().unwrap_or(u64::MAX))
         }
@@ -1749,7 +1733,7 @@ fn pipe_fn(name: &str, args: Option<&str>) -> Result<PipeFn, FnError> {
             None | Some("") => None,
             Some("name") => Some(PathPart::Name),
             Some("path") => Some(PathPart::Path),
-            Some(o) => return Err((format!("unknown path part `{o}`"), Some("path(name) or path(path)"))),
+            Some(o) => return Err((format!("unknown path part `{o}`"), Some(Cow::Borrowed("path(name) or path(path)")))),
         }),
         "url" => PipeFn::Url(match arg {
             None | Some("") => None,
@@ -1759,17 +1743,19 @@ fn pipe_fn(name: &str, args: Option<&str>) -> Result<PipeFn, FnError> {
             Some("path") => Some(UrlPart::Path),
             Some("params") => Some(UrlPart::Params),
             Some(o) => {
-                return Err((format!("unknown url part `{o}`"), Some("url parts are domain, host, uri, path and params")));
+                return Err((
+                    format!("unknown url part `{o}`"),
+                    Some(Cow::Borrowed("url parts are domain, host, uri, path and params")),
+                ));
             }
         }),
         "ip4_to_int" => no_args(PipeFn::Ip4ToInt)?,
         "to_json" => no_args(PipeFn::ToJson)?,
         "to_str" => no_args(PipeFn::ToStr)?,
         "skip_empty" => no_args(PipeFn::SkipEmpty)?,
-        "starts_with" => PipeFn::StartsWith(
-            quoted(arg.unwrap_or(""))
-                .ok_or_else(|| (String::from("starts_with needs a quoted string"), Some("write starts_with('prefix')")))?,
-        ),
+        "starts_with" => PipeFn::StartsWith(quoted(arg.unwrap_or("")).ok_or_else(|| {
+            (String::from("starts_with needs a quoted string"), Some(Cow::Borrowed("write starts_with('prefix')")))
+        })?),
         "map_to" => {
             let a = arg.unwrap_or("");
             let c = if let Some(s) = quoted(a) {
@@ -1783,7 +1769,7 @@ fn pipe_fn(name: &str, args: Option<&str>) -> Result<PipeFn, FnError> {
             } else {
                 return Err((
                     format!("map_to needs a quoted string, number or boolean, not `{a}`"),
-                    Some("write map_to('text'), map_to(1), map_to(2.5) or map_to(true)"),
+                    Some(Cow::Borrowed("write map_to('text'), map_to(1), map_to(2.5) or map_to(true)")),
                 ));
             };
             PipeFn::MapTo(c)
@@ -1791,16 +1777,19 @@ fn pipe_fn(name: &str, args: Option<&str>) -> Result<PipeFn, FnError> {
         "extract_main_word" | "extract_subject_object" => {
             return Err((
                 format!("`{name}` is not supported: an EXTENDED NLP pipe that the spec leaves unspecified"),
-                Some("omlet has no NLP pipes; extract the words in the pipeline before the rule, or with match and regex_match"),
+                Some(Cow::Borrowed(
+                    "omlet has no NLP pipes; extract the words in the pipeline before the rule, or with match and regex_match",
+                )),
             ));
         }
         "str_unescape" | "sxf_get" | "digit_range" | "regex_match" | "ends_with" => {
             return Err(plain(format!("`{name}` is not a pipe function")));
         }
         _ => {
+            let catalogue = Some(Cow::Owned(pipe_catalogue()));
             return Err(match nearest(name, PIPE_FNS) {
-                Some(near) => (format!("unknown pipe function `{name}`: did you mean `{near}`?"), Some(PIPE_CATALOGUE)),
-                None => (format!("unknown pipe function `{name}`"), Some(PIPE_CATALOGUE)),
+                Some(near) => (format!("unknown pipe function `{name}`: did you mean `{near}`?"), catalogue),
+                None => (format!("unknown pipe function `{name}`"), catalogue),
             });
         }
     })
@@ -1831,10 +1820,11 @@ const PIPE_FNS: &[&str] = &[
     "map_to",
 ];
 
-const PIPE_CATALOGUE: &str = "the pipe functions are base64_encode, base64_decode, html_escape, html_unescape, \
-    json_escape, json_unescape, str_escape, Time::to_ts, Time::to_ts_ms, Time::to_ts_us, Time::to_ts_zone, nth, get, \
-    path, url, ip4_to_int, to_json, to_str, skip_empty, starts_with and map_to (docs/language.md §7)";
-
+/// The hint of an unknown pipe function: every name of [`PIPE_FNS`].
+fn pipe_catalogue() -> String {
+    let (last, rest) = PIPE_FNS.split_last().unwrap_or((&"", &[]));
+    format!("the pipe functions are {} and {last} (docs/language.md §7)", rest.join(", "))
+}
 /// The known name closest to `name`, if it is close enough to be a typo:
 /// at most one edit for short names, two for longer ones, or a prefix.
 pub fn nearest<'a>(name: &str, known: &[&'a str]) -> Option<&'a str> {
