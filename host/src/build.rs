@@ -108,11 +108,17 @@ impl RuleSource {
 /// recursively (skipping hidden directories, `target` and `node_modules`),
 /// each directory's entries in name order.
 pub fn oml_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    files_with_extension(paths, "oml")
+}
+
+/// [`oml_files`] for another extension (`omlet test` finds its `*.toml`
+/// case files the same way).
+pub fn files_with_extension(paths: &[PathBuf], ext: &str) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     for p in paths {
         let meta = std::fs::metadata(p).map_err(|e| Error::io(p, e))?;
         if meta.is_dir() {
-            walk(p, &mut out)?;
+            walk(p, ext, &mut out)?;
         } else {
             out.push(p.clone());
         }
@@ -120,7 +126,7 @@ pub fn oml_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
     Ok(out)
 }
 
-fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+fn walk(dir: &Path, ext: &str, out: &mut Vec<PathBuf>) -> Result<()> {
     let rd = std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
     let mut entries = Vec::new();
     for e in rd {
@@ -131,9 +137,9 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
         if path.is_dir() {
             if !(name.starts_with('.') || name == "target" || name == "node_modules") {
-                walk(&path, out)?;
+                walk(&path, ext, out)?;
             }
-        } else if path.extension().is_some_and(|e| e == "oml") {
+        } else if path.extension().is_some_and(|e| e == ext) {
             out.push(path);
         }
     }

@@ -434,6 +434,9 @@ fn input_record(json: &str, types: &std::collections::BTreeMap<String, String>) 
     Ok(rec)
 }
 
+/// The types [`retype`] knows.
+pub const INPUT_TYPES: [&str; 6] = ["ip", "time", "digit", "float", "bool", "chars"];
+
 /// Gives the top-level fields named in `types` the type said there, from
 /// their text: `ip`, `time` (`YYYY-MM-DD HH:MM:SS` and the other forms of
 /// time literals), `digit`, `float`, `bool` (only `true` is true) or

@@ -281,7 +281,7 @@ fn report(sources: &[RuleSource], err: &Error) {
         match text.and_then(|t| offset_of(&t, *line, *column).map(|at| (t, at))) {
             Some((text, at)) => {
                 let end = at + text[at..].find(char::is_whitespace).unwrap_or(0);
-                let message = format!("lookup `{sql}` fails on the knowledge base: {message}");
+                let message = statement_message(sql, message);
                 show(&text, &Shown { file, line: *line, column: *column, span: at..end, message: &message, hint: None });
             }
             None => eprintln!("{err}"),
@@ -327,6 +327,13 @@ fn show(text: &str, d: &Shown<'_>) {
     eprintln!("{report:?}");
 }
 
+/// A formatter error for `file`: `file:line:column: message` for compile
+/// errors (which start with `line:column`), `file: message` otherwise.
+fn fmt_error(file: &str, e: &str) -> String {
+    let sep = if e.starts_with(|c: char| c.is_ascii_digit()) { ":" } else { ": " };
+    format!("{file}{sep}{e}")
+}
+
 /// What formatting would change in `file`, as a unified diff (two lines of
 /// context), the way `diff -u` and `rustfmt --check` show it.
 fn unified_diff(file: &str, old: &str, new: &str) -> String {
@@ -347,10 +354,15 @@ fn looks_like_csv_header(line: &str) -> bool {
 /// `NAME=TYPE` of `--input-types`.
 fn parse_input_type(s: &str) -> Result<(String, String), String> {
     let (name, ty) = s.split_once('=').ok_or_else(|| format!("`{s}`: write NAME=TYPE, such as ts=time"))?;
-    if !["ip", "time", "digit", "float", "bool", "chars"].contains(&ty) {
+    if !omlet_cli::conformance::INPUT_TYPES.contains(&ty) {
         return Err(format!("`{ty}`: the types are ip, time, digit, float, bool and chars"));
     }
     Ok((name.trim().to_string(), ty.to_string()))
+}
+
+/// What [`Error::Statement`] says after its position.
+fn statement_message(sql: &str, message: &str) -> String {
+    format!("lookup `{sql}` fails on the knowledge base: {message}")
 }
 
 /// The byte offset of 1-based `line` and `column` (in characters) in `text`.
@@ -494,35 +506,6 @@ async fn inspect(component: &Path, json: bool) -> omlet::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The case files `paths` name: files as given, directories searched
-/// recursively for `*.toml` (in name order).
-fn case_files(paths: &[PathBuf]) -> omlet::Result<Vec<PathBuf>> {
-    fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> omlet::Result<()> {
-        let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
-            .map_err(|e| Error::Io { path: dir.into(), source: e })?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .collect();
-        entries.sort();
-        for p in entries {
-            if p.is_dir() {
-                walk(&p, out)?;
-            } else if p.extension().is_some_and(|e| e == "toml") {
-                out.push(p);
-            }
-        }
-        Ok(())
-    }
-    let mut out = Vec::new();
-    for p in paths {
-        if p.is_dir() {
-            walk(p, &mut out)?;
-        } else {
-            out.push(p.clone());
-        }
-    }
-    Ok(out)
-}
-
 async fn test(
     files: &[PathBuf],
     filter: Option<&str>,
@@ -532,7 +515,8 @@ async fn test(
     knowledge: Option<&str>,
 ) -> omlet::Result<ExitCode> {
     use omlet_cli::conformance::{Mode, TestDb, run_matching};
-    let files = case_files(files)?;
+    // Directories are searched as `build` and `fmt` search them for rules.
+    let files = omlet::build::files_with_extension(files, "toml")?;
     let engine = Engine::new()?;
     let mode = if native { Mode::Native } else { Mode::Wasm };
     let db = match knowledge {
@@ -635,8 +619,7 @@ fn fmt(paths: &[PathBuf], check: bool) -> omlet::Result<ExitCode> {
                 Ok(ExitCode::SUCCESS)
             }
             Err(e) => {
-                let sep = if e.starts_with(|c: char| c.is_ascii_digit()) { ":" } else { ": " };
-                eprintln!("<stdin>{sep}{e}");
+                eprintln!("{}", fmt_error("<stdin>", &e));
                 Ok(ExitCode::FAILURE)
             }
         };
@@ -648,9 +631,7 @@ fn fmt(paths: &[PathBuf], check: bool) -> omlet::Result<ExitCode> {
             Ok(t) => t,
             Err(e) => {
                 failed += 1;
-                // `file:line:column: message` for compile errors.
-                let sep = if e.starts_with(|c: char| c.is_ascii_digit()) { ":" } else { ": " };
-                eprintln!("{}{sep}{e}", f.display());
+                eprintln!("{}", fmt_error(&f.display().to_string(), &e));
                 continue;
             }
         };
@@ -731,7 +712,7 @@ fn json_diagnostics(e: &Error) -> Vec<serde_json::Value> {
             .collect(),
         Error::Statement { file, line, column, sql, message } => vec![serde_json::json!({
             "file": file, "line": line, "column": column, "span": null,
-            "message": format!("lookup `{sql}` fails on the knowledge base: {message}"), "hint": null,
+            "message": statement_message(sql, message), "hint": null,
         })],
         other => vec![serde_json::json!({
             "file": null, "line": null, "column": null, "span": null, "message": other.to_string(), "hint": null,
