@@ -55,3 +55,47 @@ pub fn pipe(p: &str, v: Value<'static>) -> String {
 pub fn chars(s: &str) -> Value<'static> {
     Value::Chars(s.to_string().into())
 }
+
+// ----- the repository's rules, for the syntax-tree and fmt tests ---------------
+
+/// The repository's root.
+pub fn repo() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The files under `dir` (recursively) ending in `.ext`, in name order.
+pub fn files(dir: &std::path::Path, ext: &str) -> Vec<std::path::PathBuf> {
+    let mut entries: Vec<std::path::PathBuf> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
+    entries.sort();
+    let mut out = Vec::new();
+    for p in entries {
+        if p.is_dir() {
+            out.extend(files(&p, ext));
+        } else if p.extension().is_some_and(|e| e == ext) {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// The `oml = '''…'''` rule texts of the case files under `dir` (relative to
+/// the repository), each with where it comes from. No TOML reader here: the
+/// corpus writes every rule as a multi-line literal string.
+pub fn case_rules(dir: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for f in files(&repo().join(dir), "toml") {
+        let text = std::fs::read_to_string(&f).unwrap();
+        for (i, rest) in text.split("\noml = '''\n").skip(1).enumerate() {
+            out.push((format!("{} case {i}", f.display()), rest[..rest.find("'''").unwrap()].to_string()));
+        }
+    }
+    out
+}
+
+/// The example rule files (`examples/**/*.oml`), each with its path.
+pub fn example_rules() -> Vec<(String, String)> {
+    files(&repo().join("examples"), "oml")
+        .into_iter()
+        .map(|f| (f.display().to_string(), std::fs::read_to_string(&f).unwrap()))
+        .collect()
+}

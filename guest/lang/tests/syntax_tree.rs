@@ -2,49 +2,16 @@
 //! repository holds: the shared corpus, omlet's own cases, the examples and
 //! the fuzz findings.
 
-use std::path::{Path, PathBuf};
+mod common;
+use common::{case_rules, example_rules, repo};
 
 use omlet_lang::syntax::{SyntaxKind, SyntaxNode, syntax};
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// The `oml = '''…'''` rule texts of a case file (no TOML reader here: the
-/// corpus writes every rule as a multi-line literal string).
-fn case_rules(path: &Path) -> Vec<String> {
-    let text = std::fs::read_to_string(path).unwrap();
-    text.split("\noml = '''\n").skip(1).map(|rest| rest[..rest.find("'''").unwrap()].to_string()).collect()
-}
-
-fn files(dir: &Path, ext: &str, out: &mut Vec<PathBuf>) {
-    for e in std::fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.is_dir() {
-            files(&p, ext, out);
-        } else if p.extension().is_some_and(|e| e == ext) {
-            out.push(p);
-        }
-    }
-}
-
 /// Every rule text in the repository, with where it comes from.
 fn all_rules() -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    for dir in ["tests/conformance", "tests/cases"] {
-        let mut fs = Vec::new();
-        files(&repo().join(dir), "toml", &mut fs);
-        for f in fs {
-            for (i, r) in case_rules(&f).into_iter().enumerate() {
-                out.push((format!("{} case {i}", f.display()), r));
-            }
-        }
-    }
-    let mut fs = Vec::new();
-    files(&repo().join("examples"), "oml", &mut fs);
-    for f in fs {
-        out.push((f.display().to_string(), std::fs::read_to_string(&f).unwrap()));
-    }
+    let mut out = case_rules("tests/conformance");
+    out.extend(case_rules("tests/cases"));
+    out.extend(example_rules());
     out
 }
 
@@ -94,8 +61,6 @@ fn every_rule_is_its_tree_and_every_statement_a_node() {
 
 #[test]
 fn fuzz_findings_are_their_tree() {
-    let mut fs = Vec::new();
-    files(&repo().join("tests/fuzz-regressions/parse_compile"), "", &mut fs);
     let dir = repo().join("tests/fuzz-regressions/parse_compile");
     for e in std::fs::read_dir(dir).unwrap() {
         let p = e.unwrap().path();
