@@ -45,6 +45,7 @@
 pub mod build;
 #[doc(hidden)]
 pub mod clock;
+mod coalesce;
 mod error;
 #[doc(hidden)]
 pub mod guest;

@@ -10,15 +10,17 @@
 //! functions served on tokio.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use omlet_lang::Cell;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
-use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::component::{Component, ComponentExportIndex, HasSelf, InstancePre, Linker, TypedFunc};
 use wasmtime::{Config, Engine as WtEngine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, UpdateDeadline};
 
 use crate::build::{self, RuleSource};
+use crate::coalesce::{Coalescer, Entry, Lane, Reply};
 use crate::error::Limit;
 use crate::knowledge::{BoundStatement, Knowledge};
 use crate::record::Record;
@@ -116,6 +118,25 @@ pub struct EngineConfig {
     /// The limits of compiling rule sources in `load_path`, `load_source`
     /// and `load_sources` (the compiler's, the rule file size, the IR size).
     pub build: build::BuildLimits,
+    /// Coalesce one-record calls (default off: see below): while a rule has as many
+    /// calls in flight as [`EngineConfig::lanes`], the records other tasks
+    /// pass to [`Rule::evaluate`] wait and then go together as one batch
+    /// call; each caller still gets its own record's result or error. Only
+    /// calls that need not wait for the host are coalesced (a rule without
+    /// lookups, or one whose lookups the caches answer), so that lookups of
+    /// concurrent callers still overlap.
+    ///
+    /// Such a call holds its thread, so records pile up only when more
+    /// threads call one rule than there are lanes. On the 2-core machine of
+    /// BENCHMARKS.md that never paid: with tasks on a runtime of as many
+    /// workers as lanes it does not engage, and with 16 threads calling
+    /// `evaluate_blocking` it made one-record calls 4× slower (the waiting
+    /// threads park and wake in the kernel). It is kept as a switch to
+    /// measure on larger machines.
+    pub coalesce: bool,
+    /// Most one-record calls of one rule in flight at once before the next
+    /// ones wait to be coalesced (default: the machine's cores).
+    pub lanes: usize,
 }
 
 impl Default for EngineConfig {
@@ -127,6 +148,8 @@ impl Default for EngineConfig {
             fuel: None,
             max_record_bytes: 16 << 20,
             build: build::BuildLimits::default(),
+            coalesce: false,
+            lanes: std::thread::available_parallelism().map_or(1, |n| n.get()),
         }
     }
 }
@@ -139,6 +162,8 @@ const TICK: Duration = Duration::from_millis(10);
 pub struct Engine {
     inner: WtEngine,
     linker: Arc<Linker<StoreState>>,
+    /// The same imports as plain functions, for calls made without a fiber.
+    sync_linker: Arc<Linker<StoreState>>,
     slots: Arc<Slots>,
     config: Arc<EngineConfig>,
 }
@@ -150,10 +175,22 @@ struct Slots {
     permits: Arc<Semaphore>,
     /// Woken whenever an instance goes back to an idle pool.
     returned: Notify,
-    pools: Mutex<Vec<Weak<Pool>>>,
+    pools: Mutex<Vec<Weak<dyn Idle>>>,
 }
 
-type Pool = Mutex<Vec<Instance>>;
+/// The idle instances of one rule, of one kind (async or sync).
+type Pool<C> = Mutex<Vec<Instance<C>>>;
+
+/// An idle pool seen from the engine's budget: something to drop an instance from.
+trait Idle: Send + Sync {
+    fn drop_one(&self) -> bool;
+}
+
+impl<C: Send> Idle for Pool<C> {
+    fn drop_one(&self) -> bool {
+        self.lock().ok().and_then(|mut v| v.pop()).is_some()
+    }
+}
 
 impl Slots {
     /// A permit for one more live instance; waits while all are in use.
@@ -181,13 +218,14 @@ impl Slots {
     fn drop_one_idle(&self) -> bool {
         let Ok(mut pools) = self.pools.lock() else { return false };
         pools.retain(|w| w.strong_count() > 0);
-        for pool in pools.iter().filter_map(Weak::upgrade) {
-            let victim = pool.lock().ok().and_then(|mut v| v.pop());
-            if victim.is_some() {
-                return true;
-            }
+        pools.iter().filter_map(Weak::upgrade).any(|pool| pool.drop_one())
+    }
+
+    fn register(&self, pool: Weak<dyn Idle>) {
+        if let Ok(mut pools) = self.pools.lock() {
+            pools.retain(|w| w.strong_count() > 0);
+            pools.push(pool);
         }
-        false
     }
 }
 
@@ -229,13 +267,14 @@ impl Engine {
         let mut linker: Linker<StoreState> = Linker::new(&inner);
         bindings::Rule::add_to_linker::<StoreState, HasSelf<StoreState>>(&mut linker, |s| s)
             .map_err(|e| Error::load("linker", e))?;
+        let sync_linker = sync_imports(&inner).map_err(|e| Error::load("linker", e))?;
         start_ticker(&inner);
         let slots = Arc::new(Slots {
             permits: Arc::new(Semaphore::new(cfg.max_instances as usize)),
             returned: Notify::new(),
             pools: Mutex::new(Vec::new()),
         });
-        Ok(Engine { inner, linker: Arc::new(linker), slots, config: Arc::new(cfg.clone()) })
+        Ok(Engine { inner, linker: Arc::new(linker), sync_linker: Arc::new(sync_linker), slots, config: Arc::new(cfg.clone()) })
     }
 
     /// The limits this engine enforces.
@@ -301,7 +340,7 @@ impl Engine {
         let shared = Arc::new(Shared { knowledge, statements: Vec::new() });
         let mut inst = Instance::new(self, &pre, shared.clone()).await?;
         inst.arm(&self.config, 0);
-        let info = inst.bindings.omlet_rule_meta().call_info(&mut inst.store).await;
+        let info = inst.calls.omlet_rule_meta().call_info(&mut inst.store).await;
         let info = match info {
             Ok(Ok(info)) => RuleInfo::from(info),
             Ok(Err(message)) => return Err(Error::load("rule info", anyhow::anyhow!(message))),
@@ -313,12 +352,34 @@ impl Engine {
         };
         let shared = Arc::new(Shared { knowledge: shared.knowledge.clone(), statements });
         inst.store.data_mut().shared = shared.clone();
-        let idle = Arc::new(Mutex::new(vec![inst]));
-        if let Ok(mut pools) = self.slots.pools.lock() {
-            pools.retain(|w| w.strong_count() > 0);
-            pools.push(Arc::downgrade(&idle));
+        let idle: Arc<Pool<bindings::Rule>> = Arc::new(Mutex::new(vec![inst]));
+        self.slots.register(Arc::downgrade(&idle) as Weak<dyn Idle>);
+        let sync = self.sync_path(&component, &shared)?;
+        if let Some(path) = &sync {
+            self.slots.register(Arc::downgrade(&path.idle) as Weak<dyn Idle>);
         }
-        Ok(Rule { inner: Arc::new(RuleInner { engine: self.clone(), pre, shared, info, idle }) })
+        let coalescer = (self.config.coalesce && sync.is_some()).then(|| Coalescer::new(self.config.lanes));
+        Ok(Rule { inner: Arc::new(RuleInner { engine: self.clone(), pre, shared, info, idle, sync, coalescer }) })
+    }
+
+    /// The fiber-less path of a rule, when every call can take it: a rule
+    /// without lookups, or one whose knowledge base has a shared cache to
+    /// answer from (a miss moves the call to the async path).
+    fn sync_path(&self, component: &Component, shared: &Shared) -> Result<Option<SyncPath>> {
+        let eligible = match &shared.knowledge {
+            _ if shared.statements.is_empty() => true,
+            Some(k) => k.has_shared_cache(),
+            None => true,
+        };
+        if !eligible {
+            return Ok(None);
+        }
+        let pre = self.sync_linker.instantiate_pre(component).map_err(|e| Error::load("component", e))?;
+        let missing = || Error::load("component", anyhow::anyhow!("the component does not export {EVALUATOR}"));
+        let evaluator = component.get_export_index(None, EVALUATOR).ok_or_else(missing)?;
+        let evaluate = component.get_export_index(Some(&evaluator), "evaluate").ok_or_else(missing)?;
+        let batch = component.get_export_index(Some(&evaluator), "evaluate-batch").ok_or_else(missing)?;
+        Ok(Some(SyncPath { pre, evaluate, batch, idle: Arc::new(Mutex::new(Vec::new())), skip: AtomicU32::new(0) }))
     }
 }
 
@@ -465,6 +526,10 @@ pub(crate) struct StoreState {
     call_deadline: Duration,
     /// The knowledge generation of the current call: its lookups use it.
     generation: u64,
+    /// Set by a lookup of a fiber-less call that the shared cache could not
+    /// answer: the call's result is dropped and the call made again on the
+    /// async path.
+    would_block: bool,
 }
 
 impl wasmtime::ResourceLimiter for StoreState {
@@ -490,6 +555,23 @@ impl wasmtime::ResourceLimiter for StoreState {
 #[derive(Debug)]
 struct DeadlinePassed;
 
+/// The error that stops a fiber-less call that computed for longer than
+/// [`SYNC_BUDGET`]: it is made again on the async path, which can yield.
+#[derive(Debug)]
+struct MoveToAsync;
+
+impl std::fmt::Display for MoveToAsync {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the call computes for long; it moves to the async path")
+    }
+}
+
+impl std::error::Error for MoveToAsync {}
+
+/// How long a fiber-less call may hold its thread before it is stopped and
+/// made again on the async path (which yields to the runtime every tick).
+const SYNC_BUDGET: Duration = Duration::from_millis(20);
+
 impl std::fmt::Display for DeadlinePassed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("the call deadline passed")
@@ -498,47 +580,150 @@ impl std::fmt::Display for DeadlinePassed {
 
 impl std::error::Error for DeadlinePassed {}
 
-struct Instance {
+/// One instance with its store; `C` is how it is called: `bindings::Rule`
+/// (async, on a fiber) or [`SyncCalls`].
+struct Instance<C> {
     store: Store<StoreState>,
-    bindings: bindings::Rule,
+    calls: C,
     /// This instance's place in the engine's budget, given back on drop.
     _permit: OwnedSemaphorePermit,
 }
 
-impl Instance {
-    async fn new(engine: &Engine, pre: &bindings::RulePre<StoreState>, shared: Arc<Shared>) -> Result<Instance> {
-        let permit = engine.slots.reserve().await;
-        let cfg = &engine.config;
-        let state = StoreState {
-            shared,
-            max_memory: cfg.max_memory,
-            limit: None,
-            call_started: Instant::now(),
-            in_host: Duration::ZERO,
-            call_deadline: cfg.call_deadline,
-            generation: 0,
-        };
-        let mut store = Store::new(&engine.inner, state);
-        store.limiter(|s| s as &mut dyn wasmtime::ResourceLimiter);
-        // Checked once a tick while the guest computes: time waiting for the
-        // host does not count against the deadline, and a long computation
-        // yields to the runtime between ticks instead of holding its thread.
-        store.epoch_deadline_callback(|ctx| {
-            let s = ctx.data();
-            let computing = s.call_started.elapsed().saturating_sub(s.in_host);
-            if computing > s.call_deadline {
-                return Err(wasmtime::Error::new(DeadlinePassed));
-            }
-            Ok(UpdateDeadline::Yield(1))
-        });
-        store.set_epoch_deadline(1);
-        if let Some(f) = cfg.fuel {
-            store.set_fuel(f).map_err(|e| Error::load("fuel", e))?;
-        }
-        let bindings = pre.instantiate_async(&mut store).await.map_err(|e| Error::load("instantiate", e))?;
-        Ok(Instance { store, bindings, _permit: permit })
+/// The evaluator's two exports, called without a fiber. Their types are
+/// checked once, when the instance is made (as owned values, which lower
+/// exactly as the borrowed ones each call passes).
+struct SyncCalls {
+    evaluate: wasmtime::component::Func,
+    batch: wasmtime::component::Func,
+}
+
+type EvaluateOwned = TypedFunc<(u64, ev::Route, Vec<u8>), (Result<Vec<u8>, ev::EvalError>,)>;
+type BatchOwned = TypedFunc<(u64, ev::Route, Vec<u8>), (ev::BatchOutput,)>;
+
+impl SyncCalls {
+    fn evaluate(
+        &self,
+        store: &mut Store<StoreState>,
+        generation: u64,
+        route: &ev::Route,
+        frame: &[u8],
+    ) -> wasmtime::Result<Result<Vec<u8>, ev::EvalError>> {
+        // SAFETY: `new_sync` checked this function's type with `EvaluateOwned`,
+        // whose parameters lower exactly as these borrowed ones.
+        let f = unsafe { TypedFunc::<(u64, &ev::Route, &[u8]), (Result<Vec<u8>, ev::EvalError>,)>::new_unchecked(self.evaluate) };
+        Ok(f.call(store, (generation, route, frame))?.0)
     }
 
+    fn batch(
+        &self,
+        store: &mut Store<StoreState>,
+        generation: u64,
+        route: &ev::Route,
+        frame: &[u8],
+    ) -> wasmtime::Result<ev::BatchOutput> {
+        // SAFETY: as in `evaluate`, checked with `BatchOwned`.
+        let f = unsafe { TypedFunc::<(u64, &ev::Route, &[u8]), (ev::BatchOutput,)>::new_unchecked(self.batch) };
+        Ok(f.call(store, (generation, route, frame))?.0)
+    }
+}
+
+/// What a rule needs to make fiber-less calls: the component pre-linked
+/// against the sync imports, its exports, and the idle sync instances.
+struct SyncPath {
+    pre: InstancePre<StoreState>,
+    evaluate: ComponentExportIndex,
+    batch: ComponentExportIndex,
+    idle: Arc<Pool<SyncCalls>>,
+    /// Calls left to make on the async path after a lookup missed the
+    /// shared cache: where misses are common, a fiber-less try that is then
+    /// made again would double their cost.
+    skip: AtomicU32,
+}
+
+/// How many calls skip the sync path after one of its lookups missed.
+const SKIP_AFTER_MISS: u32 = 64;
+
+/// The interface the evaluator's functions are exported under.
+const EVALUATOR: &str = "omlet:rule/evaluator@0.3.0";
+
+/// A store for one instance, with the engine's limits; `sync` stores stop
+/// a call that computes past [`SYNC_BUDGET`] instead of yielding.
+fn new_store(engine: &Engine, shared: Arc<Shared>, sync: bool) -> Result<Store<StoreState>> {
+    let cfg = &engine.config;
+    let state = StoreState {
+        shared,
+        max_memory: cfg.max_memory,
+        limit: None,
+        call_started: Instant::now(),
+        in_host: Duration::ZERO,
+        call_deadline: cfg.call_deadline,
+        generation: 0,
+        would_block: false,
+    };
+    let mut store = Store::new(&engine.inner, state);
+    store.limiter(|s| s as &mut dyn wasmtime::ResourceLimiter);
+    // Checked once a tick while the guest computes: time waiting for the
+    // host does not count against the deadline, and a long computation
+    // yields to the runtime between ticks instead of holding its thread
+    // (a fiber-less call cannot yield: past its budget it is stopped, to be
+    // made again on the async path).
+    store.epoch_deadline_callback(move |ctx| {
+        let s = ctx.data();
+        let computing = s.call_started.elapsed().saturating_sub(s.in_host);
+        if computing > s.call_deadline {
+            return Err(wasmtime::Error::new(DeadlinePassed));
+        }
+        if !sync {
+            return Ok(UpdateDeadline::Yield(1));
+        }
+        if computing > SYNC_BUDGET {
+            return Err(wasmtime::Error::new(MoveToAsync));
+        }
+        Ok(UpdateDeadline::Continue(1))
+    });
+    store.set_epoch_deadline(1);
+    if let Some(f) = cfg.fuel {
+        store.set_fuel(f).map_err(|e| Error::load("fuel", e))?;
+    }
+    Ok(store)
+}
+
+impl Instance<bindings::Rule> {
+    async fn new(engine: &Engine, pre: &bindings::RulePre<StoreState>, shared: Arc<Shared>) -> Result<Self> {
+        let permit = engine.slots.reserve().await;
+        let mut store = new_store(engine, shared, false)?;
+        let calls = pre.instantiate_async(&mut store).await.map_err(|e| Error::load("instantiate", e))?;
+        Ok(Instance { store, calls, _permit: permit })
+    }
+}
+
+impl Instance<SyncCalls> {
+    /// A fiber-less instance, if a permit is free now (`None`: the caller
+    /// takes the async path, which waits for one).
+    fn new_sync(engine: &Engine, path: &SyncPath, shared: Arc<Shared>) -> Option<Result<Self>> {
+        let permit = engine.slots.permits.clone().try_acquire_owned().ok()?;
+        let mut store = match new_store(engine, shared, true) {
+            Ok(store) => store,
+            Err(e) => return Some(Err(e)),
+        };
+        let instance = match path.pre.instantiate(&mut store) {
+            Ok(instance) => instance,
+            // Instantiating ran past the sync budget (a thread preempted for
+            // long, or a slow start): the async path makes the instance.
+            Err(e) if e.downcast_ref::<MoveToAsync>().is_some() => return None,
+            Err(e) => return Some(Err(Error::load("instantiate", e))),
+        };
+        Some((|| {
+            let typed = |e| Error::load("instantiate", e);
+            let evaluate: EvaluateOwned = instance.get_typed_func(&mut store, path.evaluate).map_err(typed)?;
+            let batch: BatchOwned = instance.get_typed_func(&mut store, path.batch).map_err(typed)?;
+            let calls = SyncCalls { evaluate: *evaluate.func(), batch: *batch.func() };
+            Ok(Instance { store, calls, _permit: permit })
+        })())
+    }
+}
+
+impl<C> Instance<C> {
     /// Resets the per-call state before a call.
     fn arm(&mut self, cfg: &EngineConfig, generation: u64) {
         let s = self.store.data_mut();
@@ -546,6 +731,7 @@ impl Instance {
         s.limit = None;
         s.call_started = Instant::now();
         s.in_host = Duration::ZERO;
+        s.would_block = false;
         self.store.set_epoch_deadline(1);
         if let Some(f) = cfg.fuel {
             // Only fails when fuel is off, and it is on when `fuel` is set.
@@ -587,7 +773,12 @@ struct RuleInner {
     pre: bindings::RulePre<StoreState>,
     shared: Arc<Shared>,
     info: RuleInfo,
-    idle: Arc<Pool>,
+    idle: Arc<Pool<bindings::Rule>>,
+    /// The fiber-less path, for rules that can take it (see `Engine::sync_path`).
+    sync: Option<SyncPath>,
+    /// Where one-record calls queue to be coalesced (with a sync path, and
+    /// when the engine's `coalesce` is on).
+    coalescer: Option<Coalescer<ev::Route>>,
 }
 
 impl Rule {
@@ -601,7 +792,7 @@ impl Rule {
     }
 
     /// An instance armed for one call at knowledge `generation`.
-    async fn checkout(&self, generation: u64) -> Result<Instance> {
+    async fn checkout(&self, generation: u64) -> Result<Instance<bindings::Rule>> {
         let idle = self.inner.idle.lock().ok().and_then(|mut v| v.pop());
         let mut inst = match idle {
             Some(i) => i,
@@ -611,8 +802,8 @@ impl Rule {
         Ok(inst)
     }
 
-    fn checkin(&self, inst: Instance) {
-        if let Ok(mut v) = self.inner.idle.lock() {
+    fn checkin<C>(&self, pool: &Pool<C>, inst: Instance<C>) {
+        if let Ok(mut v) = pool.lock() {
             v.push(inst);
         }
         // Only a call that found no permit waits for a returned instance; while
@@ -631,6 +822,49 @@ impl Rule {
         Ok(())
     }
 
+    /// A fiber-less call `f` on an instance of the sync path, at the
+    /// current knowledge generation. `None` when the call must be made on the
+    /// async path instead: the rule has no sync path, no instance can be
+    /// made without waiting, a lookup missed the shared cache, or the call
+    /// computed past [`SYNC_BUDGET`]. Nothing the call did is kept then.
+    fn call_sync<R>(&self, f: impl FnOnce(&SyncCalls, &mut Store<StoreState>, u64) -> wasmtime::Result<R>) -> Option<Result<R>> {
+        let path = self.inner.sync.as_ref()?;
+        if path.skip.load(Ordering::Relaxed) > 0
+            && path.skip.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1)).is_ok()
+        {
+            return None;
+        }
+        let generation = self.generation();
+        let idle = path.idle.lock().ok().and_then(|mut v| v.pop());
+        let mut inst = match idle {
+            Some(i) => i,
+            None => match Instance::new_sync(&self.inner.engine, path, self.inner.shared.clone())? {
+                Ok(i) => i,
+                Err(e) => return Some(Err(e)),
+            },
+        };
+        inst.arm(&self.inner.engine.config, generation);
+        let out = f(&inst.calls, &mut inst.store, generation);
+        if inst.store.data().would_block {
+            path.skip.store(SKIP_AFTER_MISS, Ordering::Relaxed);
+            // The guest finished normally (the lookup failed as fatal), so the
+            // instance is sound; only its answer is dropped.
+            if out.is_ok() {
+                self.checkin(&path.idle, inst);
+            }
+            return None;
+        }
+        match out {
+            Ok(r) => {
+                self.checkin(&path.idle, inst);
+                Some(Ok(r))
+            }
+            // A stopped or trapped instance is dropped, never reused.
+            Err(e) if e.downcast_ref::<MoveToAsync>().is_some() => None,
+            Err(e) => Some(Err(call_error(&inst.store, e))),
+        }
+    }
+
     /// Evaluates one record with the rule's only model (see
     /// [`Rule::evaluate_on`] for rule sets).
     pub async fn evaluate(&self, record: &Record) -> Result<Record> {
@@ -640,21 +874,107 @@ impl Rule {
     /// Evaluates one record with the model `route` names. A route that names
     /// no model gives [`Error::Unrouted`].
     pub async fn evaluate_on(&self, route: Route<'_>, record: &Record) -> Result<Record> {
+        // Coalesce only calls that will not wait for the host: while the sync
+        // path is skipped, lookups are missing the caches, and coalesced
+        // records would make their lookups one after another.
+        let Some(co) = self.inner.coalescer.as_ref().filter(|_| self.sync_skipped() == 0) else {
+            return self.evaluate_alone(route, record).await;
+        };
+        let _active = co.arrive();
+        if !co.busy() {
+            return self.evaluate_alone(route, record).await;
+        }
+        let (mut lane, taken) = match co.enter(|| wit_route(route), record) {
+            Entry::Run(mut lane) => {
+                if co.crowded() {
+                    // Let the other callers of this thread queue their records first.
+                    tokio::task::yield_now().await;
+                }
+                let taken = lane.take_now();
+                (lane, taken)
+            }
+            Entry::Wait(reply) => match reply.await {
+                Ok(Reply::Done(result)) => return result,
+                Ok(Reply::Lead(taken)) => (Lane::adopt(co), taken),
+                // The lane holding the record went away without an answer.
+                Err(_) => return self.evaluate_alone(route, record).await,
+            },
+        };
+        let own_route = wit_route(route);
+        let (same, mut others): (Vec<_>, Vec<_>) = taken.into_iter().partition(|w| same_route(&w.route, &own_route));
+        let own = if same.is_empty() {
+            self.evaluate_alone(route, record).await
+        } else {
+            let records: Vec<&Record> = std::iter::once(record).chain(same.iter().map(|w| &w.record)).collect();
+            match self.batch_iter(&own_route, records.iter().copied()).await {
+                Ok(results) => {
+                    let mut results = results.into_iter().map(|r| r.map_err(|e| e.at_index(0)));
+                    let own = results.next().unwrap_or_else(|| Err(Error::Internal("a batch gave no result".into())));
+                    for (w, r) in same.into_iter().zip(results) {
+                        w.done(co, r);
+                    }
+                    own
+                }
+                // No instance: the waiters (their replies dropped) try alone.
+                Err(_) => {
+                    drop(same);
+                    self.evaluate_alone(route, record).await
+                }
+            }
+        };
+        // Then the records that are queued for other routes or piled up meanwhile.
+        loop {
+            while let Some(first) = others.first() {
+                let route = first.route.clone();
+                let (same, rest): (Vec<_>, Vec<_>) = others.into_iter().partition(|w| same_route(&w.route, &route));
+                others = rest;
+                if let Ok(results) = self.batch_iter(&route, same.iter().map(|w| &w.record)).await {
+                    for (w, r) in same.into_iter().zip(results) {
+                        w.done(co, r.map_err(|e| e.at_index(0)));
+                    }
+                }
+            }
+            match lane.take() {
+                Some(more) => others = more,
+                None => return own,
+            }
+        }
+    }
+
+    /// How many records were evaluated in another caller's call (coalesced).
+    #[doc(hidden)]
+    pub fn coalesced_records(&self) -> u64 {
+        self.inner.coalescer.as_ref().map_or(0, |c| c.coalesced.load(Ordering::Relaxed))
+    }
+
+    /// How many more calls skip the sync path (0 when it is taken, or absent).
+    fn sync_skipped(&self) -> u32 {
+        self.inner.sync.as_ref().map_or(0, |p| p.skip.load(Ordering::Relaxed))
+    }
+
+    /// One record in its own call.
+    async fn evaluate_alone(&self, route: Route<'_>, record: &Record) -> Result<Record> {
         let input = wire::encode_record(record);
         self.check_size(&input)?;
-        let generation = self.generation();
-        let mut inst = self.checkout(generation).await?;
-        let out =
-            inst.bindings.omlet_rule_evaluator().call_evaluate(&mut inst.store, generation, &wit_route(route), &input).await;
-        match out {
-            Ok(r) => {
-                self.checkin(inst);
-                let r = r.map_err(|e| record_error(0, e))?;
-                wire::decode_record(&r).map_err(|m| Error::Internal(format!("the guest's output record: {m}")))
+        let route = wit_route(route);
+        let out = match self.call_sync(|calls, store, generation| calls.evaluate(store, generation, &route, &input)) {
+            Some(out) => out?,
+            None => {
+                // The sync path could not answer: the async one, on a fiber.
+                let generation = self.generation();
+                let mut inst = self.checkout(generation).await?;
+                let out = inst.calls.omlet_rule_evaluator().call_evaluate(&mut inst.store, generation, &route, &input).await;
+                match out {
+                    Ok(r) => {
+                        self.checkin(&self.inner.idle, inst);
+                        r
+                    }
+                    // A trapped instance is dropped, never reused.
+                    Err(e) => return Err(call_error(&inst.store, e)),
+                }
             }
-            // A trapped instance is dropped, never reused.
-            Err(e) => Err(call_error(&inst.store, e)),
-        }
+        };
+        single_output(out)
     }
 
     /// Evaluates records in one guest call with the rule's only model. Each
@@ -677,6 +997,15 @@ impl Rule {
     pub(crate) async fn evaluate_batch_iter<'r>(
         &self,
         route: Route<'_>,
+        records: impl ExactSizeIterator<Item = &'r Record> + Clone,
+    ) -> Result<Vec<Result<Record>>> {
+        self.batch_iter(&wit_route(route), records).await
+    }
+
+    /// [`Rule::evaluate_batch_iter`] on a WIT route.
+    async fn batch_iter<'r>(
+        &self,
+        route: &ev::Route,
         records: impl ExactSizeIterator<Item = &'r Record> + Clone,
     ) -> Result<Vec<Result<Record>>> {
         let n = records.len();
@@ -708,16 +1037,23 @@ impl Rule {
 
     /// One `evaluate-batch` call: `Ok(Err(_))` when the guest trapped or
     /// reached a limit (the instance is then dropped).
-    async fn call_batch(&self, route: Route<'_>, frame: &Vec<u8>, n: usize) -> Result<Result<Vec<Result<Record>>>> {
-        let generation = self.generation();
-        let mut inst = self.checkout(generation).await?;
-        let out =
-            inst.bindings.omlet_rule_evaluator().call_evaluate_batch(&mut inst.store, generation, &wit_route(route), frame).await;
-        let out = match out {
-            Ok(out) => out,
-            Err(e) => return Ok(Err(call_error(&inst.store, e))),
+    async fn call_batch(&self, route: &ev::Route, frame: &Vec<u8>, n: usize) -> Result<Result<Vec<Result<Record>>>> {
+        let out = match self.call_sync(|calls, store, generation| calls.batch(store, generation, route, frame)) {
+            Some(Ok(out)) => out,
+            Some(Err(e)) => return Ok(Err(e)),
+            None => {
+                let generation = self.generation();
+                let mut inst = self.checkout(generation).await?;
+                let out = inst.calls.omlet_rule_evaluator().call_evaluate_batch(&mut inst.store, generation, route, frame).await;
+                match out {
+                    Ok(out) => {
+                        self.checkin(&self.inner.idle, inst);
+                        out
+                    }
+                    Err(e) => return Ok(Err(call_error(&inst.store, e))),
+                }
+            }
         };
-        self.checkin(inst);
         let errors = out.errors.into_iter().map(|e| (e.index as usize, record_error(e.index as usize, e.error)));
         Ok(wire::decode_batch(n, &out.records, errors))
     }
@@ -729,6 +1065,15 @@ impl Rule {
 
     /// [`Rule::evaluate_on`] for programs without an async runtime.
     pub fn evaluate_on_blocking(&self, route: Route<'_>, record: &Record) -> Result<Record> {
+        // A call the sync path answers needs no runtime at all.
+        if self.inner.coalescer.is_none() && self.sync_skipped() == 0 {
+            let input = wire::encode_record(record);
+            self.check_size(&input)?;
+            let wroute = wit_route(route);
+            if let Some(out) = self.call_sync(|calls, store, generation| calls.evaluate(store, generation, &wroute, &input)) {
+                return single_output(out?);
+            }
+        }
         block_on(self.evaluate_on(route, record))
     }
 
@@ -740,6 +1085,20 @@ impl Rule {
     /// [`Rule::evaluate_batch_on`] for programs without an async runtime.
     pub fn evaluate_batch_on_blocking(&self, route: Route<'_>, records: &[Record]) -> Result<Vec<Result<Record>>> {
         block_on(self.evaluate_batch_on(route, records))
+    }
+}
+
+/// The record an `evaluate` call gave, or its error.
+fn single_output(out: Result<Vec<u8>, ev::EvalError>) -> Result<Record> {
+    let frame = out.map_err(|e| record_error(0, e))?;
+    wire::decode_record(&frame).map_err(|m| Error::Internal(format!("the guest's output record: {m}")))
+}
+
+fn same_route(a: &ev::Route, b: &ev::Route) -> bool {
+    match (a, b) {
+        (ev::Route::Only, ev::Route::Only) => true,
+        (ev::Route::Path(a), ev::Route::Path(b)) | (ev::Route::Model(a), ev::Route::Model(b)) => a == b,
+        _ => false,
     }
 }
 
@@ -799,26 +1158,51 @@ fn qerr(code: wk::ErrorCode, message: String) -> wk::QueryError {
     wk::QueryError { code, message, fatal: false }
 }
 
+/// The knowledge base and the statement a `knowledge.query` names, or the
+/// error the guest gets.
+fn resolve(shared: &Shared, statement: u32) -> Result<(&Arc<Knowledge>, &BoundStatement), wk::QueryError> {
+    let Some(k) = &shared.knowledge else {
+        return Err(qerr(wk::ErrorCode::Unavailable, "no knowledge base is configured".into()));
+    };
+    match shared.statements.get(statement as usize) {
+        Some(stmt) => Ok((k, stmt)),
+        None => Err(qerr(wk::ErrorCode::UnknownStatement, format!("no statement #{statement}"))),
+    }
+}
+
+/// A row as the guest gets it; "no row" is kept in the guest only when
+/// negative caching is on.
+fn answer(k: &Knowledge, row: Option<Vec<Cell>>) -> wk::Answer {
+    let cacheable = k.cacheable() && (row.is_some() || k.config().cache.negative);
+    wk::Answer { row: row.map(|r| r.into_iter().map(to_wit).collect()), cacheable }
+}
+
+fn columns(shared: &Shared, statement: u32) -> Result<Vec<String>, wk::QueryError> {
+    match shared.statements.get(statement as usize) {
+        Some(s) => Ok(s.columns.clone()),
+        None => Err(qerr(wk::ErrorCode::UnknownStatement, format!("no statement #{statement}"))),
+    }
+}
+
+fn now() -> clock::Instant {
+    let (unix_nanos, utc_offset_seconds) = crate::clock::now();
+    clock::Instant { unix_nanos, utc_offset_seconds }
+}
+
 impl wk::Host for StoreState {
     async fn query(&mut self, statement: u32, params: Vec<wk::Cell>) -> wasmtime::Result<Result<wk::Answer, wk::QueryError>> {
         let shared = self.shared.clone();
-        let Some(k) = &shared.knowledge else {
-            return Ok(Err(qerr(wk::ErrorCode::Unavailable, "no knowledge base is configured".into())));
-        };
-        let Some(stmt) = shared.statements.get(statement as usize) else {
-            return Ok(Err(qerr(wk::ErrorCode::UnknownStatement, format!("no statement #{statement}"))));
+        let (k, stmt) = match resolve(&shared, statement) {
+            Ok(found) => found,
+            Err(e) => return Ok(Err(e)),
         };
         let params: Vec<Cell> = params.into_iter().map(to_lang).collect();
         // Waiting for the lookup is not the guest's computing time.
         let waited = Instant::now();
-        let answer = k.query_at(self.generation, stmt, &params).await;
+        let row = k.query_at(self.generation, stmt, &params).await;
         self.in_host += waited.elapsed();
-        Ok(match answer {
-            Ok(row) => {
-                // "No row" is kept in the guest only when negative caching is on.
-                let cacheable = k.cacheable() && (row.is_some() || k.config().cache.negative);
-                Ok(wk::Answer { row: row.map(|r| r.into_iter().map(to_wit).collect()), cacheable })
-            }
+        Ok(match row {
+            Ok(row) => Ok(answer(k, row)),
             Err(e) => {
                 let code = match e.kind {
                     crate::knowledge::LookupErrorKind::Timeout => wk::ErrorCode::Timeout,
@@ -832,18 +1216,43 @@ impl wk::Host for StoreState {
     }
 
     async fn columns(&mut self, statement: u32) -> wasmtime::Result<Result<Vec<String>, wk::QueryError>> {
-        Ok(match self.shared.statements.get(statement as usize) {
-            Some(s) => Ok(s.columns.clone()),
-            None => Err(qerr(wk::ErrorCode::UnknownStatement, format!("no statement #{statement}"))),
-        })
+        Ok(columns(&self.shared, statement))
     }
 }
 
 impl clock::Host for StoreState {
     async fn now(&mut self) -> wasmtime::Result<clock::Instant> {
-        let (unix_nanos, utc_offset_seconds) = crate::clock::now();
-        Ok(clock::Instant { unix_nanos, utc_offset_seconds })
+        Ok(now())
     }
+}
+
+/// The imports as plain functions, for fiber-less calls. A lookup is
+/// answered from the shared cache; one it cannot answer without waiting
+/// marks the call `would_block` and fails as fatal, so that the guest stops
+/// early and the call is made again on the async path.
+fn sync_imports(engine: &WtEngine) -> wasmtime::Result<Linker<StoreState>> {
+    let mut linker: Linker<StoreState> = Linker::new(engine);
+    let mut knowledge = linker.instance("omlet:rule/knowledge@0.3.0")?;
+    knowledge.func_wrap("query", |mut store, (statement, params): (u32, Vec<wk::Cell>)| {
+        let s = store.data_mut();
+        let shared = s.shared.clone();
+        let (k, stmt) = match resolve(&shared, statement) {
+            Ok(found) => found,
+            Err(e) => return Ok((Err(e),)),
+        };
+        let params: Vec<Cell> = params.into_iter().map(to_lang).collect();
+        Ok((match k.query_cached(s.generation, stmt, &params) {
+            Some(row) => Ok(answer(k, row)),
+            None => {
+                s.would_block = true;
+                Err(wk::QueryError { code: wk::ErrorCode::Unavailable, message: "not cached".into(), fatal: true })
+            }
+        },))
+    })?;
+    knowledge.func_wrap("columns", |store, (statement,): (u32,)| Ok((columns(&store.data().shared, statement),)))?;
+    let mut clock = linker.instance("omlet:rule/clock@0.3.0")?;
+    clock.func_wrap("now", |_, (): ()| Ok((now(),)))?;
+    Ok(linker)
 }
 
 impl types::Host for StoreState {}

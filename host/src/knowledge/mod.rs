@@ -210,6 +210,12 @@ impl Knowledge {
     }
 
     #[doc(hidden)]
+    /// Whether answers are kept in the shared cache (not in bypass mode).
+    pub fn has_shared_cache(&self) -> bool {
+        self.cache.is_some()
+    }
+
+    #[doc(hidden)]
     /// Whether guests may keep answers: not in bypass mode, and not turned
     /// off with `cache.guest = false`.
     pub fn cacheable(&self) -> bool {
@@ -346,6 +352,27 @@ impl Knowledge {
                 Miss::Failed(m) => Err(m.clone()),
             },
         }
+    }
+
+    #[doc(hidden)]
+    /// [`Knowledge::query_at`] answered from the shared cache alone, without
+    /// waiting: `None` when the answer is not cached (a miss, or no shared
+    /// cache), and the caller must take the path that may wait. A `None`
+    /// counts nothing: the lookup is counted when it is made again.
+    pub fn query_cached(&self, generation: u64, stmt: &BoundStatement, params: &[Cell]) -> Option<Option<Vec<Cell>>> {
+        let cache = self.cache.as_ref()?;
+        let started = Instant::now();
+        let bound: Vec<Cell> = stmt.order.iter().map(|&i| params.get(i).cloned().unwrap_or(Cell::Null)).collect();
+        let key = CacheKey { generation, sql: stmt.sql.clone(), params: encode(&bound) };
+        // moka's `get` does its work when first polled; a get that would
+        // wait (it never has here) is treated as a miss.
+        let get = std::pin::pin!(cache.get(&key));
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        let std::task::Poll::Ready(Some(row)) = get.poll(&mut cx) else { return None };
+        self.stats.lookups.fetch_add(1, Ordering::Relaxed);
+        self.stats.hits.fetch_add(1, Ordering::Relaxed);
+        self.stats.hit_latency.record(started.elapsed());
+        Some(row.map(|r| (*r).clone()))
     }
 
     /// One database round trip, with the timeout and the counters.

@@ -3,6 +3,7 @@
 //! Run one module with `cargo test -p omlet --test all MODULE::`.
 
 mod cache;
+mod coalesce;
 mod component;
 mod databases;
 mod e2e;

@@ -1,0 +1,38 @@
+//! Profiling aid: `c` tasks making one-record calls of the pure rule on a
+//! two-worker runtime (`perf record`). Usage: profile_concurrent [C] [CALLS]
+fn main() {
+    let c: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(64);
+    let n: usize = std::env::args().nth(2).and_then(|s| s.parse().ok()).unwrap_or(2_000_000);
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let mut config = omlet::EngineConfig { coalesce: std::env::var_os("OMLET_COALESCE").is_some(), ..Default::default() };
+    if let Some(lanes) = std::env::var("OMLET_LANES").ok().and_then(|s| s.parse().ok()) {
+        config.lanes = lanes;
+    }
+    let engine = omlet::Engine::with_config(&config).unwrap();
+    let rule = rt.block_on(engine.load_source("p.oml", "name : p\n---\nV = read(id) ;\n", &Default::default())).unwrap();
+    let recs: std::sync::Arc<Vec<omlet::Record>> = std::sync::Arc::new(
+        (0..64).map(|i| omlet::Record::from_json(&format!("{{\"id\":{i},\"msg\":\"hello world\"}}")).unwrap()).collect(),
+    );
+    let t = std::time::Instant::now();
+    rt.block_on(async {
+        let tasks: Vec<_> = (0..c)
+            .map(|w| {
+                let (rule, recs) = (rule.clone(), recs.clone());
+                tokio::spawn(async move {
+                    for i in 0..n / c {
+                        std::hint::black_box(rule.evaluate(&recs[(w + i) % 64]).await.unwrap());
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+    });
+    let d = t.elapsed();
+    println!(
+        "c={c}: {n} calls in {d:?}: {:.0} ns/call, {:.2} M/s",
+        d.as_nanos() as f64 / n as f64,
+        n as f64 / d.as_secs_f64() / 1e6
+    );
+}

@@ -1,0 +1,29 @@
+//! Profiling aid: one-record calls of the pure rule from `THREADS` plain
+//! threads (`evaluate_blocking`), for `perf record`.
+//! Usage: profile_single [CALLS] [THREADS]; `OMLET_COALESCE=1` turns coalescing on.
+fn main() {
+    let n: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(2_000_000);
+    let threads: usize = std::env::args().nth(2).and_then(|s| s.parse().ok()).unwrap_or(1);
+    let config = omlet::EngineConfig { coalesce: std::env::var_os("OMLET_COALESCE").is_some(), ..Default::default() };
+    let engine = omlet::Engine::with_config(&config).unwrap();
+    let rule = omlet::block_on(engine.load_source("p.oml", "name : p\n---\nV = read(id) ;\n", &Default::default())).unwrap();
+    let recs: Vec<omlet::Record> =
+        (0..64).map(|i| omlet::Record::from_json(&format!("{{\"id\":{i},\"msg\":\"hello world\"}}")).unwrap()).collect();
+    let t = std::time::Instant::now();
+    std::thread::scope(|s| {
+        for w in 0..threads {
+            let (rule, recs) = (&rule, &recs);
+            s.spawn(move || {
+                for i in 0..n / threads {
+                    std::hint::black_box(rule.evaluate_blocking(&recs[(w + i) % 64]).unwrap());
+                }
+            });
+        }
+    });
+    let d = t.elapsed();
+    println!(
+        "{threads} threads: {n} calls in {d:?}: {:.2} M/s, coalesced {}",
+        n as f64 / d.as_secs_f64() / 1e6,
+        rule.coalesced_records()
+    );
+}

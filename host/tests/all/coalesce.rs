@@ -1,0 +1,154 @@
+//! One-record calls: the fiber-less path, and coalescing concurrent callers
+//! into batch calls. Each caller gets its own record's result or error,
+//! whatever happens to the other records it was batched with.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use omlet::{Engine, EngineConfig, Error, Limit, Record};
+
+fn rec(json: &str) -> Record {
+    omlet::record::from_json_str(json).unwrap()
+}
+
+fn engine(f: impl FnOnce(&mut EngineConfig)) -> Engine {
+    let mut c = EngineConfig::default();
+    f(&mut c);
+    Engine::with_config(&c).unwrap()
+}
+
+const ECHO: &str = "name : t\n---\nn = read(n) ;\nm = read(m) ;\n";
+
+/// `tasks` tasks each evaluate `calls` records, `make(task, call)`, one per
+/// call, yielding between calls as a server's request tasks do (a task that
+/// never yields runs all its calls before the next task starts).
+async fn fan_out(
+    rule: &omlet::Rule,
+    tasks: usize,
+    calls: usize,
+    make: impl Fn(usize, usize) -> Record + Send + Sync + 'static,
+) -> Vec<Vec<(Record, omlet::Result<Record>)>> {
+    let make = Arc::new(make);
+    let handles: Vec<_> = (0..tasks)
+        .map(|t| {
+            let (rule, make) = (rule.clone(), make.clone());
+            tokio::spawn(async move {
+                let mut out = Vec::with_capacity(calls);
+                for c in 0..calls {
+                    let r = make(t, c);
+                    let got = rule.evaluate(&r).await;
+                    out.push((r, got));
+                    tokio::task::yield_now().await;
+                }
+                out
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for h in handles {
+        all.push(h.await.unwrap());
+    }
+    all
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coalesced_callers_each_get_their_own_record() {
+    let rule = engine(|c| {
+        c.lanes = 1;
+        c.coalesce = true;
+    })
+    .load_source("t.oml", ECHO, &omlet::LoadOptions::new())
+    .await
+    .unwrap();
+    let all = fan_out(&rule, 32, 200, |t, c| rec(&format!("{{\"n\":{},\"m\":\"t{t}\"}}", t * 1000 + c))).await;
+    for (t, calls) in all.iter().enumerate() {
+        for (c, (_, got)) in calls.iter().enumerate() {
+            let got = got.as_ref().unwrap_or_else(|e| panic!("task {t} call {c}: {e}"));
+            assert_eq!(got.to_json(), format!("{{\"n\":{},\"m\":\"t{t}\"}}", t * 1000 + c));
+        }
+    }
+    assert!(rule.coalesced_records() > 0, "32 callers on one lane never waited for it");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_that_fails_in_a_coalesced_batch_fails_alone() {
+    // Every 7th record is too big for the instance's memory: the batch it
+    // joins fails, is retried record by record, and only that record fails.
+    let rule = engine(|c| {
+        c.lanes = 1;
+        c.coalesce = true;
+        c.max_memory = 16 << 20;
+    })
+    .load_source("t.oml", ECHO, &omlet::LoadOptions::new())
+    .await
+    .unwrap();
+    let big = Arc::new("M".repeat(12 << 20));
+    let all = fan_out(&rule, 16, 15, move |t, c| {
+        let m = if (t + c) % 7 == 0 { big.as_str() } else { "small" };
+        rec(&format!("{{\"n\":{},\"m\":\"{m}\"}}", t * 1000 + c))
+    })
+    .await;
+    let (mut ok, mut failed) = (0, 0);
+    for (t, calls) in all.iter().enumerate() {
+        for (c, (_, got)) in calls.iter().enumerate() {
+            if (t + c) % 7 == 0 {
+                assert!(matches!(got, Err(Error::Limit { limit: Limit::Memory, .. })), "task {t} call {c}: {got:?}");
+                failed += 1;
+            } else {
+                let got = got.as_ref().unwrap_or_else(|e| panic!("task {t} call {c}: {e}"));
+                assert_eq!(got.to_json(), format!("{{\"n\":{},\"m\":\"small\"}}", t * 1000 + c));
+                ok += 1;
+            }
+        }
+    }
+    assert_eq!(ok + failed, 16 * 15);
+    assert!(failed > 0);
+    assert!(rule.coalesced_records() > 0, "no record was coalesced");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_coalescing_off_every_record_has_its_own_call() {
+    let rule = engine(|c| {
+        c.lanes = 1;
+        c.coalesce = false;
+    })
+    .load_source("t.oml", ECHO, &omlet::LoadOptions::new())
+    .await
+    .unwrap();
+    let all = fan_out(&rule, 32, 50, |t, c| rec(&format!("{{\"n\":{c},\"m\":\"t{t}\"}}"))).await;
+    assert!(all.iter().flatten().all(|(_, got)| got.is_ok()));
+    assert_eq!(rule.coalesced_records(), 0);
+}
+
+/// A rule whose regex costs time proportional to the field's length.
+const SLOW_REGEX: &str =
+    "name : t\n---\nv = match read(m) {\n    regex_match('[a-z]{1,300}X') => chars(yes),\n    _ => chars(no),\n};\n";
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_long_call_leaves_the_thread_to_other_tasks() {
+    // One thread: a call that held it without yielding would starve the
+    // ticker. A fiber-less call that computes past its budget is stopped and
+    // made again on the async path, which yields between epoch ticks.
+    let rule = Engine::new().unwrap().load_source("t.oml", SLOW_REGEX, &omlet::LoadOptions::new()).await.unwrap();
+    let ticks = Arc::new(AtomicU64::new(0));
+    let ticker = {
+        let ticks = ticks.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                ticks.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+    };
+    tokio::task::yield_now().await;
+    let slow = rec(&format!("{{\"m\":\"{}\"}}", "a".repeat(40_000)));
+    let started = Instant::now();
+    let out = rule.evaluate(&slow).await.unwrap();
+    let took = started.elapsed();
+    ticker.abort();
+    assert_eq!(out.to_json(), r#"{"v":"no"}"#);
+    assert!(took > Duration::from_millis(200), "the call took only {took:?}: make the record longer");
+    let ticks = ticks.load(Ordering::Relaxed);
+    assert!(ticks >= 5, "the ticker ran {ticks} times during a call of {took:?}");
+}
