@@ -378,6 +378,50 @@ def main():
                 lines.append(f"| {db}: bypass ≥ 0.7× the database's own tool ({TOOLS[db]}) | tool not run | — |")
     lines.append("")
 
+    # --- peers (issue 14) -----------------------------------------------------------------
+    lines += ["## Peers: VRL and hand-written Rust (issue 14)", "",
+              "The same records, the same run: VRL (the `vrl` crate, Vector's language) running programs "
+              "equivalent to the pure rule and to examples/nginx/nginx.oml (`benches/src/peers.rs`), and "
+              "hand-written Rust computing the same output over omlet's public `Record` API (the floor: no "
+              "interpreter, no boundary). `tests/peers.rs` checks that both give omlet's output on these "
+              "records. omlet's nginx rule finds the zone with SQL against the knowdb table, answered by its "
+              "caches; VRL and the hand-written function search a precomputed in-memory range table (VRL's "
+              "enrichment tables are part of Vector, not of the `vrl` crate, and match exact keys only). One "
+              "task, one record per call for VRL and the hand-written code (each event cloned per call, as "
+              "the native cells clone each record).", "",
+              "| work | omlet native | omlet wasm, 1 per call | omlet wasm, 256 per call | VRL | by hand | "
+              "wasm batched ÷ VRL | native ÷ by hand |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for work, native, single, batched, vrl_cell, hand in (
+            ("pure rule", "pure/native", "pure/wasm_single", "pure/wasm_batch/256", "peer/vrl_pure", "peer/by_hand_pure"),
+            ("nginx rule", "real/native_shared_cache", "real/wasm_single", "real/wasm_batch_256", "peer/vrl_nginx",
+             "peer/by_hand_nginx")):
+        cells = [rps(k) for k in (native, single, batched, vrl_cell, hand)]
+        fmt = lambda v: "n/a" if v is None else fmt_rps(v)
+        r1 = "n/a" if not (cells[2] and cells[3]) else f"{cells[2] / cells[3]:.2f}"
+        r2 = "n/a" if not (cells[0] and cells[4]) else f"{cells[4] / cells[0]:.2f}× slower"
+        lines.append(f"| {work} | " + " | ".join(fmt(v) for v in cells) + f" | {r1} | {r2} |")
+    lines += ["", "Targets of issue 14 (records/s, this run):", "",
+              "| target | measured | met |", "|---|---|---|"]
+
+    def goal_row(desc, value, goal, unit, higher=True):
+        if value is None:
+            lines.append(f"| {desc} | not measured | — |")
+            return
+        ok = value >= goal if higher else value <= goal
+        lines.append(f"| {desc} | {value:.2f}{unit} ({(value / goal if higher else goal / value):.2f}× of the goal) | "
+                     f"{'yes' if ok else 'no'} |")
+
+    real_b, vrl_n = rps("real/wasm_batch_256"), rps("peer/vrl_nginx")
+    goal_row("real rule, wasm batched, one task ≥ 500 K rec/s", real_b / 1e3 if real_b else None, 500, " K/s")
+    goal_row("real rule, wasm batched ≥ 1.5× VRL", real_b / vrl_n if real_b and vrl_n else None, 1.5, "×")
+    goal_row("real rule, wasm ÷ native ≤ 1.3×", ratio("real/native_shared_cache", "real/wasm_batch_256"), 1.3, "×", higher=False)
+    goal_row("native evaluator within 3× of hand-written Rust",
+             ratio("peer/by_hand_nginx", "real/native_shared_cache"), 3.0, "×", higher=False)
+    goal_row("`omlet run`, 1 M nginx records, both cores ≥ 400 K rec/s",
+             run["records_per_second"] / 1e3 if run else None, 400, " K/s")
+    lines.append("")
+
     # --- one record per call (issue 16) --------------------------------------------------
     # wp-oml is not on crates.io: its figures are the issue's, measured on this kind of
     # machine with its own perf test, not in this run.

@@ -369,6 +369,44 @@ fn benches(c: &mut Criterion) {
     });
     g.finish();
 
+    // --- peers: VRL and hand-written Rust on the same records ------------------------
+    // Each event is cloned per call, as the native cells clone each record.
+    let zones = Arc::new(peers::Zones::example());
+    let mut g = c.benchmark_group("peer");
+    g.throughput(Throughput::Elements(1));
+    for (name, source, inputs) in [("pure", peers::VRL_PURE, &*records), ("nginx", peers::VRL_NGINX, &nginx_records)] {
+        let events: Vec<vrl::value::Value> = inputs.iter().map(peers::to_vrl).collect();
+        let mut program = peers::Vrl::compile(source, zones.clone()).unwrap();
+        g.bench_function(format!("vrl_{name}"), |b| {
+            b.iter_custom(|n| {
+                let t = Instant::now();
+                for i in 0..n as usize {
+                    std::hint::black_box(program.run(events[i % events.len()].clone()).unwrap());
+                }
+                t.elapsed()
+            })
+        });
+    }
+    g.bench_function("by_hand_pure", |b| {
+        b.iter_custom(|n| {
+            let t = Instant::now();
+            for i in 0..n as usize {
+                std::hint::black_box(peers::pure_by_hand(&records[i % records.len()]));
+            }
+            t.elapsed()
+        })
+    });
+    g.bench_function("by_hand_nginx", |b| {
+        b.iter_custom(|n| {
+            let t = Instant::now();
+            for i in 0..n as usize {
+                std::hint::black_box(peers::nginx_by_hand(&nginx_records[i % nginx_records.len()], &zones));
+            }
+            t.elapsed()
+        })
+    });
+    g.finish();
+
     // --- concurrency: in-flight single-record evaluations ---------------------------
     // VmRSS is read around each c=64 cell (the process's resident set at c=64).
     let rss_around = |id: &str, before: (u64, u64)| {
