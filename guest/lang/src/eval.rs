@@ -16,6 +16,7 @@ use alloc::boxed::Box;
 use alloc::collections::BTreeSet;
 use alloc::string::String;
 use alloc::vec::Vec;
+use core::net::IpAddr;
 
 use crate::ir::*;
 use crate::pipes;
@@ -419,9 +420,26 @@ impl<'a, 'h> Ctx<'a, 'h> {
             }
             Param::Const(c) => cell_of(&const_value(c)),
             Param::Helper(h, args) => {
-                let args: Vec<Cell> = args.iter().map(|a| self.param(a)).collect();
+                let args: Vec<Cell> = args.iter().enumerate().map(|(i, a)| self.helper_arg(*h, i, a)).collect();
                 pipes::helper(*h, &args)
             }
+        }
+    }
+
+    /// Argument `i` of helper `h`. An IPv4 field that a helper reads as an
+    /// address goes as its integer, which the helper takes as it is,
+    /// instead of as text that it would parse back.
+    fn helper_arg(&mut self, h: Helper, i: usize, a: &'a Param) -> Cell {
+        let address = matches!(h, Helper::Ip4Int | Helper::Ip4Between) || (h == Helper::Cidr4Contains && i == 0);
+        match (address, a) {
+            (true, Param::Access(acc)) => match self.access(acc) {
+                Some(f) => match &f.value {
+                    Value::Ip(IpAddr::V4(v4)) => Cell::Integer(i64::from(u32::from(*v4))),
+                    other => cell_of(other),
+                },
+                None => Cell::Null,
+            },
+            _ => self.param(a),
         }
     }
 
