@@ -494,9 +494,8 @@ def main():
               ""]
 
     # --- where the time goes ----------------------------------------------------------
-    empty = r.get("baseline/empty_guest_call", {}).get("us_per_record")
+    # `empty` and `single_us` are read above, for the issue 16 section.
     batch_us = r.get("pure/wasm_batch/256", {}).get("us_per_record")
-    single_us = r.get("pure/wasm_single", {}).get("us_per_record")
     real_batch = rps("real/wasm_batch_256")
     lines += ["## Where the time goes", ""]
     if missed:

@@ -81,11 +81,6 @@ impl<R> Coalescer<R> {
         Active(self)
     }
 
-    /// Whether other callers are inside `evaluate` too.
-    pub(crate) fn crowded(&self) -> bool {
-        self.active.load(Ordering::Relaxed) > 1
-    }
-
     /// Whether more callers are inside `evaluate` than there are lanes:
     /// only then can a record wait for a lane. (A fiber-less call holds its
     /// thread, so callers pile up only when more threads call than there

@@ -20,7 +20,7 @@ use wasmtime::component::{Component, ComponentExportIndex, HasSelf, InstancePre,
 use wasmtime::{Config, Engine as WtEngine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, UpdateDeadline};
 
 use crate::build::{self, RuleSource};
-use crate::coalesce::{Coalescer, Entry, Lane, Reply};
+use crate::coalesce::{Coalescer, Entry, Lane, Reply, Waiter};
 use crate::error::Limit;
 use crate::knowledge::{BoundStatement, Knowledge};
 use crate::record::Record;
@@ -608,10 +608,8 @@ impl SyncCalls {
         route: &ev::Route,
         frame: &[u8],
     ) -> wasmtime::Result<Result<Vec<u8>, ev::EvalError>> {
-        // SAFETY: `new_sync` checked this function's type with `EvaluateOwned`,
-        // whose parameters lower exactly as these borrowed ones.
-        let f = unsafe { TypedFunc::<(u64, &ev::Route, &[u8]), (Result<Vec<u8>, ev::EvalError>,)>::new_unchecked(self.evaluate) };
-        Ok(f.call(store, (generation, route, frame))?.0)
+        // SAFETY: `new_sync` checked this function's type with `EvaluateOwned`.
+        unsafe { call_frame(self.evaluate, store, generation, route, frame) }
     }
 
     fn batch(
@@ -621,10 +619,29 @@ impl SyncCalls {
         route: &ev::Route,
         frame: &[u8],
     ) -> wasmtime::Result<ev::BatchOutput> {
-        // SAFETY: as in `evaluate`, checked with `BatchOwned`.
-        let f = unsafe { TypedFunc::<(u64, &ev::Route, &[u8]), (ev::BatchOutput,)>::new_unchecked(self.batch) };
-        Ok(f.call(store, (generation, route, frame))?.0)
+        // SAFETY: `new_sync` checked this function's type with `BatchOwned`.
+        unsafe { call_frame(self.batch, store, generation, route, frame) }
     }
+}
+
+/// Calls an evaluator export `(generation, route, frame) -> R` without a fiber.
+///
+/// # Safety
+/// `func`'s type must have been checked as `(u64, ev::Route, Vec<u8>) -> (R,)`:
+/// those owned parameters lower exactly as the borrowed ones passed here.
+unsafe fn call_frame<R>(
+    func: wasmtime::component::Func,
+    store: &mut Store<StoreState>,
+    generation: u64,
+    route: &ev::Route,
+    frame: &[u8],
+) -> wasmtime::Result<R>
+where
+    (R,): wasmtime::component::ComponentNamedList + wasmtime::component::Lift + 'static,
+{
+    // SAFETY: the caller's promise.
+    let f = unsafe { TypedFunc::<(u64, &ev::Route, &[u8]), (R,)>::new_unchecked(func) };
+    Ok(f.call(store, (generation, route, frame))?.0)
 }
 
 /// What a rule needs to make fiber-less calls: the component pre-linked
@@ -886,10 +903,9 @@ impl Rule {
         }
         let (mut lane, taken) = match co.enter(|| wit_route(route), record) {
             Entry::Run(mut lane) => {
-                if co.crowded() {
-                    // Let the other callers of this thread queue their records first.
-                    tokio::task::yield_now().await;
-                }
+                // Other callers are inside (`busy`): let those of this thread
+                // queue their records first.
+                tokio::task::yield_now().await;
                 let taken = lane.take_now();
                 (lane, taken)
             }
@@ -902,25 +918,10 @@ impl Rule {
         };
         let own_route = wit_route(route);
         let (same, mut others): (Vec<_>, Vec<_>) = taken.into_iter().partition(|w| same_route(&w.route, &own_route));
-        let own = if same.is_empty() {
-            self.evaluate_alone(route, record).await
-        } else {
-            let records: Vec<&Record> = std::iter::once(record).chain(same.iter().map(|w| &w.record)).collect();
-            match self.batch_iter(&own_route, records.iter().copied()).await {
-                Ok(results) => {
-                    let mut results = results.into_iter().map(|r| r.map_err(|e| e.at_index(0)));
-                    let own = results.next().unwrap_or_else(|| Err(Error::Internal("a batch gave no result".into())));
-                    for (w, r) in same.into_iter().zip(results) {
-                        w.done(co, r);
-                    }
-                    own
-                }
-                // No instance: the waiters (their replies dropped) try alone.
-                Err(_) => {
-                    drop(same);
-                    self.evaluate_alone(route, record).await
-                }
-            }
+        let own = if same.is_empty() { None } else { self.serve(co, &own_route, Some(record), same).await };
+        let own = match own {
+            Some(result) => result,
+            None => self.evaluate_alone(route, record).await,
         };
         // Then the records that are queued for other routes or piled up meanwhile.
         loop {
@@ -928,17 +929,34 @@ impl Rule {
                 let route = first.route.clone();
                 let (same, rest): (Vec<_>, Vec<_>) = others.into_iter().partition(|w| same_route(&w.route, &route));
                 others = rest;
-                if let Ok(results) = self.batch_iter(&route, same.iter().map(|w| &w.record)).await {
-                    for (w, r) in same.into_iter().zip(results) {
-                        w.done(co, r.map_err(|e| e.at_index(0)));
-                    }
-                }
+                self.serve(co, &route, None, same).await;
             }
             match lane.take() {
                 Some(more) => others = more,
                 None => return own,
             }
         }
+    }
+
+    /// One batch call on `route` for `own` (the caller's record, if any) and
+    /// the waiters' records, each waiter getting its reply. The caller's
+    /// result; `None` without `own`, or when no instance could be had (the
+    /// waiters, their replies dropped, then evaluate alone, as the caller does).
+    async fn serve(
+        &self,
+        co: &Coalescer<ev::Route>,
+        route: &ev::Route,
+        own: Option<&Record>,
+        waiters: Vec<Waiter<ev::Route>>,
+    ) -> Option<Result<Record>> {
+        let records: Vec<&Record> = own.into_iter().chain(waiters.iter().map(|w| &w.record)).collect();
+        let results = self.batch_iter(route, records.iter().copied()).await.ok()?;
+        let mut results = results.into_iter().map(|r| r.map_err(|e| e.at_index(0)));
+        let own = own.map(|_| results.next().unwrap_or_else(|| Err(Error::Internal("a batch gave no result".into()))));
+        for (w, r) in waiters.into_iter().zip(results) {
+            w.done(co, r);
+        }
+        own
     }
 
     /// How many records were evaluated in another caller's call (coalesced).
@@ -957,24 +975,28 @@ impl Rule {
         let input = wire::encode_record(record);
         self.check_size(&input)?;
         let route = wit_route(route);
-        let out = match self.call_sync(|calls, store, generation| calls.evaluate(store, generation, &route, &input)) {
-            Some(out) => out?,
-            None => {
-                // The sync path could not answer: the async one, on a fiber.
-                let generation = self.generation();
-                let mut inst = self.checkout(generation).await?;
-                let out = inst.calls.omlet_rule_evaluator().call_evaluate(&mut inst.store, generation, &route, &input).await;
-                match out {
-                    Ok(r) => {
-                        self.checkin(&self.inner.idle, inst);
-                        r
-                    }
-                    // A trapped instance is dropped, never reused.
-                    Err(e) => return Err(call_error(&inst.store, e)),
-                }
+        if let Some(result) = self.evaluate_sync(&route, &input) {
+            return result;
+        }
+        // The sync path could not answer: the async one, on a fiber.
+        let generation = self.generation();
+        let mut inst = self.checkout(generation).await?;
+        let out = inst.calls.omlet_rule_evaluator().call_evaluate(&mut inst.store, generation, &route, &input).await;
+        match out {
+            Ok(r) => {
+                self.checkin(&self.inner.idle, inst);
+                single_output(r)
             }
-        };
-        single_output(out)
+            // A trapped instance is dropped, never reused.
+            Err(e) => Err(call_error(&inst.store, e)),
+        }
+    }
+
+    /// One encoded record on the fiber-less path; `None` when the call must
+    /// be made on the async path (see [`Rule::call_sync`]).
+    fn evaluate_sync(&self, route: &ev::Route, input: &[u8]) -> Option<Result<Record>> {
+        let out = self.call_sync(|calls, store, generation| calls.evaluate(store, generation, route, input))?;
+        Some(out.and_then(single_output))
     }
 
     /// Evaluates records in one guest call with the rule's only model. Each
@@ -1069,9 +1091,8 @@ impl Rule {
         if self.inner.coalescer.is_none() && self.sync_skipped() == 0 {
             let input = wire::encode_record(record);
             self.check_size(&input)?;
-            let wroute = wit_route(route);
-            if let Some(out) = self.call_sync(|calls, store, generation| calls.evaluate(store, generation, &wroute, &input)) {
-                return single_output(out?);
+            if let Some(result) = self.evaluate_sync(&wit_route(route), &input) {
+                return result;
             }
         }
         block_on(self.evaluate_on(route, record))

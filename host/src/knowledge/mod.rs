@@ -321,16 +321,14 @@ impl Knowledge {
         params: &[Cell],
     ) -> Result<Option<Vec<Cell>>, LookupError> {
         self.stats.lookups.fetch_add(1, Ordering::Relaxed);
-        let bound: Vec<Cell> = stmt.order.iter().map(|&i| params.get(i).cloned().unwrap_or(Cell::Null)).collect();
+        let bound = bind(stmt, params);
         let Some(cache) = &self.cache else {
             return self.miss(stmt, bound).await;
         };
         let started = Instant::now();
-        let key = CacheKey { generation, sql: stmt.sql.clone(), params: encode(&bound) };
+        let key = CacheKey::new(generation, stmt, &bound);
         if let Some(row) = cache.get(&key).await {
-            self.stats.hits.fetch_add(1, Ordering::Relaxed);
-            self.stats.hit_latency.record(started.elapsed());
-            return Ok(row.map(|r| (*r).clone()));
+            return Ok(self.hit(started, row));
         }
         self.stats.misses.fetch_add(1, Ordering::Relaxed);
         let negative = self.config.cache.negative;
@@ -362,17 +360,21 @@ impl Knowledge {
     pub fn query_cached(&self, generation: u64, stmt: &BoundStatement, params: &[Cell]) -> Option<Option<Vec<Cell>>> {
         let cache = self.cache.as_ref()?;
         let started = Instant::now();
-        let bound: Vec<Cell> = stmt.order.iter().map(|&i| params.get(i).cloned().unwrap_or(Cell::Null)).collect();
-        let key = CacheKey { generation, sql: stmt.sql.clone(), params: encode(&bound) };
+        let key = CacheKey::new(generation, stmt, &bind(stmt, params));
         // moka's `get` does its work when first polled; a get that would
         // wait (it never has here) is treated as a miss.
         let get = std::pin::pin!(cache.get(&key));
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
         let std::task::Poll::Ready(Some(row)) = get.poll(&mut cx) else { return None };
         self.stats.lookups.fetch_add(1, Ordering::Relaxed);
+        Some(self.hit(started, row))
+    }
+
+    /// A shared-cache hit that began at `started`: counted, and its row.
+    fn hit(&self, started: Instant, row: Row) -> Option<Vec<Cell>> {
         self.stats.hits.fetch_add(1, Ordering::Relaxed);
         self.stats.hit_latency.record(started.elapsed());
-        Some(row.map(|r| (*r).clone()))
+        row.map(|r| (*r).clone())
     }
 
     /// One database round trip, with the timeout and the counters.
@@ -404,6 +406,17 @@ impl Knowledge {
             tracing::warn!(statement = %stmt.sql, error = %e, "lookup failed");
         }
         r
+    }
+}
+
+/// A lookup's parameters in the statement's binding order (missing ones null).
+fn bind(stmt: &BoundStatement, params: &[Cell]) -> Vec<Cell> {
+    stmt.order.iter().map(|&i| params.get(i).cloned().unwrap_or(Cell::Null)).collect()
+}
+
+impl CacheKey {
+    fn new(generation: u64, stmt: &BoundStatement, bound: &[Cell]) -> CacheKey {
+        CacheKey { generation, sql: stmt.sql.clone(), params: encode(bound) }
     }
 }
 
