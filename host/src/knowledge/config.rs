@@ -16,6 +16,11 @@
 //! ttl_ms = 60000                 # optional
 //! negative = true                # cache "no row" answers too
 //! guest = true                   # each guest instance also keeps answers (lock-free local layer)
+//!
+//! [reload]                         # optional: changes in the database reach every worker's caches
+//! channel = "knowledge.reload"   # PostgreSQL: every NOTIFY on it reloads
+//! # poll_query = "select version from knowledge_version"  # any database: a new value reloads
+//! # poll_ms = 500
 //! ```
 //!
 //! `url` schemes: `sqlite::memory:` (the default), `sqlite://path.db`,
@@ -163,6 +168,11 @@ pub struct KnowledgeConfig {
     /// calling another function fails the rule's load.
     #[serde(default)]
     pub functions: Vec<String>,
+    /// The `[reload]` table: how changes made in the database reach the
+    /// caches ([`reload::watch`](super::reload::watch)). Default: they do not
+    /// (call [`Knowledge::reload`], or set a TTL).
+    #[serde(default)]
+    pub reload: super::reload::ReloadConfig,
 }
 
 fn default_url() -> String {

@@ -34,6 +34,7 @@ pub mod mysql;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 mod provider;
+pub mod reload;
 mod sql;
 mod sql_provider;
 pub mod sqlite;

@@ -1,0 +1,149 @@
+//! Reloads pushed by the database: every worker's caches see a change to
+//! the knowledge tables within a second, without a restart.
+//!
+//! A cache lives in one process, so a change made in the shared database
+//! must reach every process that caches it. Two ways, from the `[reload]`
+//! table of the knowledge config:
+//! - `channel` (PostgreSQL): the watcher `LISTEN`s on the channel, and every
+//!   `NOTIFY` on it (from a trigger on the tables, or by hand) is a
+//!   [`Knowledge::reload`]. docs/deployment.md shows the trigger.
+//! - `poll_query` (any database; what MySQL and MariaDB, which have no
+//!   LISTEN, use): the watcher reads the query's single value every
+//!   `poll_ms`, and reloads when it changes. A trigger that bumps a version
+//!   row keeps it cheap.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{BoundStatement, Knowledge};
+use crate::{Error, Result};
+
+/// The `[reload]` table of a knowledge config.
+#[derive(Debug, Clone, Deserialize, Default, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ReloadConfig {
+    /// PostgreSQL: reload on every `NOTIFY` on this channel (default none).
+    #[serde(default)]
+    pub channel: Option<String>,
+    /// Any database: reload when this query's single value changes (default
+    /// none), read every `poll_ms`.
+    #[serde(default)]
+    pub poll_query: Option<String>,
+    /// How often `poll_query` is read, in milliseconds (default 500).
+    #[serde(default = "default_poll_ms")]
+    pub poll_ms: u64,
+}
+
+fn default_poll_ms() -> u64 {
+    500
+}
+
+/// A running watcher; dropping it stops it.
+pub struct Watcher {
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Starts the watcher the knowledge's `[reload]` table asks for (`None`
+/// when it asks for none). The first connection is made before it returns,
+/// so a bad URL or channel fails here; later connection losses are retried
+/// every second, with a reload after each reconnection (a notification may
+/// have been missed while it was down).
+pub async fn watch(knowledge: &Arc<Knowledge>) -> Result<Option<Watcher>> {
+    let config = knowledge.config().clone();
+    let r = config.reload.clone();
+    if r.channel.is_none() && r.poll_query.is_none() {
+        return Ok(None);
+    }
+    if r.channel.is_some() && r.poll_query.is_some() {
+        return Err(Error::Knowledge("[reload]: set channel or poll_query, not both".into()));
+    }
+    let url = config.url.clone();
+    let k = Arc::downgrade(knowledge);
+    if let Some(channel) = r.channel {
+        #[cfg(feature = "postgres")]
+        {
+            if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+                return Err(Error::Knowledge(
+                    "[reload] channel needs PostgreSQL (LISTEN/NOTIFY); use poll_query on other databases".into(),
+                ));
+            }
+            let mut listener = listen(&url, &channel).await?;
+            let task = tokio::spawn(async move {
+                loop {
+                    let event = listener.try_recv().await;
+                    let Some(k) = k.upgrade() else { return };
+                    match event {
+                        Ok(Some(_)) => k.reload(),
+                        // The connection was lost; the next try_recv reconnects.
+                        Ok(None) => {
+                            tracing::warn!("knowledge reload: LISTEN connection lost; reconnecting");
+                            k.reload();
+                        }
+                        Err(e) => {
+                            tracing::warn!("knowledge reload: {}", super::config::redact(&e.to_string()));
+                            drop(k);
+                            tokio::time::sleep(Duration::from_secs(1)).await;
+                        }
+                    }
+                }
+            });
+            return Ok(Some(Watcher { task }));
+        }
+        #[cfg(not(feature = "postgres"))]
+        {
+            let _ = (channel, k);
+            return Err(Error::Knowledge("[reload] channel needs the `postgres` feature".into()));
+        }
+    }
+    let query = r.poll_query.unwrap_or_default();
+    let every = Duration::from_millis(r.poll_ms.max(10));
+    let provider = knowledge.provider().clone();
+    let stmt = BoundStatement {
+        sql: provider.rewrite_sql(query.clone()).into(),
+        order: Vec::new(),
+        param_types: Vec::new(),
+        columns: Vec::new(),
+        stats: 0,
+        batch: None,
+    };
+    let mut last = provider
+        .query_first(&stmt, Vec::new())
+        .await
+        .map_err(|e| Error::Knowledge(format!("[reload] poll_query `{query}` fails: {}", super::config::redact(&e))))?;
+    let task = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let now = match provider.query_first(&stmt, Vec::new()).await {
+                Ok(v) => v,
+                Err(e) => {
+                    tracing::warn!("knowledge reload: poll_query fails: {}", super::config::redact(&e));
+                    continue;
+                }
+            };
+            let Some(k) = k.upgrade() else { return };
+            if now != last {
+                k.reload();
+                last = now;
+            }
+        }
+    });
+    Ok(Some(Watcher { task }))
+}
+
+#[cfg(feature = "postgres")]
+async fn listen(url: &str, channel: &str) -> Result<sqlx::postgres::PgListener> {
+    let fail = |e: sqlx::Error| Error::Knowledge(format!("[reload] LISTEN {channel}: {}", super::config::redact(&e.to_string())));
+    let mut l = sqlx::postgres::PgListener::connect(url).await.map_err(fail)?;
+    l.listen(channel).await.map_err(fail)?;
+    Ok(l)
+}
