@@ -18,6 +18,9 @@ use crate::record::{self, Record};
 use crate::runtime::{Route, Rule};
 use crate::{Error, Result};
 
+#[cfg(feature = "kafka")]
+pub mod kafka;
+
 /// The text form of the input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
