@@ -13,6 +13,9 @@ use omlet::knowledge::sqlite::SqliteProvider;
 use omlet::stream::{Counting, EmptyCell, Format, Outcome, RouteBy};
 use omlet::{Engine, Error, Knowledge};
 
+#[cfg(feature = "kafka")]
+mod kafka;
+
 #[derive(Parser)]
 #[command(
     name = "omlet",
@@ -73,8 +76,9 @@ enum Cmd {
     Run {
         /// The rule: an .oml file, a directory of them, or a built .wasm component.
         rule: PathBuf,
-        /// Input file; `-` reads standard input.
-        #[arg(short, long, default_value = "-")]
+        /// Input file; `-` reads standard input. With the `kafka` feature, also
+        /// `kafka://BROKERS/TOPIC?group=G`: run as a worker of consumer group G.
+        #[arg(short, long, visible_alias = "from", default_value = "-")]
         input: String,
         /// Input format; by default `csv` for *.csv files, else `jsonl`.
         #[arg(long, value_parser = ["jsonl", "csv"])]
@@ -88,13 +92,29 @@ enum Cmd {
         /// bool, chars). A value that does not parse makes its record an error.
         #[arg(long, value_delimiter = ',', value_parser = parse_input_type)]
         input_types: Vec<(String, String)>,
-        /// Output file for the JSONL records (default, or `-`: standard output).
-        #[arg(short, long)]
+        /// Output file for the JSONL records (default, or `-`: standard output);
+        /// `kafka://BROKERS/TOPIC` when the input is Kafka.
+        #[arg(short, long, visible_alias = "to")]
         output: Option<PathBuf>,
         /// File for error lines, one JSON object per failed record with its record
-        /// number (default: standard error).
+        /// number (default: standard error); or a `kafka://BROKERS/TOPIC`.
         #[arg(long)]
         errors: Option<PathBuf>,
+        /// Kafka input: the message header whose value is the record's rule path
+        /// (a record without it is routed as the other options say).
+        #[arg(long)]
+        route_header: Option<String>,
+        /// Kafka input: records read and not yet committed, at most.
+        #[arg(long, default_value_t = 10_000)]
+        max_in_flight: usize,
+        /// Kafka input: how often done offsets are committed, in milliseconds
+        /// (sooner when half of --max-in-flight waits for a commit).
+        #[arg(long, default_value_t = 100)]
+        commit_interval_ms: u64,
+        /// Kafka input: serve the worker's counters in Prometheus' text format on
+        /// this address (`127.0.0.1:9464`), at any path.
+        #[arg(long)]
+        metrics: Option<String>,
         /// Route every record by this rule path.
         #[arg(long, conflicts_with_all = ["rule_path_field", "model"])]
         rule_path: Option<String>,
@@ -194,6 +214,10 @@ async fn main() -> ExitCode {
             input_types,
             output,
             errors,
+            route_header,
+            max_in_flight,
+            commit_interval_ms,
+            metrics,
             rule_path,
             rule_path_field,
             model,
@@ -226,6 +250,10 @@ async fn main() -> ExitCode {
                 input_types: input_types.into_iter().collect(),
                 output,
                 errors,
+                route_header,
+                max_in_flight,
+                commit_interval_ms,
+                metrics,
                 route,
                 pass_unrouted: unrouted == "pass",
                 stats,
@@ -732,6 +760,10 @@ struct RunOptions {
     input_types: std::collections::BTreeMap<String, String>,
     output: Option<PathBuf>,
     errors: Option<PathBuf>,
+    route_header: Option<String>,
+    max_in_flight: usize,
+    commit_interval_ms: u64,
+    metrics: Option<String>,
     route: RouteBy,
     pass_unrouted: bool,
     stats: Option<String>,
@@ -791,6 +823,17 @@ async fn run(rule: &Path, knowdb: &[PathBuf], config: Option<&Path>, o: RunOptio
              --knowdb knowdb.toml or --knowledge config.toml, or --no-knowledge to run with every lookup absent",
             first.file, first.line, first.column, first.table
         )));
+    }
+    // Changes in the database reach the caches, when the config's [reload] says how.
+    let _watcher = match &knowledge {
+        Some(k) => omlet::knowledge::reload::watch(k).await?,
+        None => None,
+    };
+    if o.input.starts_with("kafka://") {
+        #[cfg(feature = "kafka")]
+        return kafka::run(rule, knowledge, o).await;
+        #[cfg(not(feature = "kafka"))]
+        return Err(Error::Config("this omlet was built without the `kafka` feature".into()));
     }
 
     // Input, with a byte count for the progress bar when it is a file.

@@ -114,6 +114,18 @@ impl Postgres {
     pub fn url(&self) -> String {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
     }
+
+    /// Runs SQL with psql (stops at the first error).
+    pub fn psql(&self, sql: &str) {
+        run(
+            Command::new("psql")
+                .args(["-v", "ON_ERROR_STOP=1", "-q", "-h", "127.0.0.1", "-U", "postgres", "-d", "postgres", "-p"])
+                .arg(self.port.to_string())
+                .arg("-c")
+                .arg(sql),
+            "psql",
+        );
+    }
 }
 
 impl Drop for Postgres {
@@ -372,4 +384,154 @@ fn pipe(
     }
     let _ = from.shutdown(std::net::Shutdown::Both);
     let _ = to.shutdown(std::net::Shutdown::Both);
+}
+
+/// A single Kafka broker (KRaft: broker and controller in one process) from
+/// Maven Central's jars on the machine's JDK, in a temporary directory on
+/// free loopback ports; stopped and removed on drop. The jars come from
+/// `scripts/kafka-jars.sh`, which fetches them once into a cache.
+pub struct Kafka {
+    dir: PathBuf,
+    libs: String,
+    pub port: u16,
+    child: Option<Child>,
+}
+
+impl Kafka {
+    pub fn start() -> Kafka {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/kafka-jars.sh");
+        let out = Command::new(script).stderr(Stdio::inherit()).output().expect("scripts/kafka-jars.sh runs");
+        assert!(out.status.success(), "scripts/kafka-jars.sh failed");
+        let libs = String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or("").trim().to_string();
+        let dir = tempfile::Builder::new().prefix("omlet-kafka-").tempdir().unwrap().keep();
+        let mut last = String::new();
+        for _ in 0..3 {
+            let (port, controller) = (free_port(), free_port());
+            let mut k = Kafka { dir: dir.clone(), libs: libs.clone(), port, child: None };
+            match k.try_start(controller) {
+                Ok(()) => return k,
+                Err(e) => last = e,
+            }
+        }
+        panic!("Kafka did not start after three tries:\n{last}");
+    }
+
+    fn java(&self) -> Command {
+        let mut c = Command::new("java");
+        c.arg("-Xmx512m").arg("-cp").arg(format!("{}/*", self.libs));
+        c
+    }
+
+    fn try_start(&mut self, controller: u16) -> Result<(), String> {
+        let data = self.dir.join(format!("data-{}", self.port));
+        let props = self.dir.join("server.properties");
+        std::fs::write(
+            &props,
+            format!(
+                "process.roles=broker,controller\nnode.id=1\ncontroller.quorum.voters=1@127.0.0.1:{controller}\n\
+                 listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller}\n\
+                 advertised.listeners=PLAINTEXT://127.0.0.1:{port}\ncontroller.listener.names=CONTROLLER\n\
+                 listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT\nlog.dirs={data}\n\
+                 offsets.topic.replication.factor=1\ntransaction.state.log.replication.factor=1\n\
+                 transaction.state.log.min.isr=1\ngroup.initial.rebalance.delay.ms=0\n\
+                 auto.create.topics.enable=false\noffsets.topic.num.partitions=6\n",
+                port = self.port,
+                data = data.display()
+            ),
+        )
+        .map_err(|e| e.to_string())?;
+        let id = self
+            .java()
+            .arg("kafka.tools.StorageTool")
+            .arg("random-uuid")
+            .output()
+            .map_err(|e| format!("java: {e} (is a JDK installed? scripts/test.sh installs one)"))?;
+        let id = String::from_utf8_lossy(&id.stdout).trim().to_string();
+        try_run(
+            self.java().args(["kafka.tools.StorageTool", "format", "-t", &id, "-c"]).arg(&props),
+            "kafka StorageTool format",
+        )?;
+        let log = std::fs::File::create(self.dir.join("broker.log")).map_err(|e| e.to_string())?;
+        let child = self
+            .java()
+            .env("KAFKA_LOG4J_OPTS", "")
+            .arg(format!("-Dkafka.logs.dir={}", self.dir.display()))
+            .arg("kafka.Kafka")
+            .arg(&props)
+            .stdout(log.try_clone().map_err(|e| e.to_string())?)
+            .stderr(log)
+            .spawn()
+            .map_err(|e| format!("java kafka.Kafka: {e}"))?;
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(90);
+        while Instant::now() < deadline {
+            if let Some(c) = self.child.as_mut()
+                && let Ok(Some(status)) = c.try_wait()
+            {
+                self.child = None;
+                return Err(format!(
+                    "the broker exited ({status}):\n{}",
+                    std::fs::read_to_string(self.dir.join("broker.log")).unwrap_or_default()
+                ));
+            }
+            // Ready once it answers an admin request.
+            if self.topics().is_ok() {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        Err("the broker did not answer within 90 s".into())
+    }
+
+    /// `127.0.0.1:PORT`.
+    pub fn brokers(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    fn topics(&self) -> Result<(), String> {
+        try_run(
+            self.java().args(["org.apache.kafka.tools.TopicCommand", "--bootstrap-server", &self.brokers(), "--list"]),
+            "kafka TopicCommand --list",
+        )
+    }
+
+    /// Creates a topic with `partitions` partitions.
+    pub fn create_topic(&self, topic: &str, partitions: u32) {
+        run(
+            self.java().args([
+                "org.apache.kafka.tools.TopicCommand",
+                "--bootstrap-server",
+                &self.brokers(),
+                "--create",
+                "--topic",
+                topic,
+                "--partitions",
+                &partitions.to_string(),
+            ]),
+            "kafka TopicCommand --create",
+        );
+    }
+
+    /// A command of the broker's own tools (ProducerPerformance, …) with its classpath.
+    pub fn tool(&self, class: &str) -> Command {
+        let mut c = self.java();
+        c.arg(class);
+        c
+    }
+}
+
+impl Drop for Kafka {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            // SIGTERM first, so that it shuts down; then make sure.
+            let _ = Command::new("kill").arg(c.id().to_string()).status();
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while Instant::now() < deadline && matches!(c.try_wait(), Ok(None)) {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }

@@ -9,6 +9,8 @@ mod conformance;
 mod databases;
 mod differential;
 mod docs;
+#[cfg(feature = "kafka")]
+mod kafka;
 
 /// The repository's root.
 pub fn root() -> &'static std::path::Path {

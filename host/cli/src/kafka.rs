@@ -1,0 +1,126 @@
+//! `omlet run --from kafka://…`: one worker of a Kafka consumer group, with
+//! its Prometheus endpoint, draining on SIGTERM or Ctrl-C.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use omlet::stream::kafka::{KafkaOptions, KafkaStats, KafkaUrl};
+use omlet::{Error, Knowledge, Rule};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::RunOptions;
+
+fn url(flag: &str, p: &Path) -> omlet::Result<KafkaUrl> {
+    let text = p.to_string_lossy();
+    if !KafkaUrl::is_kafka(&text) {
+        return Err(Error::Config(format!("{flag} `{text}`: with a Kafka input, give a kafka://BROKERS/TOPIC here")));
+    }
+    KafkaUrl::parse(&text)
+}
+
+pub(crate) async fn run(rule: Rule, knowledge: Option<Arc<Knowledge>>, o: RunOptions) -> omlet::Result<ExitCode> {
+    let from = KafkaUrl::parse(&o.input)?;
+    let Some(to) = &o.output else {
+        return Err(Error::Config("a Kafka input needs --to kafka://BROKERS/TOPIC".into()));
+    };
+    let mut options = KafkaOptions::new(from, url("--to", to)?);
+    options.errors = o.errors.as_deref().map(|p| url("--errors", p)).transpose()?;
+    options.route = o.route.clone();
+    options.route_header = o.route_header.clone();
+    options.pass_unrouted = o.pass_unrouted;
+    options.batch = o.batch;
+    options.concurrency = o.concurrency;
+    options.max_in_flight = o.max_in_flight;
+    options.commit_interval = std::time::Duration::from_millis(o.commit_interval_ms);
+    options.on_error_line = Some(Arc::new(|line: &str| eprintln!("{line}")));
+    let topic = options.from.topic.clone();
+    let stats = Arc::new(KafkaStats::default());
+    let _metrics = match &o.metrics {
+        Some(addr) => Some(serve_metrics(addr, stats.clone(), knowledge.clone(), topic).await?),
+        None => None,
+    };
+    let started = Instant::now();
+    let result = omlet::stream::kafka::run(rule, options, stats.clone(), shutdown()).await;
+    let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    let secs = started.elapsed().as_secs_f64();
+    let summary = serde_json::json!({
+        "records": get(&stats.records_in),
+        "written": get(&stats.written),
+        "errors": get(&stats.errors),
+        "unrouted": get(&stats.unrouted),
+        "duplicates": get(&stats.duplicates),
+        "commits": get(&stats.commits),
+        "rebalances": get(&stats.rebalances),
+        "seconds": secs,
+        "knowledge": knowledge.as_ref().map(|k| k.stats().to_json()),
+    });
+    if o.stats.as_deref() == Some("json") {
+        eprintln!("{summary}");
+    } else {
+        eprintln!(
+            "{} records in {secs:.2} s: {} written, {} errors, {} unrouted, {} duplicates after rebalances",
+            summary["records"], summary["written"], summary["errors"], summary["unrouted"], summary["duplicates"]
+        );
+    }
+    // A worker drained by SIGTERM exits 0: its failed records have their error lines.
+    result.map(|()| ExitCode::SUCCESS)
+}
+
+/// Completes on SIGTERM or Ctrl-C.
+async fn shutdown() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+}
+
+/// Answers every HTTP request on `addr` with the worker's counters in
+/// Prometheus' text format. One route and a fixed answer: a few lines of
+/// tokio, where an HTTP server crate would bring far more than it serves.
+async fn serve_metrics(
+    addr: &str,
+    stats: Arc<KafkaStats>,
+    knowledge: Option<Arc<Knowledge>>,
+    topic: String,
+) -> omlet::Result<tokio::task::JoinHandle<()>> {
+    let listener =
+        tokio::net::TcpListener::bind(addr).await.map_err(|e| Error::Config(format!("--metrics {addr}: cannot listen: {e}")))?;
+    Ok(tokio::spawn(async move {
+        loop {
+            let Ok((mut sock, _)) = listener.accept().await else { continue };
+            let (stats, knowledge, topic) = (stats.clone(), knowledge.clone(), topic.clone());
+            tokio::spawn(async move {
+                // Read the request head (bounded in size and time), then answer.
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                let read = async {
+                    while head.len() < 8192 && !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match sock.read(&mut buf).await {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => head.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                };
+                let _ = tokio::time::timeout(std::time::Duration::from_secs(2), read).await;
+                let body = stats.prometheus(&topic, knowledge.as_deref());
+                let reply = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = sock.write_all(reply.as_bytes()).await;
+                let _ = sock.shutdown().await;
+            });
+        }
+    }))
+}
