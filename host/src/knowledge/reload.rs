@@ -65,11 +65,11 @@ pub async fn watch(knowledge: &Arc<Knowledge>) -> Result<Option<Watcher>> {
     if r.channel.is_some() && r.poll_query.is_some() {
         return Err(Error::Knowledge("[reload]: set channel or poll_query, not both".into()));
     }
-    let url = config.url.clone();
     let k = Arc::downgrade(knowledge);
     if let Some(channel) = r.channel {
         #[cfg(feature = "postgres")]
         {
+            let url = config.url.clone();
             if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
                 return Err(Error::Knowledge(
                     "[reload] channel needs PostgreSQL (LISTEN/NOTIFY); use poll_query on other databases".into(),
