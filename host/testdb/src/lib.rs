@@ -399,6 +399,11 @@ pub struct Kafka {
 
 impl Kafka {
     pub fn start() -> Kafka {
+        Kafka::start_with("")
+    }
+
+    /// [`start`](Self::start), with more lines of `server.properties`.
+    pub fn start_with(extra: &str) -> Kafka {
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/kafka-jars.sh");
         let out = Command::new(script).stderr(Stdio::inherit()).output().expect("scripts/kafka-jars.sh runs");
         assert!(out.status.success(), "scripts/kafka-jars.sh failed");
@@ -408,7 +413,7 @@ impl Kafka {
         for _ in 0..3 {
             let (port, controller) = (free_port(), free_port());
             let mut k = Kafka { dir: dir.clone(), libs: libs.clone(), port, child: None };
-            match k.try_start(controller) {
+            match k.try_start(controller, extra) {
                 Ok(()) => return k,
                 Err(e) => last = e,
             }
@@ -422,7 +427,7 @@ impl Kafka {
         c
     }
 
-    fn try_start(&mut self, controller: u16) -> Result<(), String> {
+    fn try_start(&mut self, controller: u16, extra: &str) -> Result<(), String> {
         let data = self.dir.join(format!("data-{}", self.port));
         let props = self.dir.join("server.properties");
         std::fs::write(
@@ -434,7 +439,7 @@ impl Kafka {
                  listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT\nlog.dirs={data}\n\
                  offsets.topic.replication.factor=1\ntransaction.state.log.replication.factor=1\n\
                  transaction.state.log.min.isr=1\ngroup.initial.rebalance.delay.ms=0\n\
-                 auto.create.topics.enable=false\noffsets.topic.num.partitions=6\n",
+                 auto.create.topics.enable=false\noffsets.topic.num.partitions=6\n{extra}\n",
                 port = self.port,
                 data = data.display()
             ),
