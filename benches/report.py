@@ -497,6 +497,7 @@ def main():
     # `empty` and `single_us` are read above, for the issue 16 section.
     batch_us = r.get("pure/wasm_batch/256", {}).get("us_per_record")
     real_batch = rps("real/wasm_batch_256")
+    lines += kafka_section()
     lines += ["## Where the time goes", ""]
     if missed:
         lines += [
@@ -560,6 +561,47 @@ def main():
               "- No load tool for SQLite (an embedded database); its bare sqlx round trip is the baseline.", ""]
     open(os.path.join(ROOT, "BENCHMARKS.md"), "w").write("\n".join(lines))
     print("wrote BENCHMARKS.md")
+
+
+KAFKA = os.path.join(ROOT, "benches", "results", "kafka.json")
+
+
+def kafka_section():
+    """The Kafka workers' figures: a separate run of benches/examples/kafka_throughput.rs."""
+    lines = ["## Kafka workers (issue 15)", ""]
+    try:
+        k = json.load(open(KAFKA))
+    except (OSError, ValueError):
+        return lines + ["Not measured: run `cargo run --release -p omlet-benches --example kafka_throughput`.", ""]
+    lines += [
+        f"From `benches/examples/kafka_throughput.rs`, not criterion: a separate run at {k['commit']}, "
+        f"{k['measured_at']}, on this machine. One broker (Kafka 4.1.1, KRaft, a JVM with `-Xmx512m`) shares "
+        f"the 2 cores with the workers. {k['records']:,} nginx records (the benches' own, 4096 client "
+        "addresses) go through examples/nginx/nginx.oml with its knowdb (in-memory SQLite in each worker). "
+        "Each record is consumed, evaluated, produced with `acks=all` and the idempotent producer, and its "
+        "offset committed. A worker's rate is read from its own counters, between 10% and 90% of the records "
+        "written; the broker holds the group's first assignment 3 s, so no rebalance falls inside it.",
+        "",
+        "| what | records/s |", "|---|---:|",
+        f"| the broker's producer perf test ({k['record_bytes_perf_tools']}-byte records, `acks=all`) | "
+        f"{fmt_rps(k['producer_perf_rps'])} |",
+        f"| the broker's consumer perf test: whole run (group join included) / fetching only | "
+        f"{fmt_rps(k['consumer_perf_rps'])} / {fmt_rps(k['consumer_perf_fetch_rps'])} |",
+    ]
+    for run in k["omlet"]:
+        n = run["workers"]
+        lines.append(f"| omlet, {n} worker{'s' if n > 1 else ''} in one group | {fmt_rps(run['records_per_second'])} |")
+    lines += [
+        "",
+        "On this machine the broker and every worker share two cores, so a second worker adds only what the "
+        "first left idle while it waited on the broker, and a third adds nothing. Across machines, each worker "
+        "brings its own cores. Workers share only the brokers and the knowledge database, whose load is "
+        "misses of each worker's caches, so the rate grows with workers up to the input's partition count "
+        "and the brokers' own limit. The producer perf test shows this broker's limit for acknowledged "
+        "writes on this machine; the workers' best rate is close to it.",
+        "",
+    ]
+    return lines
 
 
 def scaling(r):

@@ -700,3 +700,90 @@ async fn faults_between_omlet_and_mariadb() {
     let m = MariaDb::start();
     fault_matrix("MariaDB", &m.url(), m.port).await;
 }
+
+/// Evaluates `id` through `rule` until `want` comes out, for at most `within`;
+/// returns how long it took.
+async fn until_value(rule: &omlet::Rule, id: i64, want: &str, within: std::time::Duration) -> std::time::Duration {
+    let start = std::time::Instant::now();
+    loop {
+        let out = rule.evaluate(&rec(id)).await.unwrap();
+        if out.to_json().contains(&format!("\"v\":\"{want}\"")) {
+            return start.elapsed();
+        }
+        assert!(start.elapsed() < within, "still {} after {within:?}", out.to_json());
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// A change in PostgreSQL reaches both caches (shared and guest) through a
+/// NOTIFY from a trigger, as docs/deployment.md shows it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_notify_reloads_the_caches_on_postgres() {
+    let pg = Postgres::start();
+    let mut c = KnowledgeConfig::for_url(&pg.url());
+    c.reload.channel = Some("knowledge.reload".into());
+    let k = c.open().await.unwrap();
+    perf_table(&k, 10).await;
+    k.provider()
+        .execute(
+            "create function knowledge_changed() returns trigger language plpgsql as $$ \
+             begin perform pg_notify('knowledge.reload', ''); return null; end $$",
+        )
+        .await
+        .unwrap();
+    k.provider()
+        .execute(
+            "create trigger perf_reload after insert or update or delete or truncate on perf \
+             for each statement execute function knowledge_changed()",
+        )
+        .await
+        .unwrap();
+    let _watcher = omlet::knowledge::reload::watch(&k).await.unwrap().expect("a watcher");
+    let rule =
+        Engine::new().unwrap().load_source("t.oml", PERF_RULE, &omlet::LoadOptions::new().knowledge(k.clone())).await.unwrap();
+    until_value(&rule, 3, "v3", std::time::Duration::from_secs(1)).await;
+    // Cached now: without the reload the old value would stay.
+    let generation = k.generation();
+    k.provider().execute("update perf set value = 'changed' where id = 3").await.unwrap();
+    let took = until_value(&rule, 3, "changed", std::time::Duration::from_secs(1)).await;
+    assert!(k.generation() > generation);
+    eprintln!("NOTIFY reload seen after {took:?}");
+}
+
+/// MariaDB has no LISTEN: a version row read every `poll_ms` does the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_version_row_reloads_the_caches_on_mariadb() {
+    let db = MariaDb::start();
+    let mut c = KnowledgeConfig::for_url(&db.url());
+    c.reload.poll_query = Some("select version from knowledge_version".into());
+    c.reload.poll_ms = 200;
+    let k = c.open().await.unwrap();
+    perf_table(&k, 10).await;
+    k.provider().execute("create table knowledge_version (version bigint not null)").await.unwrap();
+    k.provider().execute("insert into knowledge_version values (1)").await.unwrap();
+    let _watcher = omlet::knowledge::reload::watch(&k).await.unwrap().expect("a watcher");
+    let rule =
+        Engine::new().unwrap().load_source("t.oml", PERF_RULE, &omlet::LoadOptions::new().knowledge(k.clone())).await.unwrap();
+    until_value(&rule, 3, "v3", std::time::Duration::from_secs(1)).await;
+    k.provider().execute("update perf set value = 'changed' where id = 3").await.unwrap();
+    // The row changed but the version did not: the cached answer stays.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert!(rule.evaluate(&rec(3)).await.unwrap().to_json().contains("\"v\":\"v3\""));
+    k.provider().execute("update knowledge_version set version = version + 1").await.unwrap();
+    until_value(&rule, 3, "changed", std::time::Duration::from_secs(1)).await;
+}
+
+/// A bad `[reload]` fails at start, not later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_reload_setting_fails_when_the_watcher_starts() {
+    let mut c = KnowledgeConfig::for_url("sqlite::memory:");
+    c.reload.channel = Some("x".into());
+    let k = c.open().await.unwrap();
+    let e = omlet::knowledge::reload::watch(&k).await.err().expect("LISTEN needs PostgreSQL").to_string();
+    assert!(e.contains("PostgreSQL"), "{e}");
+    let mut c = KnowledgeConfig::for_url("sqlite::memory:");
+    c.reload.poll_query = Some("select version from no_such_table".into());
+    let k = c.open().await.unwrap();
+    let e = omlet::knowledge::reload::watch(&k).await.err().expect("a failing poll query").to_string();
+    assert!(e.contains("no_such_table"), "{e}");
+}
