@@ -10,7 +10,10 @@
 //! 3. the database stopped mid-run: `absent` and `fail` act as on files, and
 //!    every record still ends in the output or the errors topic;
 //! 4. a knowledge row updated in PostgreSQL: every worker reloads (NOTIFY)
-//!    and emits the new value within a second.
+//!    and emits the new value within a second;
+//! 5. records routed by a message header, and messages that are no record
+//!    (not JSON, not UTF-8, no value, no routing header): one error line
+//!    each, naming its partition and offset.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{Read, Write};
@@ -456,6 +459,70 @@ fn workers_in_a_consumer_group() {
     for g in &generations {
         assert!(g.parse::<u64>().unwrap() >= 2, "a worker did not reload: generation {g}");
     }
+
+    // 5. Routing by header, and messages that are no record.
+    let set = dir.path().join("set");
+    std::fs::create_dir(&set).unwrap();
+    std::fs::write(set.join("a.oml"), "name : a\nrule : /a/*\n---\nid = read(id) ;\nwho = chars(a) ;\n").unwrap();
+    std::fs::write(set.join("b.oml"), "name : b\nrule : /b/*\n---\nid = read(id) ;\nwho = chars(b) ;\n").unwrap();
+    topics(&kafka, &["in5", "out5", "err5"]);
+    {
+        use rdkafka::message::{Header, OwnedHeaders};
+        let p = producer(&b);
+        let send = |value: Option<&[u8]>, path: Option<&str>| {
+            let mut rec = BaseRecord::<(), [u8]>::to("in5").partition(0);
+            if let Some(v) = value {
+                rec = rec.payload(v);
+            }
+            if let Some(path) = path {
+                rec = rec.headers(OwnedHeaders::new().insert(Header { key: "rule_path", value: Some(path) }));
+            }
+            p.send(rec).map_err(|(e, _)| e).unwrap();
+        };
+        for i in 0..10 {
+            let path = if i % 2 == 0 { "/a/x" } else { "/b/y" };
+            send(Some(format!(r#"{{"id":{i}}}"#).as_bytes()), Some(path));
+        }
+        send(Some(b"not json"), Some("/a/x"));
+        send(Some(b"{\"id\":\"\xff\"}"), Some("/a/x"));
+        send(None, Some("/a/x"));
+        send(Some(br#"{"id":99}"#), None);
+        p.flush(Duration::from_secs(10)).unwrap();
+    }
+    let w = Worker::start(
+        dir.path(),
+        "w5",
+        &args(
+            &set,
+            url(&kafka, "in5", Some("g5")),
+            url(&kafka, "out5", None),
+            url(&kafka, "err5", None),
+            &["--no-knowledge", "--route-header", "rule_path"],
+        ),
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while read_topic(&b, "out5").len() + read_topic(&b, "err5").len() < 14 {
+        assert!(Instant::now() < deadline, "14 records did not come out");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let (status, summary, log) = w.stop();
+    assert!(status.success(), "{status}\n{log}");
+    let out = read_topic(&b, "out5");
+    for o in &out {
+        let id = o.value["id"].as_u64().unwrap();
+        assert_eq!(o.value["who"], if id % 2 == 0 { "a" } else { "b" }, "record {id} took the wrong model");
+    }
+    assert_eq!(out.len(), 10);
+    let errors: Vec<serde_json::Value> = read_topic(&b, "err5").into_iter().map(|o| o.value).collect();
+    let offsets: Vec<u64> = errors.iter().map(|e| e["offset"].as_u64().unwrap()).collect();
+    assert_eq!(offsets, [10, 11, 12, 13], "{errors:?}");
+    let texts: Vec<&str> = errors.iter().map(|e| e["error"].as_str().unwrap()).collect();
+    assert!(texts[0].contains("invalid JSON") || texts[0].contains("JSON"), "{}", texts[0]);
+    assert!(texts[1].contains("not UTF-8"), "{}", texts[1]);
+    assert!(texts[2].contains("no value"), "{}", texts[2]);
+    assert_eq!(errors[3]["kind"], "unrouted", "{}", errors[3]);
+    assert!(errors.iter().all(|e| e["partition"] == 0 && e["source"] == "in5"));
+    assert_eq!((summary["errors"].as_u64(), summary["unrouted"].as_u64()), (Some(3), Some(1)), "{summary}");
 }
 
 /// One metric's value from a worker's `--metrics` endpoint.
