@@ -27,6 +27,30 @@
 //! processes them again). When `shutdown` completes, reading stops, every
 //! record read is finished and acknowledged, the offsets are committed, and
 //! [`run`] returns `Ok`.
+//!
+//! ```no_run
+//! # omlet::block_on(async {
+//! use std::sync::Arc;
+//! use omlet::stream::kafka::{self, KafkaOptions, KafkaStats, KafkaUrl};
+//! use omlet::{Engine, LoadOptions};
+//!
+//! let rule = Engine::new()?.load_path("set.wasm", &LoadOptions::new()).await?;
+//! let mut options = KafkaOptions::new(
+//!     KafkaUrl::parse("kafka://127.0.0.1:9092/access?group=omlet")?,
+//!     KafkaUrl::parse("kafka://127.0.0.1:9092/enriched")?,
+//! );
+//! options.errors = Some(KafkaUrl::parse("kafka://127.0.0.1:9092/omlet-errors")?);
+//! let stats = Arc::new(KafkaStats::default());
+//! // Runs until `stop_tx` sends (or is dropped), then finishes what it
+//! // read, commits and returns.
+//! let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+//! let stop = async { let _ = stop_rx.await; };
+//! # std::mem::forget(stop_tx);
+//! kafka::run(rule, options, stats.clone(), stop).await?;
+//! println!("{}", stats.prometheus("access", None));
+//! # Ok::<(), omlet::Error>(())
+//! # }).unwrap();
+//! ```
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Write as _;
@@ -230,6 +254,8 @@ pub struct KafkaStats {
     pub commits: AtomicU64,
     /// Rebalances this worker saw (assignments and revocations).
     pub rebalances: AtomicU64,
+    /// Input partitions assigned to this worker now.
+    pub partitions: AtomicU64,
     /// Records read and not yet committed.
     pub in_flight: AtomicU64,
     /// Consumer lag per assigned input partition, from librdkafka's
@@ -263,6 +289,7 @@ impl KafkaStats {
         );
         metric("omlet_commits_total", "counter", "Offset commits.", get(&self.commits));
         metric("omlet_rebalances_total", "counter", "Partition assignments and revocations.", get(&self.rebalances));
+        metric("omlet_assigned_partitions", "gauge", "Input partitions assigned to this worker.", get(&self.partitions));
         metric("omlet_in_flight", "gauge", "Records read and not yet committed.", get(&self.in_flight));
         if let Some(k) = knowledge {
             let s = k.stats();
@@ -440,6 +467,7 @@ impl ConsumerContext for Callbacks {
                     let _ = list.add_partition_offset(&self.0.topic, e.partition(), Offset::Offset(o));
                 }
             }
+            self.0.stats.partitions.store(t.parts.len() as u64, Ordering::Relaxed);
         }
         // What was done of the partitions is committed before another worker takes them.
         if list.count() > 0 {
@@ -462,6 +490,7 @@ impl ConsumerContext for Callbacks {
             for &p in &parts {
                 t.assign(p);
             }
+            self.0.stats.partitions.store(t.parts.len() as u64, Ordering::Relaxed);
         }
         if let Ok(mut a) = self.0.assigned.lock() {
             a.extend(parts);

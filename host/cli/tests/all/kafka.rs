@@ -222,19 +222,39 @@ fn workers_in_a_consumer_group() {
     let ids_rule = dir.path().join("ids.oml");
     std::fs::write(&ids_rule, IDS_RULE).unwrap();
 
-    // 1. A clean run.
+    // 1. A clean run: the workers join first, then the records arrive; one
+    // worker is stopped with SIGTERM in the middle and hands its partitions
+    // over without a duplicate.
     topics(&kafka, &["in1", "out1", "err1"]);
+    let ports = free_ports(3);
+    let workers: Vec<Worker> = ports
+        .iter()
+        .enumerate()
+        .map(|(i, port)| {
+            let metrics = format!("127.0.0.1:{port}");
+            let a = args(
+                &ids_rule,
+                url(&kafka, "in1", Some("g1")),
+                url(&kafka, "out1", None),
+                url(&kafka, "err1", None),
+                &["--no-knowledge", "--metrics", &metrics],
+            );
+            Worker::start(dir.path(), &format!("w1-{i}"), &a)
+        })
+        .collect();
+    // Each worker holds two of the six partitions before any record is written.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while !ports.iter().all(|&p| try_metric(p, "omlet_assigned_partitions").as_deref() == Some("2")) {
+        assert!(Instant::now() < deadline, "the group did not settle on 2 partitions per worker");
+        std::thread::sleep(Duration::from_millis(200));
+    }
     produce(&b, "in1", 0..100_000);
-    let a = args(
-        &ids_rule,
-        url(&kafka, "in1", Some("g1")),
-        url(&kafka, "out1", None),
-        url(&kafka, "err1", None),
-        &["--no-knowledge"],
-    );
-    let workers: Vec<Worker> = (0..3).map(|i| Worker::start(dir.path(), &format!("w1-{i}"), &a)).collect();
+    let mut workers = workers.into_iter();
+    wait_for_ids(&b, &["out1"], 30_000, Duration::from_secs(120));
+    let (status, summary, log) = workers.next().unwrap().stop();
+    assert!(status.success(), "SIGTERM mid-run: {status}\n{log}");
+    let mut total_in = summary["records"].as_u64().unwrap();
     wait_for_ids(&b, &["out1"], 100_000, Duration::from_secs(240));
-    let mut total_in = 0;
     for w in workers {
         let (status, summary, log) = w.stop();
         assert!(status.success(), "a worker did not exit 0 after SIGTERM: {status}\n{log}");
@@ -389,8 +409,7 @@ fn workers_in_a_consumer_group() {
     );
     let reload = config("reload.toml", "absent", "[reload]\nchannel = \"knowledge.reload\"\n");
     topics(&kafka, &["in4", "out4", "err4"]);
-    let ports: Vec<u16> =
-        (0..3).map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()).collect();
+    let ports = free_ports(3);
     let workers: Vec<Worker> = ports
         .iter()
         .enumerate()
@@ -446,6 +465,11 @@ fn workers_in_a_consumer_group() {
     let last = next.load(Ordering::Relaxed) as usize;
     wait_for_ids(&b, &["out4"], last, Duration::from_secs(60));
     let generations: Vec<String> = ports.iter().map(|p| metric(*p, "omlet_knowledge_generation")).collect();
+    // Every worker reports its partitions' lag (librdkafka's statistics, every second).
+    for &p in &ports {
+        let text = metrics_text(p).unwrap_or_default();
+        assert!(text.contains("omlet_consumer_lag{topic=\"in4\",partition="), "no lag from the worker on {p}:\n{text}");
+    }
     for w in workers {
         let (status, _, log) = w.stop();
         assert!(status.success(), "{status}\n{log}");
@@ -527,11 +551,25 @@ fn workers_in_a_consumer_group() {
 
 /// One metric's value from a worker's `--metrics` endpoint.
 fn metric(port: u16, name: &str) -> String {
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    try_metric(port, name).unwrap_or_else(|| panic!("{name} is not in the metrics of the worker on {port}"))
+}
+
+/// [`metric`], or `None` while the worker does not answer.
+fn try_metric(port: u16, name: &str) -> Option<String> {
+    metrics_text(port)?.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ').map(str::to_string))
+}
+
+/// A worker's whole metrics page.
+fn metrics_text(port: u16) -> Option<String> {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").ok()?;
     let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ').map(str::to_string))
-        .unwrap_or_else(|| panic!("{name} is not in the metrics:\n{text}"))
+    s.read_to_string(&mut text).ok()?;
+    Some(text)
+}
+
+fn free_ports(n: usize) -> Vec<u16> {
+    // Held together, so that the n ports differ.
+    let held: Vec<std::net::TcpListener> = (0..n).map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+    held.iter().map(|l| l.local_addr().unwrap().port()).collect()
 }
