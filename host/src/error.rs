@@ -134,6 +134,8 @@ pub enum Limit {
     LineBytes,
     /// A rule is bigger than the build's limit (source or compiled).
     RuleBytes,
+    /// An output is bigger than the Kafka producer's `message.max.bytes`.
+    OutputBytes,
 }
 
 impl std::fmt::Display for Limit {
@@ -145,6 +147,7 @@ impl std::fmt::Display for Limit {
             Limit::RecordBytes => "record bytes",
             Limit::LineBytes => "line bytes",
             Limit::RuleBytes => "rule bytes",
+            Limit::OutputBytes => "output bytes",
         })
     }
 }

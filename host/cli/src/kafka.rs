@@ -42,8 +42,10 @@ pub(crate) async fn run(rule: Rule, knowledge: Option<Arc<Knowledge>>, o: RunOpt
         Some(addr) => Some(serve_metrics(addr, stats.clone(), knowledge.clone(), topic).await?),
         None => None,
     };
+    // The handlers are in place before the clients start: a SIGTERM during start-up drains too.
+    let stop = shutdown()?;
     let started = Instant::now();
-    let result = omlet::stream::kafka::run(rule, options, stats.clone(), shutdown()).await;
+    let result = omlet::stream::kafka::run(rule, options, stats.clone(), stop).await;
     let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
     let secs = started.elapsed().as_secs_f64();
     let summary = serde_json::json!({
@@ -69,20 +71,18 @@ pub(crate) async fn run(rule: Rule, knowledge: Option<Arc<Knowledge>>, o: RunOpt
     result.map(|()| ExitCode::SUCCESS)
 }
 
-/// Completes on SIGTERM or Ctrl-C.
-async fn shutdown() {
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending().await,
+/// A future that completes on SIGTERM or SIGINT (Ctrl-C); both handlers are
+/// installed when this returns.
+fn shutdown() -> omlet::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let handler = |kind| signal(kind).map_err(|e| Error::Config(format!("cannot handle signals: {e}")));
+    let (mut term, mut int) = (handler(SignalKind::terminate())?, handler(SignalKind::interrupt())?);
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
         }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term => {}
-    }
+    })
 }
 
 /// Answers every HTTP request on `addr` with the worker's counters in
@@ -98,7 +98,11 @@ async fn serve_metrics(
         tokio::net::TcpListener::bind(addr).await.map_err(|e| Error::Config(format!("--metrics {addr}: cannot listen: {e}")))?;
     Ok(tokio::spawn(async move {
         loop {
-            let Ok((mut sock, _)) = listener.accept().await else { continue };
+            let Ok((mut sock, _)) = listener.accept().await else {
+                // Out of descriptors, say: wait rather than spin.
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                continue;
+            };
             let (stats, knowledge, topic) = (stats.clone(), knowledge.clone(), topic.clone());
             tokio::spawn(async move {
                 // Read the request head (bounded in size and time), then answer.
@@ -118,8 +122,11 @@ async fn serve_metrics(
                     "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
                     body.len()
                 );
-                let _ = sock.write_all(reply.as_bytes()).await;
-                let _ = sock.shutdown().await;
+                let write = async {
+                    let _ = sock.write_all(reply.as_bytes()).await;
+                    let _ = sock.shutdown().await;
+                };
+                let _ = tokio::time::timeout(std::time::Duration::from_secs(2), write).await;
             });
         }
     }))

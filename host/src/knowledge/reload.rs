@@ -65,7 +65,7 @@ pub async fn watch(knowledge: &Arc<Knowledge>) -> Result<Option<Watcher>> {
     if r.channel.is_some() && r.poll_query.is_some() {
         return Err(Error::Knowledge("[reload]: set channel or poll_query, not both".into()));
     }
-    let k = Arc::downgrade(knowledge);
+    let weak = Arc::downgrade(knowledge);
     if let Some(channel) = r.channel {
         #[cfg(feature = "postgres")]
         {
@@ -79,18 +79,28 @@ pub async fn watch(knowledge: &Arc<Knowledge>) -> Result<Option<Watcher>> {
             let task = tokio::spawn(async move {
                 loop {
                     let event = listener.try_recv().await;
-                    let Some(k) = k.upgrade() else { return };
+                    let Some(knowledge) = weak.upgrade() else { return };
                     match event {
-                        Ok(Some(_)) => k.reload(),
+                        Ok(Some(_)) => knowledge.reload(),
                         // The connection was lost; the next try_recv reconnects.
                         Ok(None) => {
                             tracing::warn!("knowledge reload: LISTEN connection lost; reconnecting");
-                            k.reload();
+                            knowledge.reload();
                         }
+                        // Reconnecting failed. Listen again from scratch until it works,
+                        // then reload: a notification may have been sent meanwhile.
                         Err(e) => {
                             tracing::warn!("knowledge reload: {}", super::config::redact(&e.to_string()));
-                            drop(k);
-                            tokio::time::sleep(Duration::from_secs(1)).await;
+                            drop(knowledge);
+                            listener = loop {
+                                tokio::time::sleep(Duration::from_secs(1)).await;
+                                match listen(&url, &channel).await {
+                                    Ok(l) => break l,
+                                    Err(e) => tracing::warn!("knowledge reload: {e}"),
+                                }
+                            };
+                            let Some(knowledge) = weak.upgrade() else { return };
+                            knowledge.reload();
                         }
                     }
                 }
@@ -99,7 +109,7 @@ pub async fn watch(knowledge: &Arc<Knowledge>) -> Result<Option<Watcher>> {
         }
         #[cfg(not(feature = "postgres"))]
         {
-            let _ = (channel, k);
+            let _ = (channel, weak);
             return Err(Error::Knowledge("[reload] channel needs the `postgres` feature".into()));
         }
     }
@@ -130,9 +140,9 @@ pub async fn watch(knowledge: &Arc<Knowledge>) -> Result<Option<Watcher>> {
                     continue;
                 }
             };
-            let Some(k) = k.upgrade() else { return };
+            let Some(knowledge) = weak.upgrade() else { return };
             if now != last {
-                k.reload();
+                knowledge.reload();
                 last = now;
             }
         }

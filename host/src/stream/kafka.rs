@@ -79,6 +79,9 @@ use crate::{Error, Result};
 /// The header that names an output's input: `topic/partition/offset`.
 pub const SOURCE_HEADER: &str = "omlet-source";
 
+/// The header that names the worker (process id and start time) that wrote an output.
+pub const WORKER_HEADER: &str = "omlet-worker";
+
 /// How much of a failed record's input its error line keeps.
 const MAX_ERROR_INPUT_CHARS: usize = 4096;
 
@@ -341,21 +344,55 @@ impl Tracker {
         });
     }
 
-    /// Forgets a partition: the offset to commit for it (if it advanced),
-    /// and the places to give back now.
+    /// Forgets a partition: the offset to commit for it (every done record,
+    /// committed before or not: an earlier commit may have failed), and the
+    /// places to give back now.
     fn revoke(&mut self, partition: i32) -> (Option<i64>, usize) {
         let Some(part) = self.parts.remove(&partition) else { return (None, 0) };
-        let commit = part.done_to.filter(|&d| Some(d) > part.committed);
-        (commit, part.uncommitted + part.pending.iter().filter(|p| p.1).count())
+        (part.done_to, part.uncommitted + part.pending.iter().filter(|p| p.1).count())
     }
 
-    fn register(&mut self, partition: i32, offset: i64) -> u64 {
+    /// Notes a record read; returns its epoch, the places to give back now,
+    /// and whether it is the first record of its epoch (where reading
+    /// resumed: the committed offset).
+    /// An offset that does not follow the last one read (the consumer's
+    /// position was reset) starts a new epoch: the older records then count
+    /// for nothing, as after a revoke.
+    fn register(&mut self, partition: i32, offset: i64) -> (u64, usize, bool) {
+        let mut release = 0;
+        let behind = self
+            .parts
+            .get(&partition)
+            .is_some_and(|p| p.pending.back().map(|b| offset <= b.0).unwrap_or(false) || p.done_to.is_some_and(|d| offset < d));
+        if behind {
+            release = self.revoke(partition).1;
+        }
         if !self.parts.contains_key(&partition) {
             self.assign(partition);
         }
-        let part = self.parts.get_mut(&partition).expect("just assigned");
+        let Some(part) = self.parts.get_mut(&partition) else { return (0, release, false) };
+        let first = part.pending.is_empty() && part.done_to.is_none();
         part.pending.push_back((offset, false));
-        part.epoch
+        (part.epoch, release, first)
+    }
+
+    /// Whether records of `epoch` still count for `partition`.
+    fn current(&self, partition: i32, epoch: u64) -> bool {
+        self.parts.get(&partition).is_some_and(|p| p.epoch == epoch)
+    }
+
+    /// A commit that failed: its offsets are sent again with the next one.
+    fn commit_failed(&mut self, partition: i32, offset: i64) {
+        if let Some(part) = self.parts.get_mut(&partition)
+            && part.committed == Some(offset)
+        {
+            part.committed = None;
+        }
+    }
+
+    /// Every done offset, committed before or not (for the last, synchronous commit).
+    fn all_done(&self) -> Vec<(i32, i64)> {
+        self.parts.iter().filter_map(|(&p, part)| part.done_to.map(|d| (p, d))).collect()
     }
 
     /// Marks one offset acknowledged; returns the places to give back now
@@ -404,9 +441,9 @@ struct Shared {
     failure: Mutex<Option<Error>>,
     /// Woken when acknowledgements arrive.
     acked: Notify,
-    /// Partitions assigned since the main loop last looked (to count
-    /// duplicates).
-    assigned: Mutex<Vec<i32>>,
+    /// This worker's name on its outputs (`omlet-worker`), so that its
+    /// duplicate count leaves out what it wrote itself.
+    worker: String,
 }
 
 impl Shared {
@@ -470,15 +507,29 @@ impl ConsumerContext for Callbacks {
             self.0.stats.partitions.store(t.parts.len() as u64, Ordering::Relaxed);
         }
         // What was done of the partitions is committed before another worker takes them.
-        if list.count() > 0 {
-            match consumer.commit(&list, CommitMode::Sync) {
-                Ok(()) => {
-                    self.0.stats.commits.fetch_add(1, Ordering::Relaxed);
-                }
-                Err(e) => tracing::warn!("commit on revoke failed (the next owner repeats those records): {e}"),
-            }
+        if list.count() > 0
+            && let Err(e) = consumer.commit(&list, CommitMode::Sync)
+        {
+            tracing::warn!("commit on revoke failed (the next owner repeats those records): {e}");
         }
         self.0.release(release);
+    }
+
+    fn commit_callback(&self, result: rdkafka::error::KafkaResult<()>, offsets: &TopicPartitionList) {
+        match result {
+            Ok(()) => {
+                self.0.stats.commits.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => {
+                tracing::warn!("offset commit failed (sent again with the next): {e}");
+                let mut t = self.0.lock();
+                for el in offsets.elements().iter().filter(|el| el.topic() == self.0.topic) {
+                    if let Offset::Offset(o) = el.offset() {
+                        t.commit_failed(el.partition(), o);
+                    }
+                }
+            }
+        }
     }
 
     fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
@@ -491,9 +542,6 @@ impl ConsumerContext for Callbacks {
                 t.assign(p);
             }
             self.0.stats.partitions.store(t.parts.len() as u64, Ordering::Relaxed);
-        }
-        if let Ok(mut a) = self.0.assigned.lock() {
-            a.extend(parts);
         }
     }
 }
@@ -536,7 +584,11 @@ pub async fn run(rule: Rule, options: KafkaOptions, stats: Arc<KafkaStats>, shut
         stats: stats.clone(),
         failure: Mutex::new(None),
         acked: Notify::new(),
-        assigned: Mutex::new(Vec::new()),
+        worker: format!(
+            "{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
+        ),
     });
 
     let mut cc = o.from.client();
@@ -563,7 +615,22 @@ pub async fn run(rule: Rule, options: KafkaOptions, stats: Arc<KafkaStats>, shut
         }
         None => None,
     };
-    let out = Outputs { producer, topic: o.to.topic.clone(), parts: out_parts, errors, source: o.from.topic.clone() };
+    let max_bytes =
+        o.to.properties
+            .iter()
+            .find(|(k, _)| k == "message.max.bytes")
+            .and_then(|(_, v)| v.parse().ok())
+            .unwrap_or(1_000_000usize);
+    let out = Arc::new(Outputs {
+        producer,
+        topic: o.to.topic.clone(),
+        parts: out_parts,
+        errors,
+        source: o.from.topic.clone(),
+        max_bytes,
+        worker: shared.worker.clone(),
+        on_error_line: o.on_error_line.clone(),
+    });
 
     let mut inflight: VecDeque<Chunk> = VecDeque::new();
     let mut chunk: Vec<(Meta, Input)> = Vec::with_capacity(o.batch);
@@ -574,15 +641,13 @@ pub async fn run(rule: Rule, options: KafkaOptions, stats: Arc<KafkaStats>, shut
     let route = Arc::new(o.route.clone());
     let route_header = o.route_header.clone();
     tokio::pin!(shutdown);
+    // A chunk that is not full goes 2 ms after its first record.
     let linger = Duration::from_millis(2);
+    let mut chunk_deadline: Option<tokio::time::Instant> = None;
 
     loop {
         if shared.failed() {
             stopping = true;
-        }
-        let scan: Vec<i32> = shared.assigned.lock().map(|mut a| std::mem::take(&mut *a)).unwrap_or_default();
-        if !scan.is_empty() {
-            count_duplicates(&consumer, &o, out.parts, &scan, &stats).await;
         }
         if stopping && chunk.is_empty() && inflight.is_empty() {
             break;
@@ -606,7 +671,7 @@ pub async fn run(rule: Rule, options: KafkaOptions, stats: Arc<KafkaStats>, shut
                         })
                         .collect(),
                 };
-                out.emit(results, &o, &shared).await;
+                out.emit(results, o.pass_unrouted, &shared).await;
             }
             _ = commit_tick.tick() => commit(&consumer, &shared, CommitMode::Async),
             _ = shared.acked.notified(), if low => commit(&consumer, &shared, CommitMode::Async),
@@ -615,12 +680,17 @@ pub async fn run(rule: Rule, options: KafkaOptions, stats: Arc<KafkaStats>, shut
                     Ok(msg) => {
                         stats.records_in.fetch_add(1, Ordering::Relaxed);
                         stats.in_flight.fetch_add(1, Ordering::Relaxed);
-                        let (meta, input) = to_input(&msg, &shared, route_header.as_deref(), o.max_record_bytes);
+                        let mut resumed = Vec::new();
+                        let (meta, input) = to_input(&msg, &shared, route_header.as_deref(), o.max_record_bytes, &mut resumed);
+                        if !resumed.is_empty() {
+                            count_duplicates(&o, &shared.worker, out.parts, resumed, &stats);
+                        }
                         chunk_bytes += input.raw.len();
                         chunk.push((meta, input));
+                        chunk_deadline.get_or_insert_with(|| tokio::time::Instant::now() + linger);
                         if chunk.len() >= o.batch || chunk_bytes >= super::MAX_BATCH_BYTES {
                             inflight.push_back(spawn_chunk(&rule, &route, std::mem::take(&mut chunk)));
-                            chunk_bytes = 0;
+                            (chunk_bytes, chunk_deadline) = (0, None);
                         }
                     }
                     Err(e) => {
@@ -630,9 +700,9 @@ pub async fn run(rule: Rule, options: KafkaOptions, stats: Arc<KafkaStats>, shut
                     }
                 }
             }
-            _ = tokio::time::sleep(linger), if !chunk.is_empty() => {
+            _ = tokio::time::sleep_until(chunk_deadline.unwrap_or_else(tokio::time::Instant::now)), if chunk_deadline.is_some() => {
                 inflight.push_back(spawn_chunk(&rule, &route, std::mem::take(&mut chunk)));
-                chunk_bytes = 0;
+                (chunk_bytes, chunk_deadline) = (0, None);
             }
         }
     }
@@ -643,7 +713,16 @@ pub async fn run(rule: Rule, options: KafkaOptions, stats: Arc<KafkaStats>, shut
         commit(&consumer, &shared, CommitMode::Async);
         let _ = tokio::time::timeout(Duration::from_millis(20), shared.acked.notified()).await;
     }
-    commit(&consumer, &shared, CommitMode::Sync);
+    commit(&consumer, &shared, CommitMode::Async);
+    // The last commit: every done offset, whatever earlier commits did, and it must succeed.
+    let last = shared.lock().all_done();
+    if !last.is_empty() {
+        let mut tpl = TopicPartitionList::new();
+        for (p, o) in last {
+            let _ = tpl.add_partition_offset(&shared.topic, p, Offset::Offset(o));
+        }
+        consumer.commit(&tpl, CommitMode::Sync).map_err(|e| kafka_error("the last offset commit failed", e))?;
+    }
     if let Some(e) = shared.failure.lock().ok().and_then(|mut f| f.take()) {
         return Err(e);
     }
@@ -684,9 +763,14 @@ fn to_input(
     shared: &Shared,
     route_header: Option<&str>,
     max: usize,
+    resumed: &mut Vec<(i32, i64)>,
 ) -> (Meta, Input) {
     let (partition, offset) = (msg.partition(), msg.offset());
-    let epoch = shared.lock().register(partition, offset);
+    let (epoch, release, first) = shared.lock().register(partition, offset);
+    shared.release(release);
+    if first {
+        resumed.push((partition, offset));
+    }
     let route = route_header.and_then(|h| {
         msg.headers()?.iter().find(|x| x.key == h).and_then(|x| x.value).map(|v| String::from_utf8_lossy(v).into_owned())
     });
@@ -771,6 +855,8 @@ fn make_producer(url: &KafkaUrl) -> Result<FutureProducer> {
     // At least once, in order: every output acknowledged by all in-sync replicas,
     // retried without duplicates or reordering by the broker.
     c.set("acks", "all").set("enable.idempotence", "true");
+    // A missing topic is an error at start, not a topic made with the broker's defaults.
+    or_default(&mut c, "allow.auto.create.topics", "false");
     c.create().map_err(|e| kafka_error(&format!("cannot create the producer for {url}"), e))
 }
 
@@ -795,21 +881,38 @@ struct Outputs {
     parts: i32,
     errors: Option<(FutureProducer, String, i32)>,
     source: String,
+    /// The output producer's `message.max.bytes`.
+    max_bytes: usize,
+    worker: String,
+    on_error_line: Option<ErrorLineSink>,
+}
+
+/// Errors of a produce request that are about the record, not the cluster.
+fn refused_record(code: RDKafkaErrorCode) -> bool {
+    matches!(
+        code,
+        RDKafkaErrorCode::MessageSizeTooLarge
+            | RDKafkaErrorCode::InvalidMessageSize
+            | RDKafkaErrorCode::InvalidRecord
+            | RDKafkaErrorCode::InvalidMessage
+    )
 }
 
 impl Outputs {
     /// Hands a chunk's outputs to the producers, in order, and leaves a task
-    /// waiting for their acknowledgements.
-    async fn emit(&self, results: Vec<(Meta, Done)>, o: &KafkaOptions, shared: &Arc<Shared>) {
+    /// waiting for their acknowledgements. Records of a partition this worker
+    /// no longer holds are dropped (their new owner repeats them).
+    async fn emit(self: &Arc<Self>, results: Vec<(Meta, Done)>, pass_unrouted: bool, shared: &Arc<Shared>) {
         let mut waits = Vec::with_capacity(results.len());
         let stats = &shared.stats;
         for (meta, done) in results {
-            let (payload, to_errors) = match done.outcome {
-                Outcome::Ok(rec) => {
-                    stats.written.fetch_add(1, Ordering::Relaxed);
-                    (rec.to_json(), false)
-                }
-                Outcome::Unrouted(_) if o.pass_unrouted => {
+            if !shared.lock().current(meta.partition, meta.epoch) {
+                shared.release(1);
+                continue;
+            }
+            let (mut payload, mut to_errors) = match done.outcome {
+                Outcome::Ok(rec) => (rec.to_json(), false),
+                Outcome::Unrouted(_) if pass_unrouted => {
                     stats.unrouted.fetch_add(1, Ordering::Relaxed);
                     (done.input.raw.clone(), false)
                 }
@@ -822,66 +925,117 @@ impl Outputs {
                     (self.error_line(&meta, "failed", &e, &done.input.raw), true)
                 }
             };
-            let (producer, topic, parts) = match (&self.errors, to_errors) {
-                (Some((p, t, n)), true) => (p, t, *n),
-                (None, true) => {
-                    if let Some(f) = &o.on_error_line {
-                        f(&payload);
-                    }
-                    let release = shared.lock().ack(meta.partition, meta.epoch, meta.offset);
-                    shared.release(release);
-                    continue;
+            if !to_errors {
+                if payload.len() > self.max_bytes {
+                    // The producer would refuse it: the record fails instead of stopping the worker.
+                    let e = Error::limit(
+                        Limit::OutputBytes,
+                        format!(
+                            "the output takes {} bytes, more than the producer's message.max.bytes ({})",
+                            payload.len(),
+                            self.max_bytes
+                        ),
+                    );
+                    stats.errors.fetch_add(1, Ordering::Relaxed);
+                    payload = self.error_line(&meta, "failed", &e, &done.input.raw);
+                    to_errors = true;
+                } else {
+                    stats.written.fetch_add(1, Ordering::Relaxed);
                 }
-                _ => (&self.producer, &self.topic, self.parts),
-            };
-            let source = format!("{}/{}/{}", self.source, meta.partition, meta.offset);
-            let headers = OwnedHeaders::new().insert(Header { key: SOURCE_HEADER, value: Some(&source) });
-            let mut record = FutureRecord::to(topic).payload(&payload).partition(meta.partition % parts.max(1)).headers(headers);
-            if let Some(k) = &meta.key {
-                record = record.key(k);
             }
-            let wait = loop {
-                match producer.send_result(record) {
-                    Ok(w) => break Some(w),
-                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
-                        record = r;
-                        tokio::time::sleep(Duration::from_millis(2)).await;
-                    }
-                    Err((e, _)) => {
-                        shared.fail(kafka_error(&format!("cannot produce to `{topic}`"), e));
-                        break None;
-                    }
+            if to_errors && self.errors.is_none() {
+                if let Some(f) = &self.on_error_line {
+                    f(&payload);
                 }
-            };
-            match wait {
-                Some(w) => waits.push((meta, w)),
-                None => return,
+                let release = shared.lock().ack(meta.partition, meta.epoch, meta.offset);
+                shared.release(release);
+                continue;
+            }
+            match self.send(&meta, &payload, to_errors).await {
+                Ok(w) => waits.push((meta, w)),
+                Err(e) => {
+                    shared.fail(e);
+                    return;
+                }
             }
         }
         if waits.is_empty() {
             shared.acked.notify_one();
             return;
         }
-        let shared = shared.clone();
+        let (out, shared) = (self.clone(), shared.clone());
         tokio::spawn(async move {
             for (meta, wait) in waits {
-                match wait.await {
-                    Ok(Ok(_)) => {
+                let result = match wait.await {
+                    Ok(Ok(_)) => Ok(()),
+                    // A record the brokers refuse for itself (too large, invalid): its error line instead.
+                    Ok(Err((KafkaError::MessageProduction(code), _))) if refused_record(code) => {
+                        shared.stats.written.fetch_sub(1, Ordering::Relaxed);
+                        shared.stats.errors.fetch_add(1, Ordering::Relaxed);
+                        let e = Error::Config(format!("the brokers refused the output: {code}"));
+                        out.error_instead(&meta, &e).await
+                    }
+                    Ok(Err((e, _))) => Err(kafka_error("an output was not delivered (its offset stays uncommitted)", e)),
+                    Err(_) => Err(Error::Internal("the producer dropped a delivery".into())),
+                };
+                match result {
+                    Ok(()) => {
                         let release = shared.lock().ack(meta.partition, meta.epoch, meta.offset);
                         shared.release(release);
                     }
-                    Ok(Err((e, _))) => {
-                        shared.fail(kafka_error("an output was not delivered (its offset stays uncommitted)", e));
-                        return;
-                    }
-                    Err(_) => {
-                        shared.fail(Error::Internal("the producer dropped a delivery".into()));
+                    // A record of a partition given up since: the new owner repeats it.
+                    Err(_) if !shared.lock().current(meta.partition, meta.epoch) => shared.release(1),
+                    Err(e) => {
+                        shared.fail(e);
                         return;
                     }
                 }
             }
             shared.acked.notify_one();
         });
+    }
+
+    /// Hands one message to its producer, waiting while its queue is full.
+    async fn send(&self, meta: &Meta, payload: &str, to_errors: bool) -> Result<rdkafka::producer::DeliveryFuture> {
+        let (producer, topic, parts) = match (&self.errors, to_errors) {
+            (Some((p, t, n)), true) => (p, t, *n),
+            _ => (&self.producer, &self.topic, self.parts),
+        };
+        let source = format!("{}/{}/{}", self.source, meta.partition, meta.offset);
+        let headers = OwnedHeaders::new()
+            .insert(Header { key: SOURCE_HEADER, value: Some(&source) })
+            .insert(Header { key: WORKER_HEADER, value: Some(&self.worker) });
+        let mut record = FutureRecord::to(topic).payload(payload).partition(meta.partition % parts.max(1)).headers(headers);
+        if let Some(k) = &meta.key {
+            record = record.key(k);
+        }
+        loop {
+            match producer.send_result(record) {
+                Ok(w) => return Ok(w),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                    record = r;
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+                Err((e, _)) => return Err(kafka_error(&format!("cannot produce to `{topic}`"), e)),
+            }
+        }
+    }
+
+    /// The error line of a record whose output the brokers refused, sent and
+    /// acknowledged in its place.
+    async fn error_instead(&self, meta: &Meta, e: &Error) -> Result<()> {
+        let line = self.error_line(meta, "failed", e, "");
+        if self.errors.is_none() {
+            if let Some(f) = &self.on_error_line {
+                f(&line);
+            }
+            return Ok(());
+        }
+        match self.send(meta, &line, true).await?.await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err((e, _))) => Err(kafka_error("an error line was not delivered (its offset stays uncommitted)", e)),
+            Err(_) => Err(Error::Internal("the producer dropped a delivery".into())),
+        }
     }
 
     fn error_line(&self, meta: &Meta, kind: &str, e: &Error, raw: &str) -> String {
@@ -909,63 +1063,41 @@ fn commit(consumer: &StreamConsumer<Callbacks>, shared: &Shared, mode: CommitMod
         for (p, o) in list {
             let _ = tpl.add_partition_offset(&shared.topic, p, Offset::Offset(o));
         }
-        match consumer.commit(&tpl, mode) {
-            Ok(()) => {
-                shared.stats.commits.fetch_add(1, Ordering::Relaxed);
+        // A commit that fails is sent again (`commit_callback`); commits are cumulative.
+        if let Err(e) = consumer.commit(&tpl, mode) {
+            tracing::warn!("offset commit failed: {e}");
+            let mut t = shared.lock();
+            for el in tpl.elements() {
+                if let Offset::Offset(o) = el.offset() {
+                    t.commit_failed(el.partition(), o);
+                }
             }
-            // A later commit covers these offsets too.
-            Err(e) => tracing::warn!("offset commit failed: {e}"),
         }
     }
     shared.release(release);
 }
 
-/// For each newly assigned partition: how many of its records past the
-/// committed offset already have an output (the previous owner produced them
-/// and died, or lost the partition, before committing). Found from the
-/// `omlet-source` headers of the output partition's last messages; they
-/// will be processed again, and are counted as duplicates.
-async fn count_duplicates(
-    consumer: &StreamConsumer<Callbacks>,
-    o: &KafkaOptions,
-    out_parts: i32,
-    partitions: &[i32],
-    stats: &KafkaStats,
-) {
-    let mut tpl = TopicPartitionList::new();
-    for &p in partitions {
-        let _ = tpl.add_partition(&o.from.topic, p);
-    }
-    let committed = match consumer.committed_offsets(tpl, Duration::from_secs(5)) {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::warn!("cannot read committed offsets to count duplicates: {e}");
-            return;
-        }
-    };
-    let mut from: Vec<(i32, i64)> = Vec::new();
-    for e in committed.elements() {
-        if let Offset::Offset(c) = e.offset() {
-            from.push((e.partition(), c));
-        }
-    }
-    if from.is_empty() {
-        return;
-    }
-    let (url, source, window) = (o.to.clone(), o.from.topic.clone(), (o.max_in_flight * 4) as i64);
-    let found = tokio::task::spawn_blocking(move || scan_outputs(&url, &source, out_parts, &from, window)).await;
-    match found {
-        Ok(Ok(n)) => {
+/// For a partition where reading resumed at `offset` (the committed one):
+/// how many of its records from there on already have an output written by
+/// another worker (the previous owner produced them and died, or lost the
+/// partition, before committing). Found from the `omlet-source` headers of
+/// the output partition's last messages; they will be processed again, and
+/// are counted as duplicates. Runs on its own blocking thread, with a client
+/// of its own, so that the worker goes on.
+fn count_duplicates(o: &KafkaOptions, worker: &str, out_parts: i32, resumed: Vec<(i32, i64)>, stats: &Arc<KafkaStats>) {
+    let (from, to, worker, stats) = (o.from.topic.clone(), o.to.clone(), worker.to_string(), stats.clone());
+    let window = (o.max_in_flight * 4) as i64;
+    tokio::task::spawn_blocking(move || match scan_outputs(&to, &from, &worker, out_parts, &resumed, window) {
+        Ok(n) => {
             stats.duplicates.fetch_add(n, Ordering::Relaxed);
         }
-        Ok(Err(e)) => tracing::warn!("cannot scan the output topic to count duplicates: {e}"),
-        Err(e) => tracing::warn!("duplicate scan task: {e}"),
-    }
+        Err(e) => tracing::warn!("cannot count duplicates: {e}"),
+    });
 }
 
 /// Counts distinct source offsets at or past each partition's committed
 /// offset among the last `window` messages of its output partition.
-fn scan_outputs(url: &KafkaUrl, source: &str, out_parts: i32, from: &[(i32, i64)], window: i64) -> Result<u64> {
+fn scan_outputs(url: &KafkaUrl, source: &str, worker: &str, out_parts: i32, from: &[(i32, i64)], window: i64) -> Result<u64> {
     let reader: BaseConsumer = url
         .client()
         .set("group.id", "omlet-duplicate-scan")
@@ -996,6 +1128,9 @@ fn scan_outputs(url: &KafkaUrl, source: &str, out_parts: i32, from: &[(i32, i64)
             let Ok(m) = m else { continue };
             at = m.offset() + 1;
             let Some(h) = m.headers() else { continue };
+            if h.iter().any(|x| x.key == WORKER_HEADER && x.value == Some(worker.as_bytes())) {
+                continue;
+            }
             let Some(v) = h.iter().find(|x| x.key == SOURCE_HEADER).and_then(|x| x.value) else { continue };
             let text = String::from_utf8_lossy(v);
             let mut it = text.rsplitn(3, '/');
@@ -1030,7 +1165,8 @@ mod tests {
     fn offsets_commit_only_past_a_contiguous_acknowledged_run() {
         let mut t = Tracker::default();
         t.assign(0);
-        let e = t.register(0, 10);
+        let (e, _, first) = t.register(0, 10);
+        assert!(first);
         t.register(0, 11);
         t.register(0, 13);
         // 11 and 13 acknowledged, 10 not: nothing to commit.
@@ -1045,10 +1181,39 @@ mod tests {
     }
 
     #[test]
+    fn an_offset_that_goes_back_starts_a_new_epoch() {
+        let mut t = Tracker::default();
+        t.assign(1);
+        let (e1, _, _) = t.register(1, 5);
+        t.register(1, 6);
+        t.ack(1, e1, 5);
+        // The position was reset to 3: offset 5 was acknowledged, so its place comes back.
+        let (e2, release, _) = t.register(1, 3);
+        assert_ne!(e1, e2);
+        assert_eq!(release, 1);
+        // The old epoch's 6 counts for nothing; the new run commits from its own offsets.
+        assert_eq!(t.ack(1, e1, 6), 1);
+        t.ack(1, e2, 3);
+        assert_eq!(t.take_commits(), (vec![(1, 4)], 1));
+    }
+
+    #[test]
+    fn a_failed_commit_is_sent_again() {
+        let mut t = Tracker::default();
+        t.assign(0);
+        let (e, _, _) = t.register(0, 0);
+        t.ack(0, e, 0);
+        assert_eq!(t.take_commits(), (vec![(0, 1)], 1));
+        t.commit_failed(0, 1);
+        assert_eq!(t.take_commits(), (vec![(0, 1)], 0));
+        assert_eq!(t.all_done(), [(0, 1)]);
+    }
+
+    #[test]
     fn a_revoked_partition_commits_what_was_done_and_ignores_late_acknowledgements() {
         let mut t = Tracker::default();
         t.assign(3);
-        let old = t.register(3, 0);
+        let (old, _, _) = t.register(3, 0);
         t.register(3, 1);
         t.register(3, 2);
         t.ack(3, old, 0);
@@ -1056,7 +1221,8 @@ mod tests {
         // Offset 0 is done (commit 1); 0 and 2 give their places back.
         assert_eq!(t.revoke(3), (Some(1), 2));
         t.assign(3);
-        let new = t.register(3, 1);
+        let (new, _, first) = t.register(3, 1);
+        assert!(first);
         assert_ne!(old, new);
         // A late acknowledgement of the old epoch gives its place back and counts for nothing.
         assert_eq!(t.ack(3, old, 1), 1);

@@ -487,7 +487,8 @@ fn workers_in_a_consumer_group() {
     // 5. Routing by header, and messages that are no record.
     let set = dir.path().join("set");
     std::fs::create_dir(&set).unwrap();
-    std::fs::write(set.join("a.oml"), "name : a\nrule : /a/*\n---\nid = read(id) ;\nwho = chars(a) ;\n").unwrap();
+    std::fs::write(set.join("a.oml"), "name : a\nrule : /a/*\n---\nid = read(id) ;\nwho = chars(a) ;\npad = read(pad) ;\n")
+        .unwrap();
     std::fs::write(set.join("b.oml"), "name : b\nrule : /b/*\n---\nid = read(id) ;\nwho = chars(b) ;\n").unwrap();
     topics(&kafka, &["in5", "out5", "err5"]);
     {
@@ -511,6 +512,8 @@ fn workers_in_a_consumer_group() {
         send(Some(b"{\"id\":\"\xff\"}"), Some("/a/x"));
         send(None, Some("/a/x"));
         send(Some(br#"{"id":99}"#), None);
+        // An output over the producer's message.max.bytes (2048 below): an error line, not a stop.
+        send(Some(format!(r#"{{"id":20,"pad":"{}"}}"#, "x".repeat(3000)).as_bytes()), Some("/a/x"));
         p.flush(Duration::from_secs(10)).unwrap();
     }
     let w = Worker::start(
@@ -519,14 +522,14 @@ fn workers_in_a_consumer_group() {
         &args(
             &set,
             url(&kafka, "in5", Some("g5")),
-            url(&kafka, "out5", None),
+            url(&kafka, "out5", None) + "?message.max.bytes=2048",
             url(&kafka, "err5", None),
             &["--no-knowledge", "--route-header", "rule_path"],
         ),
     );
     let deadline = Instant::now() + Duration::from_secs(60);
-    while read_topic(&b, "out5").len() + read_topic(&b, "err5").len() < 14 {
-        assert!(Instant::now() < deadline, "14 records did not come out");
+    while read_topic(&b, "out5").len() + read_topic(&b, "err5").len() < 15 {
+        assert!(Instant::now() < deadline, "15 records did not come out");
         std::thread::sleep(Duration::from_millis(300));
     }
     let (status, summary, log) = w.stop();
@@ -539,14 +542,15 @@ fn workers_in_a_consumer_group() {
     assert_eq!(out.len(), 10);
     let errors: Vec<serde_json::Value> = read_topic(&b, "err5").into_iter().map(|o| o.value).collect();
     let offsets: Vec<u64> = errors.iter().map(|e| e["offset"].as_u64().unwrap()).collect();
-    assert_eq!(offsets, [10, 11, 12, 13], "{errors:?}");
+    assert_eq!(offsets, [10, 11, 12, 13, 14], "{errors:?}");
     let texts: Vec<&str> = errors.iter().map(|e| e["error"].as_str().unwrap()).collect();
     assert!(texts[0].contains("invalid JSON") || texts[0].contains("JSON"), "{}", texts[0]);
     assert!(texts[1].contains("not UTF-8"), "{}", texts[1]);
     assert!(texts[2].contains("no value"), "{}", texts[2]);
     assert_eq!(errors[3]["kind"], "unrouted", "{}", errors[3]);
+    assert!(texts[4].contains("output bytes"), "{}", texts[4]);
     assert!(errors.iter().all(|e| e["partition"] == 0 && e["source"] == "in5"));
-    assert_eq!((summary["errors"].as_u64(), summary["unrouted"].as_u64()), (Some(3), Some(1)), "{summary}");
+    assert_eq!((summary["errors"].as_u64(), summary["unrouted"].as_u64()), (Some(4), Some(1)), "{summary}");
 }
 
 /// One metric's value from a worker's `--metrics` endpoint.
