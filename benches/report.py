@@ -594,13 +594,15 @@ def kafka_section():
     lines += [
         "",
         "On this machine the broker and every worker share two cores, so a second worker adds only what the "
-        "first left idle while it waited on the broker, and a third adds nothing. Across machines, each worker "
+        "first left idle while it waited on the broker, and a third adds little or nothing. Across machines, each worker "
         "brings its own cores. Workers share only the brokers and the knowledge database, whose load is "
         "misses of each worker's caches, so the rate grows with workers up to the input's partition count "
         "and the brokers' own limit. The producer perf test shows this broker's limit for acknowledged "
         "writes on this machine; the workers' best rate is close to it.",
         "",
     ]
+    if k.get("note"):
+        lines += [k["note"], ""]
     return lines
 
 
