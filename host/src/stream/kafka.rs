@@ -259,6 +259,8 @@ pub struct KafkaStats {
     pub rebalances: AtomicU64,
     /// Input partitions assigned to this worker now.
     pub partitions: AtomicU64,
+    /// Times the worker paused its partitions, having waited a second for room.
+    pub pauses: AtomicU64,
     /// Records read and not yet committed.
     pub in_flight: AtomicU64,
     /// Consumer lag per assigned input partition, from librdkafka's
@@ -293,6 +295,7 @@ impl KafkaStats {
         metric("omlet_commits_total", "counter", "Offset commits.", get(&self.commits));
         metric("omlet_rebalances_total", "counter", "Partition assignments and revocations.", get(&self.rebalances));
         metric("omlet_assigned_partitions", "gauge", "Input partitions assigned to this worker.", get(&self.partitions));
+        metric("omlet_pauses_total", "counter", "Times the partitions were paused, waiting for room.", get(&self.pauses));
         metric("omlet_in_flight", "gauge", "Records read and not yet committed.", get(&self.in_flight));
         if let Some(k) = knowledge {
             let s = k.stats();
@@ -441,6 +444,9 @@ struct Shared {
     failure: Mutex<Option<Error>>,
     /// Woken when acknowledgements arrive.
     acked: Notify,
+    /// Records read without a place, while the partitions were paused
+    /// (fetched before the pause, or of a partition assigned since).
+    overdraft: std::sync::atomic::AtomicUsize,
     /// This worker's name on its outputs (`omlet-worker`), so that its
     /// duplicate count leaves out what it wrote itself.
     worker: String,
@@ -451,9 +457,15 @@ impl Shared {
         self.tracker.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Gives places back; records read without one (while paused) are paid first.
     fn release(&self, n: usize) {
         if n > 0 {
-            self.permits.add_permits(n);
+            let mut owed = 0;
+            let _ = self.overdraft.fetch_update(Ordering::AcqRel, Ordering::Acquire, |o| {
+                owed = o.min(n);
+                Some(o - owed)
+            });
+            self.permits.add_permits(n - owed);
             self.stats.in_flight.fetch_sub(n as u64, Ordering::Relaxed);
         }
     }
@@ -584,6 +596,7 @@ pub async fn run(rule: Rule, options: KafkaOptions, stats: Arc<KafkaStats>, shut
         stats: stats.clone(),
         failure: Mutex::new(None),
         acked: Notify::new(),
+        overdraft: std::sync::atomic::AtomicUsize::new(0),
         worker: format!(
             "{}-{}",
             std::process::id(),
@@ -644,6 +657,7 @@ pub async fn run(rule: Rule, options: KafkaOptions, stats: Arc<KafkaStats>, shut
     // A chunk that is not full goes 2 ms after its first record.
     let linger = Duration::from_millis(2);
     let mut chunk_deadline: Option<tokio::time::Instant> = None;
+    let (mut blocked_since, mut paused): (Option<Instant>, bool) = (None, false);
 
     loop {
         if shared.failed() {
@@ -652,7 +666,20 @@ pub async fn run(rule: Rule, options: KafkaOptions, stats: Arc<KafkaStats>, shut
         if stopping && chunk.is_empty() && inflight.is_empty() {
             break;
         }
-        let room = !stopping && inflight.len() < o.concurrency;
+        // Waiting for room (a free call, or a place) longer than a second pauses
+        // the partitions and polls on, so that the worker stays in its group
+        // however long a database or sink keeps it waiting.
+        let blocked = !stopping && (inflight.len() >= o.concurrency || shared.permits.available_permits() == 0);
+        blocked_since = if blocked { blocked_since.or_else(|| Some(Instant::now())) } else { None };
+        let want_pause = blocked_since.is_some_and(|t| t.elapsed() >= Duration::from_secs(1));
+        if want_pause != paused {
+            pause_all(&consumer, want_pause);
+            paused = want_pause;
+            if paused {
+                stats.pauses.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let room = !blocked;
         let low = shared.permits.available_permits() < o.max_in_flight / 2;
         tokio::select! {
             biased;
@@ -674,10 +701,15 @@ pub async fn run(rule: Rule, options: KafkaOptions, stats: Arc<KafkaStats>, shut
                 out.emit(results, o.pass_unrouted, &shared).await;
             }
             _ = commit_tick.tick() => commit(&consumer, &shared, CommitMode::Async),
+            _ = tokio::time::sleep_until(blocked_since.map(|t| tokio::time::Instant::from_std(t) + Duration::from_secs(1)).unwrap_or_else(tokio::time::Instant::now)), if blocked && !paused => {}
             _ = shared.acked.notified(), if low => commit(&consumer, &shared, CommitMode::Async),
-            m = next(&consumer, &shared.permits), if room => {
+            m = next(&consumer, &shared.permits, paused), if room || paused => {
                 match m {
-                    Ok(msg) => {
+                    Ok((msg, placeless)) => {
+                        if placeless {
+                            shared.overdraft.fetch_add(1, Ordering::AcqRel);
+                            pause_all(&consumer, true);
+                        }
                         stats.records_in.fetch_add(1, Ordering::Relaxed);
                         stats.in_flight.fetch_add(1, Ordering::Relaxed);
                         let mut resumed = Vec::new();
@@ -748,14 +780,37 @@ async fn front(
 }
 
 /// The next message, once a place in flight is free; the place is taken.
+/// While `paused`, the consumer is polled without a place (for its
+/// callbacks and its group membership): a message that still comes is
+/// returned with `true`.
 async fn next<'c>(
     consumer: &'c StreamConsumer<Callbacks>,
     permits: &Semaphore,
-) -> std::result::Result<rdkafka::message::BorrowedMessage<'c>, KafkaError> {
+    paused: bool,
+) -> std::result::Result<(rdkafka::message::BorrowedMessage<'c>, bool), KafkaError> {
+    if paused {
+        return consumer.recv().await.map(|m| (m, true));
+    }
     let Ok(permit) = permits.acquire().await else { return std::future::pending().await };
     let msg = consumer.recv().await?;
     permit.forget();
-    Ok(msg)
+    Ok((msg, false))
+}
+
+/// Pauses (or resumes) fetching from every assigned partition. librdkafka
+/// drops what it fetched ahead for them and, on resume, fetches again from
+/// the last message handed out.
+fn pause_all(consumer: &StreamConsumer<Callbacks>, pause: bool) {
+    match consumer.assignment() {
+        Ok(a) if a.count() > 0 => {
+            let r = if pause { consumer.pause(&a) } else { consumer.resume(&a) };
+            if let Err(e) = r {
+                tracing::warn!("kafka: cannot {} the partitions: {e}", if pause { "pause" } else { "resume" });
+            }
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!("kafka: cannot read the assignment: {e}"),
+    }
 }
 
 fn to_input(

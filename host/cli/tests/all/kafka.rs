@@ -400,6 +400,45 @@ fn workers_in_a_consumer_group() {
     assert!(err_b.iter().all(|e| e.value["error"].as_str().unwrap_or("").contains("lookup failed")));
     assert!(out_b.iter().all(|o| o.value["v"] == "old"), "fail: an output without its lookup");
 
+    // 3b. A stalled database: lookups wait on a lock for 4 s. The worker, out
+    // of room, pauses its partitions and polls on, then resumes: nothing is
+    // lost or repeated.
+    let slow = dir.path().join("slow.toml");
+    std::fs::write(
+        &slow,
+        format!("url = \"{pg_url}\"\nquery_timeout_ms = 20000\ntables = [\"kv\"]\n[cache]\nmode = \"bypass\"\n"),
+    )
+    .unwrap();
+    topics(&kafka, &["in3c", "out3c", "err3c"]);
+    let port = free_ports(1)[0];
+    let metrics = format!("127.0.0.1:{port}");
+    let w = Worker::start(
+        dir.path(),
+        "w3-slow",
+        &args(
+            &lookup_rule,
+            url(&kafka, "in3c", Some("g3c")),
+            url(&kafka, "out3c", None),
+            url(&kafka, "err3c", None),
+            &["--knowledge", &slow.display().to_string(), "--metrics", &metrics, "--batch", "16", "--concurrency", "1"],
+        ),
+    );
+    produce(&b, "in3c", 0..1_000);
+    wait_for_ids(&b, &["out3c"], 1_000, Duration::from_secs(120));
+    std::thread::scope(|scope| {
+        scope.spawn(|| pg.psql("begin; lock table kv in access exclusive mode; select pg_sleep(4); commit;"));
+        std::thread::sleep(Duration::from_millis(500));
+        produce(&b, "in3c", 1_000..2_000);
+    });
+    wait_for_ids(&b, &["out3c"], 2_000, Duration::from_secs(120));
+    let pauses: u64 = metric(port, "omlet_pauses_total").parse().unwrap();
+    let (status, _, log) = w.stop();
+    assert!(status.success(), "{status}\n{log}");
+    let out = read_topic(&b, "out3c");
+    assert_eq!(ids(&out).len(), 2_000, "a record was repeated");
+    assert!(out.iter().all(|o| o.value["v"] == "old"), "a lookup did not wait for the lock");
+    assert!(pauses >= 1, "the worker never paused while the database stalled");
+
     // 4. A knowledge row changes: every worker's caches follow within a second.
     pg.psql(
         "create function kv_changed() returns trigger language plpgsql as $$ \
