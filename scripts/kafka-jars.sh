@@ -35,6 +35,14 @@ cat > "$work/pom.xml" <<POM
 POM
 mkdir -p "$libs"
 echo "kafka-jars.sh: fetching Kafka $version from Maven Central into $libs" >&2
-(cd "$work" && mvn -q -B dependency:copy-dependencies -DoutputDirectory="$libs" >&2)
+# One retry: a registry hiccup should not fail the whole test run.
+for attempt in 1 2; do
+    if (cd "$work" && mvn -q -B dependency:copy-dependencies -DoutputDirectory="$libs" >&2); then
+        break
+    fi
+    [ "$attempt" = 2 ] && exit 1
+    echo "kafka-jars.sh: fetching failed; trying once more in 10 s" >&2
+    sleep 10
+done
 touch "$libs/.complete"
 echo "$libs"
