@@ -477,6 +477,28 @@ pub async fn run(
     }
 }
 
+/// How much of a failed record's input its error line repeats.
+pub const MAX_ERROR_INPUT_CHARS: usize = 4096;
+
+/// An error line's text for a record's error: an input error's own message
+/// (the line names the record already), else the error.
+pub fn error_message(e: &Error) -> String {
+    match e {
+        Error::Input { message, .. } => message.clone(),
+        e => e.to_string(),
+    }
+}
+
+/// A record's input as its error line repeats it: the first
+/// [`MAX_ERROR_INPUT_CHARS`] characters, then `…`, so that a huge record is
+/// named without being copied whole.
+pub fn input_excerpt(raw: &str) -> String {
+    match raw.char_indices().nth(MAX_ERROR_INPUT_CHARS) {
+        Some((at, _)) => format!("{}…", &raw[..at]),
+        None => raw.to_string(),
+    }
+}
+
 /// What a record of a failed evaluation task gets.
 fn task_failed(e: &tokio::task::JoinError) -> Error {
     Error::Internal(format!("the evaluation task failed: {e}"))

@@ -401,15 +401,6 @@ fn offset_of(text: &str, line: u32, column: u32) -> Option<usize> {
     Some(start + col)
 }
 
-/// An error line's text: the error, without the line number that the
-/// line's own `line` member already gives.
-fn error_text(e: &Error) -> String {
-    match e {
-        Error::Input { message, .. } => message.clone(),
-        e => e.to_string(),
-    }
-}
-
 /// At most this many compile errors are printed per run.
 const MAX_REPORTED: usize = 50;
 /// Source lines longer than this are shown as an excerpt around the error.
@@ -748,9 +739,6 @@ fn json_diagnostics(e: &Error) -> Vec<serde_json::Value> {
     }
 }
 
-/// How much of a failed record's input its error line repeats.
-const MAX_ERROR_INPUT_CHARS: usize = 4096;
-
 struct RunOptions {
     input: String,
     format: Format,
@@ -903,19 +891,16 @@ async fn run(rule: &Path, knowdb: &[PathBuf], config: Option<&Path>, o: RunOptio
             }
             Outcome::Unrouted(m) => {
                 unrouted += 1;
-                (Some("unrouted"), error_text(&m))
+                (Some("unrouted"), omlet::stream::error_message(&m))
             }
             Outcome::Failed(m) => {
                 failed += 1;
-                (Some("failed"), error_text(&m))
+                (Some("failed"), omlet::stream::error_message(&m))
             }
         };
         if let Some(kind) = kind {
             // An error line names its record; it does not repeat a huge one.
-            let input = match d.input.raw.char_indices().nth(MAX_ERROR_INPUT_CHARS) {
-                Some((at, _)) => format!("{}…", &d.input.raw[..at]),
-                None => d.input.raw,
-            };
+            let input = omlet::stream::input_excerpt(&d.input.raw);
             let line = serde_json::json!({
                 "source": source, "record": d.input.number, "line": d.input.line,
                 "kind": kind, "error": message, "input": input,

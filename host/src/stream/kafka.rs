@@ -82,9 +82,6 @@ pub const SOURCE_HEADER: &str = "omlet-source";
 /// The header that names the worker (process id and start time) that wrote an output.
 pub const WORKER_HEADER: &str = "omlet-worker";
 
-/// How much of a failed record's input its error line keeps.
-const MAX_ERROR_INPUT_CHARS: usize = 4096;
-
 /// A topic on a Kafka cluster: `kafka://HOST:PORT[,HOST:PORT…]/TOPIC[?group=G&key=value…]`.
 ///
 /// `group` is the consumer group (an input needs one). Every other query
@@ -692,7 +689,7 @@ pub async fn run(rule: Rule, options: KafkaOptions, stats: Arc<KafkaStats>, shut
                     Err(e) => names
                         .into_iter()
                         .map(|(partition, offset, epoch)| {
-                            let err = Error::Internal(format!("the evaluation task failed: {e}"));
+                            let err = super::task_failed(&e);
                             let input = Input { number: offset as u64, line: 0, raw: String::new(), record: Err(err.duplicate()) };
                             (Meta { partition, offset, epoch, key: None, route: None }, Done { input, outcome: Outcome::Failed(err) })
                         })
@@ -1094,17 +1091,9 @@ impl Outputs {
     }
 
     fn error_line(&self, meta: &Meta, kind: &str, e: &Error, raw: &str) -> String {
-        let message = match e {
-            Error::Input { message, .. } => message.clone(),
-            e => e.to_string(),
-        };
-        let input = match raw.char_indices().nth(MAX_ERROR_INPUT_CHARS) {
-            Some((at, _)) => format!("{}…", &raw[..at]),
-            None => raw.to_string(),
-        };
         serde_json::json!({
             "source": self.source, "partition": meta.partition, "offset": meta.offset,
-            "kind": kind, "error": message, "input": input,
+            "kind": kind, "error": super::error_message(e), "input": super::input_excerpt(raw),
         })
         .to_string()
     }

@@ -201,7 +201,10 @@ fn url(k: &Kafka, topic: &str, group: Option<&str>) -> String {
     }
 }
 
-fn args(rule: &Path, from: String, to: String, errors: String, rest: &[&str]) -> Vec<String> {
+/// A worker's arguments: `rule` from topic `input` (in `group`) to `output`
+/// and `errors`, then `rest`.
+fn args(k: &Kafka, rule: &Path, [input, group, output, errors]: [&str; 4], rest: &[&str]) -> Vec<String> {
+    let (from, to, errors) = (url(k, input, Some(group)), url(k, output, None), url(k, errors, None));
     let mut a = vec![rule.display().to_string(), "--from".into(), from, "--to".into(), to, "--errors".into(), errors];
     a.extend(["--stats=json".to_string(), "-q".to_string()]);
     a.extend(rest.iter().map(|s| s.to_string()));
@@ -232,13 +235,7 @@ fn workers_in_a_consumer_group() {
         .enumerate()
         .map(|(i, port)| {
             let metrics = format!("127.0.0.1:{port}");
-            let a = args(
-                &ids_rule,
-                url(&kafka, "in1", Some("g1")),
-                url(&kafka, "out1", None),
-                url(&kafka, "err1", None),
-                &["--no-knowledge", "--metrics", &metrics],
-            );
+            let a = args(&kafka, &ids_rule, ["in1", "g1", "out1", "err1"], &["--no-knowledge", "--metrics", &metrics]);
             Worker::start(dir.path(), &format!("w1-{i}"), &a)
         })
         .collect();
@@ -278,10 +275,9 @@ fn workers_in_a_consumer_group() {
     // 2. A worker killed mid-run.
     topics(&kafka, &["in2", "out2", "err2"]);
     let a = args(
+        &kafka,
         &ids_rule,
-        url(&kafka, "in2", Some("g2")),
-        url(&kafka, "out2", None),
-        url(&kafka, "err2", None),
+        ["in2", "g2", "out2", "err2"],
         &[
             "--no-knowledge",
             "--max-in-flight",
@@ -352,24 +348,12 @@ fn workers_in_a_consumer_group() {
     let wa = Worker::start(
         dir.path(),
         "w3-absent",
-        &args(
-            &lookup_rule,
-            url(&kafka, "in3", Some("g3a")),
-            url(&kafka, "out3a", None),
-            url(&kafka, "err3a", None),
-            &["--knowledge", &absent],
-        ),
+        &args(&kafka, &lookup_rule, ["in3", "g3a", "out3a", "err3a"], &["--knowledge", &absent]),
     );
     let wf = Worker::start(
         dir.path(),
         "w3-fail",
-        &args(
-            &lookup_rule,
-            url(&kafka, "in3", Some("g3b")),
-            url(&kafka, "out3b", None),
-            url(&kafka, "err3b", None),
-            &["--knowledge", &fail],
-        ),
+        &args(&kafka, &lookup_rule, ["in3", "g3b", "out3b", "err3b"], &["--knowledge", &fail]),
     );
     wait_for_ids(&b, &["out3a"], 5_000, Duration::from_secs(120));
     wait_for_ids(&b, &["out3b", "err3b"], 5_000, Duration::from_secs(120));
@@ -416,10 +400,9 @@ fn workers_in_a_consumer_group() {
         dir.path(),
         "w3-slow",
         &args(
+            &kafka,
             &lookup_rule,
-            url(&kafka, "in3c", Some("g3c")),
-            url(&kafka, "out3c", None),
-            url(&kafka, "err3c", None),
+            ["in3c", "g3c", "out3c", "err3c"],
             &["--knowledge", &slow.display().to_string(), "--metrics", &metrics, "--batch", "16", "--concurrency", "1"],
         ),
     );
@@ -457,13 +440,7 @@ fn workers_in_a_consumer_group() {
             Worker::start(
                 dir.path(),
                 &format!("w4-{i}"),
-                &args(
-                    &lookup_rule,
-                    url(&kafka, "in4", Some("g4")),
-                    url(&kafka, "out4", None),
-                    url(&kafka, "err4", None),
-                    &["--knowledge", &reload, "--metrics", &metrics],
-                ),
+                &args(&kafka, &lookup_rule, ["in4", "g4", "out4", "err4"], &["--knowledge", &reload, "--metrics", &metrics]),
             )
         })
         .collect();
@@ -559,10 +536,9 @@ fn workers_in_a_consumer_group() {
         dir.path(),
         "w5",
         &args(
+            &kafka,
             &set,
-            url(&kafka, "in5", Some("g5")),
-            url(&kafka, "out5", None) + "?message.max.bytes=2048",
-            url(&kafka, "err5", None),
+            ["in5", "g5", "out5?message.max.bytes=2048", "err5"],
             &["--no-knowledge", "--route-header", "rule_path"],
         ),
     );
