@@ -183,6 +183,7 @@ pub fn side_wanted(id: &str) -> bool {
 /// entry per line, keyed `latency/<bench id>`, `tool/<group>/<tool>/<c>`,
 /// `run/<name>`, `memory/<name>`; each run rewrites the entries it measured
 /// and keeps the others (last run wins per key).
+pub mod floor;
 pub mod peers;
 
 pub mod side {
