@@ -441,6 +441,7 @@ def main():
     # machine with its own perf test, not in this run.
     empty = r.get("baseline/empty_guest_call", {}).get("us_per_record")
     single_us = r.get("pure/wasm_single", {}).get("us_per_record")
+    us = lambda bench_id: r.get(bench_id, {}).get("us_per_record")
     WP = {"pure": {1: 2.24, 4: 2.41, 16: 2.29, 64: 2.39}, "lookup": {1: 0.82, 4: 1.11, 16: 1.18, 64: 1.07}}
     GOAL = {"pure": (2.3, 3.5), "lookup": (0.85, 1.7)}
     lines += ["## One record per call (issue 16)", "",
@@ -465,10 +466,19 @@ def main():
               "yield hold their worker; which tasks share a worker varies from run to run); the same group run "
               "alone in quick mode gave 0.67 / 1.17 / 1.15 / 1.17 M/s at c = 1 / 4 / 16 / 64 in this session.",
               "",
-              f"The floor: a call with one empty record costs {fmt_us(empty)} µs "
-              "(`baseline/empty_guest_call`, now on the fiber-less path); the pure rule's one-record call "
-              f"{fmt_us(single_us)} µs. No one-record goal can be met while a component call costs more than "
-              "the whole budget of a record (0.43 µs at 2.3 M/s).",
+              "The floor: wasmtime itself, on omlet's engine (same configuration), calling a component that "
+              "does nothing (`benches/src/floor.rs`, a few lines of WAT): "
+              f"an empty call {fmt_us(us('baseline/wasmtime_empty_call'))} µs fiber-less and "
+              f"{fmt_us(us('baseline/wasmtime_empty_call_async'))} µs on a fiber; a call that passes one "
+              "pure-bench record's frame in and gets it back, the shape of `evaluate` "
+              f"(`baseline/wasmtime_echo_call`), {fmt_us(us('baseline/wasmtime_echo_call'))} µs fiber-less and "
+              f"{fmt_us(us('baseline/wasmtime_echo_call_async'))} µs on a fiber. omlet's call with one empty "
+              f"record costs {fmt_us(empty)} µs (`baseline/empty_guest_call`), the pure rule's one-record "
+              f"call {fmt_us(single_us)} µs (`pure/wasm_single`). At 2.3 M/s a record has 0.43 µs in all, "
+              "and the echo call alone takes most of that: the c = 1 goals cannot be met with one component "
+              "call per record on this machine; what omlet adds above the echo floor (its frame code on both "
+              "sides, the guest's decoding, evaluating and encoding, the instance pool) is the part that can "
+              "still shrink.",
               "",
               "What was tried (the figures of each step are in the session note of issue 16):",
               "",
@@ -478,7 +488,13 @@ def main():
               "(and the next 64 calls skip the sync path, so that a workload of misses does not pay twice). "
               "A call that computes for more than 20 ms is stopped and made again on the async path, which "
               "yields to the runtime every epoch tick. About +10% on one-record calls, +26% on the empty call.",
-              "- **Coalescing** (off by default, `EngineConfig::coalesce`): while a rule has `lanes` calls in "
+              "- **A small future, and no runtime for blocking calls** (kept): `evaluate`'s fast path is "
+              "plain code and its async and coalescing paths are boxed, so its future is 192 bytes instead of "
+              "2.5 KB (copied whole on every call); `evaluate_blocking` makes the fiber-less call directly "
+              "instead of entering a runtime. About +5% on `pure/wasm_single` and +20% on one-record calls "
+              "from a plain thread (`host/examples/profile_single.rs`: 0.54 → 0.65 M/s).",
+              "- **Coalescing** (on by default, `EngineConfig::coalesce`; never for `evaluate_blocking`): "
+              "while a rule has `lanes` calls in "
               "flight, further one-record calls queue and go together as one batch call. A fiber-less call "
               "holds its thread, so records pile up only when more threads call than there are lanes: with "
               "tasks on a runtime of as many workers as lanes it never engaged, and with 16 threads calling "

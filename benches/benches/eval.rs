@@ -338,6 +338,40 @@ fn benches(c: &mut Criterion) {
             })
         })
     });
+    // The floor under those: wasmtime's own call, on omlet's engine, to a
+    // component that does nothing (`omlet_benches::floor`), fiber-less and on
+    // a fiber; `echo` passes one pure-bench record's frame in and back out.
+    let frame = {
+        let mut w = omlet_lang::frame::Writer::with_capacity(1, 1);
+        w.record(records[0].fields());
+        w.finish()
+    };
+    let mut floor_sync = rt.block_on(floor::Floor::new(&engine, false)).unwrap();
+    let mut floor_async = rt.block_on(floor::Floor::new(&engine, true)).unwrap();
+    g.bench_function("wasmtime_empty_call", |b| b.iter(|| floor_sync.empty().unwrap()));
+    g.bench_function("wasmtime_echo_call", |b| b.iter(|| std::hint::black_box(floor_sync.echo(&frame).unwrap())));
+    g.bench_function("wasmtime_empty_call_async", |b| {
+        b.iter_custom(|n| {
+            rt.block_on(async {
+                let t = Instant::now();
+                for _ in 0..n {
+                    floor_async.empty_async().await.unwrap();
+                }
+                t.elapsed()
+            })
+        })
+    });
+    g.bench_function("wasmtime_echo_call_async", |b| {
+        b.iter_custom(|n| {
+            rt.block_on(async {
+                let t = Instant::now();
+                for _ in 0..n {
+                    std::hint::black_box(floor_async.echo_async(&frame).await.unwrap());
+                }
+                t.elapsed()
+            })
+        })
+    });
     g.bench_function("shared_cache_hit", |b| {
         b.iter_custom(|n| {
             rt.block_on(async {

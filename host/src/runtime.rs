@@ -118,21 +118,22 @@ pub struct EngineConfig {
     /// The limits of compiling rule sources in `load_path`, `load_source`
     /// and `load_sources` (the compiler's, the rule file size, the IR size).
     pub build: build::BuildLimits,
-    /// Coalesce one-record calls (default off: see below): while a rule has as many
+    /// Coalesce one-record calls (default on): while a rule has as many
     /// calls in flight as [`EngineConfig::lanes`], the records other tasks
     /// pass to [`Rule::evaluate`] wait and then go together as one batch
     /// call; each caller still gets its own record's result or error. Only
     /// calls that need not wait for the host are coalesced (a rule without
     /// lookups, or one whose lookups the caches answer), so that lookups of
-    /// concurrent callers still overlap.
+    /// concurrent callers still overlap. The blocking calls
+    /// ([`Rule::evaluate_blocking`]) are never coalesced: a thread that waits
+    /// for another's batch parks in the kernel, which made them 4× slower.
     ///
-    /// Such a call holds its thread, so records pile up only when more
-    /// threads call one rule than there are lanes. On the 2-core machine of
-    /// BENCHMARKS.md that never paid: with tasks on a runtime of as many
-    /// workers as lanes it does not engage, and with 16 threads calling
-    /// `evaluate_blocking` it made one-record calls 4× slower (the waiting
-    /// threads park and wake in the kernel). It is kept as a switch to
-    /// measure on larger machines.
+    /// A fiber-less call holds its thread, so records pile up only when more
+    /// tasks are inside `evaluate` than there are lanes: with a runtime of as
+    /// many workers as lanes it does not engage, and costs two atomic
+    /// operations per call. On the 2-core machine of BENCHMARKS.md, where it
+    /// engaged (one lane, tasks that yield), throughput stayed within ±20% of
+    /// calls made alone; turn it off to rule it out.
     pub coalesce: bool,
     /// Most one-record calls of one rule in flight at once before the next
     /// ones wait to be coalesced (default: the machine's cores).
@@ -148,7 +149,7 @@ impl Default for EngineConfig {
             fuel: None,
             max_record_bytes: 16 << 20,
             build: build::BuildLimits::default(),
-            coalesce: false,
+            coalesce: true,
             lanes: std::thread::available_parallelism().map_or(1, |n| n.get()),
         }
     }
@@ -901,6 +902,14 @@ impl Rule {
         if !co.busy() {
             return self.evaluate_alone(route, record).await;
         }
+        // Boxed, as the async path is: the common call's future stays small
+        // (a future is copied whole when a caller pins or moves it).
+        Box::pin(self.evaluate_coalesced(co, route, record)).await
+    }
+
+    /// [`Rule::evaluate_on`] once more callers are inside than there are
+    /// lanes: the record goes into a lane's batch call, or leads one.
+    async fn evaluate_coalesced(&self, co: &Coalescer<ev::Route>, route: Route<'_>, record: &Record) -> Result<Record> {
         let (mut lane, taken) = match co.enter(|| wit_route(route), record) {
             Entry::Run(mut lane) => {
                 // Other callers are inside (`busy`): let those of this thread
@@ -978,7 +987,13 @@ impl Rule {
         if let Some(result) = self.evaluate_sync(&route, &input) {
             return result;
         }
-        // The sync path could not answer: the async one, on a fiber.
+        // The sync path could not answer: the async one, on a fiber (boxed:
+        // see `evaluate_on`).
+        Box::pin(self.evaluate_async(route, input)).await
+    }
+
+    /// One encoded record on the async path, on a fiber.
+    async fn evaluate_async(&self, route: ev::Route, input: Vec<u8>) -> Result<Record> {
         let generation = self.generation();
         let mut inst = self.checkout(generation).await?;
         let out = inst.calls.omlet_rule_evaluator().call_evaluate(&mut inst.store, generation, &route, &input).await;
@@ -1082,20 +1097,22 @@ impl Rule {
 
     /// [`Rule::evaluate`] for programs without an async runtime.
     pub fn evaluate_blocking(&self, record: &Record) -> Result<Record> {
-        block_on(self.evaluate(record))
+        self.evaluate_on_blocking(Route::Only, record)
     }
 
     /// [`Rule::evaluate_on`] for programs without an async runtime.
     pub fn evaluate_on_blocking(&self, route: Route<'_>, record: &Record) -> Result<Record> {
-        // A call the sync path answers needs no runtime at all.
-        if self.inner.coalescer.is_none() && self.sync_skipped() == 0 {
-            let input = wire::encode_record(record);
-            self.check_size(&input)?;
-            if let Some(result) = self.evaluate_sync(&wit_route(route), &input) {
-                return result;
-            }
+        // Never coalesced: a thread waiting for another's batch call parks in
+        // the kernel, which costs more than the batch saves (see
+        // `EngineConfig::coalesce`). A call the sync path answers needs no
+        // runtime at all.
+        let input = wire::encode_record(record);
+        self.check_size(&input)?;
+        let route = wit_route(route);
+        if let Some(result) = self.evaluate_sync(&route, &input) {
+            return result;
         }
-        block_on(self.evaluate_on(route, record))
+        block_on(self.evaluate_async(route, input))
     }
 
     /// [`Rule::evaluate_batch`] for programs without an async runtime.

@@ -54,13 +54,8 @@ async fn fan_out(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn coalesced_callers_each_get_their_own_record() {
-    let rule = engine(|c| {
-        c.lanes = 1;
-        c.coalesce = true;
-    })
-    .load_source("t.oml", ECHO, &omlet::LoadOptions::new())
-    .await
-    .unwrap();
+    // Coalescing is on by default: one lane is enough to make records wait.
+    let rule = engine(|c| c.lanes = 1).load_source("t.oml", ECHO, &omlet::LoadOptions::new()).await.unwrap();
     let all = fan_out(&rule, 32, 200, |t, c| rec(&format!("{{\"n\":{},\"m\":\"t{t}\"}}", t * 1000 + c))).await;
     for (t, calls) in all.iter().enumerate() {
         for (c, (_, got)) in calls.iter().enumerate() {
@@ -118,6 +113,25 @@ async fn with_coalescing_off_every_record_has_its_own_call() {
     .unwrap();
     let all = fan_out(&rule, 32, 50, |t, c| rec(&format!("{{\"n\":{c},\"m\":\"t{t}\"}}"))).await;
     assert!(all.iter().flatten().all(|(_, got)| got.is_ok()));
+    assert_eq!(rule.coalesced_records(), 0);
+}
+
+#[test]
+fn blocking_callers_are_never_coalesced() {
+    // Threads calling `evaluate_blocking` would park waiting for another's
+    // batch: they each make their own calls, even on one lane.
+    let rule = omlet::block_on(engine(|c| c.lanes = 1).load_source("t.oml", ECHO, &omlet::LoadOptions::new())).unwrap();
+    std::thread::scope(|s| {
+        for t in 0..8 {
+            let rule = &rule;
+            s.spawn(move || {
+                for c in 0..200 {
+                    let got = rule.evaluate_blocking(&rec(&format!("{{\"n\":{c},\"m\":\"t{t}\"}}"))).unwrap();
+                    assert_eq!(got.to_json(), format!("{{\"n\":{c},\"m\":\"t{t}\"}}"));
+                }
+            });
+        }
+    });
     assert_eq!(rule.coalesced_records(), 0);
 }
 
