@@ -40,7 +40,13 @@ pub fn compile(sources: &[Source<'_>], now: (i64, i32)) -> Result<Program, Vec<F
 /// [`Limits::max_overlap_work`] to the whole set): a file past one of them
 /// fails with a diagnostic where the limit is passed.
 pub fn compile_with_limits(sources: &[Source<'_>], now: (i64, i32), limits: Limits) -> Result<Program, Vec<FileErrors>> {
-    let mut program = Program { source_hash: String::new(), names: Vec::new(), models: Vec::new(), statements: Vec::new() };
+    let mut program = Program {
+        source_hash: String::new(),
+        names: Vec::new(),
+        models: Vec::new(),
+        statements: Vec::new(),
+        name_index: Default::default(),
+    };
     let mut errors = Vec::new();
     // Per compiled model: its source, and where its name and patterns stand.
     let mut claims = Vec::new();
@@ -314,7 +320,13 @@ impl Checker<'_> {
         let expr = self.expr(b.expr, &name, false)?;
         self.uses_clock = clock_before;
         // Evaluate once, now, against an empty record.
-        let program = Program { source_hash: String::new(), names: Vec::new(), models: Vec::new(), statements: Vec::new() };
+        let program = Program {
+            source_hash: String::new(),
+            names: Vec::new(),
+            models: Vec::new(),
+            statements: Vec::new(),
+            name_index: Default::default(),
+        };
         let mut host = CompileHost { now: self.now };
         let value = {
             let mut ctx = eval::Ctx::new(&program, Vec::new(), &mut host);

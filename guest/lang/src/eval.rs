@@ -524,16 +524,31 @@ fn cond_holds(c: &Cond, v: &Value<'_>) -> bool {
 }
 
 /// Glob match: `*` any sequence (including `/`), `?` one character.
+///
+/// It runs for every field a batch statement looks at: `*` alone, and
+/// ASCII names, are matched without allocating.
 pub fn wildcard(pattern: &str, name: &str) -> bool {
+    if pattern == "*" {
+        return true;
+    }
+    if pattern.is_ascii() && name.is_ascii() {
+        return glob(pattern.as_bytes(), name.as_bytes(), b'*', b'?');
+    }
     let p: Vec<char> = pattern.chars().collect();
     let n: Vec<char> = name.chars().collect();
+    glob(&p, &n, '*', '?')
+}
+
+/// [`wildcard`] over characters (or bytes, for ASCII), with backtracking to
+/// the last `*`.
+fn glob<T: Copy + PartialEq>(p: &[T], n: &[T], any_seq: T, any_one: T) -> bool {
     let (mut pi, mut ni) = (0, 0);
     let (mut star, mut mark) = (None, 0);
     while ni < n.len() {
-        if pi < p.len() && (p[pi] == '?' || p[pi] == n[ni]) {
+        if pi < p.len() && (p[pi] == any_one || p[pi] == n[ni]) {
             pi += 1;
             ni += 1;
-        } else if pi < p.len() && p[pi] == '*' {
+        } else if pi < p.len() && p[pi] == any_seq {
             star = Some(pi);
             mark = ni;
             pi += 1;
@@ -545,7 +560,7 @@ pub fn wildcard(pattern: &str, name: &str) -> bool {
             return false;
         }
     }
-    while pi < p.len() && p[pi] == '*' {
+    while pi < p.len() && p[pi] == any_seq {
         pi += 1;
     }
     pi == p.len()
@@ -557,6 +572,32 @@ mod tests {
     use crate::{Source, compile};
     use alloc::format;
     use alloc::vec;
+
+    #[test]
+    fn wildcards_match_the_same_on_bytes_and_on_characters() {
+        let cases = [
+            ("*", "", true),
+            ("*", "anything/at all", true),
+            ("a*", "abc", true),
+            ("a*", "ba", false),
+            ("*c", "abc", true),
+            ("a?c", "abc", true),
+            ("a?c", "ac", false),
+            ("a*b*c", "axxbyyc", true),
+            ("a*b*c", "axxbyy", false),
+            ("**", "x", true),
+            ("", "", true),
+            ("", "x", false),
+            ("h?llo*", "héllo wörld", true),
+            ("*ö*", "héllo wörld", true),
+            ("*ö", "héllo wörld", false),
+        ];
+        for (p, n, want) in cases {
+            assert_eq!(wildcard(p, n), want, "{p:?} against {n:?}");
+            let (pc, nc): (Vec<char>, Vec<char>) = (p.chars().collect(), n.chars().collect());
+            assert_eq!(glob(&pc, &nc, '*', '?'), want, "{p:?} against {n:?}, by characters");
+        }
+    }
 
     struct NoHost;
 

@@ -33,6 +33,67 @@ pub struct Program {
     pub names: Vec<String>,
     pub models: Vec<Model>,
     pub statements: Vec<SqlStatement>,
+    /// `names` hashed, so that [`Program::resolve`] costs one hash and one
+    /// comparison instead of a binary search (it runs for every field of
+    /// every record). Derived: built by `from_bytes` and `link`, never
+    /// serialised.
+    #[serde(skip)]
+    pub name_index: NameIndex,
+}
+
+/// An open-addressing table of slots into [`Program::names`].
+#[derive(Debug, Clone, Default)]
+pub struct NameIndex {
+    /// A power of two in length, at least twice the names; `EMPTY` where free.
+    slots: Vec<u32>,
+    /// How many names the table was built for: a stale table is not used.
+    names: usize,
+}
+
+impl NameIndex {
+    const EMPTY: u32 = u32::MAX;
+
+    fn build(names: &[String]) -> NameIndex {
+        let size = (names.len() * 2).next_power_of_two().max(8);
+        let mut slots = alloc::vec![Self::EMPTY; size];
+        for (i, n) in names.iter().enumerate() {
+            let mut h = name_hash(n) & (size - 1);
+            while slots[h] != Self::EMPTY {
+                h = (h + 1) & (size - 1);
+            }
+            slots[h] = i as u32;
+        }
+        NameIndex { slots, names: names.len() }
+    }
+
+    /// The slot of `name` in `names`; `None` when the table was not built
+    /// for these names (the caller searches instead).
+    fn find(&self, names: &[String], name: &str) -> Option<u32> {
+        if self.slots.is_empty() || self.names != names.len() {
+            return None;
+        }
+        let mask = self.slots.len() - 1;
+        let mut h = name_hash(name) & mask;
+        loop {
+            let s = self.slots[h];
+            if s == Self::EMPTY {
+                return Some(crate::value::NO_SYM);
+            }
+            if names.get(s as usize).is_some_and(|n| n == name) {
+                return Some(s);
+            }
+            h = (h + 1) & mask;
+        }
+    }
+}
+
+/// FNV-1a: names are short, and this costs a multiply per byte.
+fn name_hash(name: &str) -> usize {
+    let mut h: u32 = 0x811c_9dc5;
+    for &b in name.as_bytes() {
+        h = (h ^ b as u32).wrapping_mul(0x0100_0193);
+    }
+    h as usize
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -410,11 +471,16 @@ impl Program {
         if found != IR_VERSION {
             return Err(IrError::Version { found });
         }
-        postcard::from_bytes(&bytes[10..]).map_err(|e| IrError::Corrupt(alloc::format!("{e}")))
+        let mut program: Program = postcard::from_bytes(&bytes[10..]).map_err(|e| IrError::Corrupt(alloc::format!("{e}")))?;
+        program.name_index = NameIndex::build(&program.names);
+        Ok(program)
     }
 
     /// The slot of a name, or [`crate::value::NO_SYM`].
     pub fn resolve(&self, name: &str) -> u32 {
+        if let Some(slot) = self.name_index.find(&self.names, name) {
+            return slot;
+        }
         match self.names.binary_search_by(|n| n.as_str().cmp(name)) {
             Ok(i) => i as u32,
             Err(_) => crate::value::NO_SYM,
@@ -443,6 +509,7 @@ impl Program {
                 }
             });
         }
+        self.name_index = NameIndex::build(&table);
         self.names = table;
     }
 
@@ -478,5 +545,25 @@ mod tests {
         let p = crate::compile(&[crate::Source { file: "t", text: src }], (0, 0)).unwrap();
         let q = Program::from_bytes(&p.to_bytes()).unwrap();
         assert_eq!(q.models.len(), 1);
+    }
+
+    #[test]
+    fn the_name_index_finds_what_the_sorted_table_holds() {
+        let src = "name : t\n---\na = read(a) ;\nbb = take(option:[c, dd]) ;\nx_y = read(zzz) ;\n* = take() ;\n";
+        let p = crate::compile(&[crate::Source { file: "t", text: src }], (0, 0)).unwrap();
+        let q = Program::from_bytes(&p.to_bytes()).unwrap();
+        for prog in [&p, &q] {
+            assert!(prog.names.len() >= 6, "{:?}", prog.names);
+            for (i, n) in prog.names.iter().enumerate() {
+                assert_eq!(prog.resolve(n), i as u32, "{n}");
+            }
+            for unknown in ["", "aa", "b", "zz", "x_", "A"] {
+                assert_eq!(prog.resolve(unknown), crate::value::NO_SYM, "{unknown}");
+            }
+        }
+        // A table changed after the index was built is searched instead.
+        let mut r = q.clone();
+        r.names.push("zzzz".into());
+        assert_eq!(r.resolve("zzzz"), (r.names.len() - 1) as u32);
     }
 }
