@@ -103,6 +103,40 @@ async fn a_record_that_fails_in_a_coalesced_batch_fails_alone() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_that_traps_in_a_coalesced_batch_traps_alone() {
+    // Every 5th record runs the regex over 20,000 letters, which takes more
+    // fuel than a call has: its call traps (out of fuel), and only that
+    // record gets the error; the others in its batch get their own results.
+    let rule = engine(|c| {
+        c.lanes = 1;
+        c.fuel = Some(30_000_000);
+    })
+    .load_source("t.oml", SLOW_REGEX, &omlet::LoadOptions::new())
+    .await
+    .unwrap();
+    let all = fan_out(&rule, 16, 10, |t, c| {
+        let m = if (t + c) % 5 == 0 { "a".repeat(20_000) } else { format!("t{t}c{c}") };
+        rec(&format!("{{\"m\":\"{m}\"}}"))
+    })
+    .await;
+    let (mut ok, mut trapped) = (0, 0);
+    for (t, calls) in all.iter().enumerate() {
+        for (c, (_, got)) in calls.iter().enumerate() {
+            if (t + c) % 5 == 0 {
+                assert!(matches!(got, Err(Error::Limit { limit: Limit::Fuel, .. })), "task {t} call {c}: {got:?}");
+                trapped += 1;
+            } else {
+                let got = got.as_ref().unwrap_or_else(|e| panic!("task {t} call {c}: {e}"));
+                assert_eq!(got.to_json(), r#"{"v":"no"}"#, "task {t} call {c}");
+                ok += 1;
+            }
+        }
+    }
+    assert_eq!((ok, trapped), (128, 32));
+    assert!(rule.coalesced_records() > 0, "no record was coalesced");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_coalescing_off_every_record_has_its_own_call() {
     let rule = engine(|c| {
         c.lanes = 1;
