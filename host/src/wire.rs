@@ -11,10 +11,29 @@ use crate::{Error, Result};
 
 /// One record as a frame, for `evaluate`.
 pub(crate) fn encode_record(r: &Record) -> Vec<u8> {
-    let mut w = Writer::with_capacity(1, r.fields().len());
-    w.record(r.fields());
-    w.finish()
+    // One writer per thread, reused: a one-record call allocates only its frame.
+    thread_local! {
+        static WRITER: std::cell::RefCell<Writer> = std::cell::RefCell::new(Writer::default());
+    }
+    WRITER.with(|w| {
+        let Ok(mut w) = w.try_borrow_mut() else {
+            let mut w = Writer::with_capacity(1, r.fields().len());
+            w.record(r.fields());
+            return w.finish();
+        };
+        w.clear();
+        w.record(r.fields());
+        let frame = w.to_bytes();
+        if w.capacity() > KEEP_WRITER_BYTES {
+            *w = Writer::default();
+        }
+        frame
+    })
 }
+
+/// Most bytes a reused writer keeps between frames: a huge record's buffers
+/// are dropped after its frame.
+const KEEP_WRITER_BYTES: usize = 1 << 20;
 
 /// Records as one frame, for `evaluate-batch`.
 pub(crate) fn encode_frame<'r>(records: impl ExactSizeIterator<Item = &'r Record>) -> Vec<u8> {

@@ -70,7 +70,13 @@ struct State {
     /// Rule path → model index, or why there is none.
     routes: BTreeMap<String, Result<usize, RouteError>>,
     key: Vec<u8>,
+    /// The output frame's buffers, reused from call to call.
+    writer: Writer,
 }
+
+/// Most bytes the reused writer keeps after a call; a larger one (a huge
+/// output) is dropped, so that one record does not hold its memory for good.
+const KEEP_WRITER_BYTES: usize = 1 << 20;
 
 static mut STATE: State = State {
     program: None,
@@ -79,6 +85,7 @@ static mut STATE: State = State {
     columns: BTreeMap::new(),
     routes: BTreeMap::new(),
     key: Vec::new(),
+    writer: Writer::new(),
 };
 
 /// The guest is single-threaded and calls do not nest: one `&mut` at a time.
@@ -148,21 +155,28 @@ impl exports::omlet::rule::evaluator::Guest for Guest {
     fn evaluate(generation: u64, route: WRoute, input: Vec<u8>) -> Result<Vec<u8>, EvalError> {
         let st = state();
         refresh(st, generation);
-        let (prog, model, mut host) = split(st, &route)?;
-        let mut reader = Reader::new(&input).map_err(|e| failed(e.to_string()))?;
-        if reader.records() != 1 {
-            return Err(failed("`evaluate` takes a frame of exactly one record".to_string()));
-        }
-        let fields = reader.size(0).and_then(|n| reader.fields(n)).map_err(|e| failed(e.to_string()))?;
-        let out = eval::evaluate(prog, model, fields, &mut host).map_err(eval_error)?;
-        let mut w = Writer::with_capacity(1, out.len());
-        w.record(&out);
-        Ok(w.finish())
+        let mut w = core::mem::take(&mut st.writer);
+        let result = (|| {
+            let (prog, model, mut host) = split(st, &route)?;
+            let mut reader = Reader::new(&input).map_err(|e| failed(e.to_string()))?;
+            if reader.records() != 1 {
+                return Err(failed("`evaluate` takes a frame of exactly one record".to_string()));
+            }
+            let fields = reader.size(0).and_then(|n| reader.fields(n)).map_err(|e| failed(e.to_string()))?;
+            let out = eval::evaluate(prog, model, fields, &mut host).map_err(eval_error)?;
+            w.clear();
+            w.record(&out);
+            Ok(w.to_bytes())
+        })();
+        keep_writer(st, w);
+        result
     }
 
     fn evaluate_batch(generation: u64, route: WRoute, input: Vec<u8>) -> BatchOutput {
         let st = state();
         refresh(st, generation);
+        // Taken before `split` borrows the state; an early return drops it.
+        let mut w = core::mem::take(&mut st.writer);
         let mut reader = match Reader::new(&input) {
             Ok(r) => r,
             // Without a readable header the records cannot even be counted.
@@ -181,7 +195,7 @@ impl exports::omlet::rule::evaluator::Guest for Guest {
                 return BatchOutput { records: Writer::default().finish(), errors };
             }
         };
-        let mut w = Writer::with_capacity(n, 8);
+        w.clear();
         let mut errors = Vec::new();
         for index in 0..n {
             let fields = match reader.size(index).and_then(|size| reader.fields(size)) {
@@ -199,7 +213,17 @@ impl exports::omlet::rule::evaluator::Guest for Guest {
                 Err(e) => errors.push(RecordError { index: index as u32, error: eval_error(e) }),
             }
         }
-        BatchOutput { records: w.finish(), errors }
+        let records = w.to_bytes();
+        keep_writer(state(), w);
+        BatchOutput { records, errors }
+    }
+}
+
+/// Gives the output writer back to the state for the next call, unless a
+/// huge output grew it.
+fn keep_writer(st: &mut State, w: Writer) {
+    if w.capacity() <= KEEP_WRITER_BYTES {
+        st.writer = w;
     }
 }
 

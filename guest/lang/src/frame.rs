@@ -52,6 +52,11 @@ pub struct Writer {
 }
 
 impl Writer {
+    /// An empty writer (for statics: it allocates nothing until written to).
+    pub const fn new() -> Writer {
+        Writer { sizes: Vec::new(), nodes: Vec::new(), text: Vec::new(), count: 0 }
+    }
+
     /// A writer with room for about `records` records of `fields` fields.
     pub fn with_capacity(records: usize, fields: usize) -> Writer {
         Writer {
@@ -131,6 +136,26 @@ impl Writer {
 
     /// The frame's bytes.
     pub fn finish(self) -> Vec<u8> {
+        self.to_bytes()
+    }
+
+    /// Empties the writer for the next frame, keeping its buffers: a writer
+    /// that is reused allocates only the frames it hands out.
+    pub fn clear(&mut self) {
+        self.sizes.clear();
+        self.nodes.clear();
+        self.text.clear();
+        self.count = 0;
+    }
+
+    /// Bytes held by the writer's buffers (to drop a writer that a huge frame
+    /// grew, instead of keeping that memory).
+    pub fn capacity(&self) -> usize {
+        self.sizes.capacity() * 4 + self.nodes.capacity() + self.text.capacity()
+    }
+
+    /// The frame written so far, copied out; the writer keeps its buffers.
+    pub fn to_bytes(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(12 + self.sizes.len() * 4 + self.nodes.len() + self.text.len());
         out.extend_from_slice(&(self.sizes.len() as u32).to_le_bytes());
         out.extend_from_slice(&(self.nodes.len() as u32).to_le_bytes());
