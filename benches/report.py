@@ -470,7 +470,7 @@ def main():
     lines += ["",
               "In full runs the one-per-call pure cells at c = 4 have come out as low as c = 1 (tasks that never "
               "yield hold their worker; which tasks share a worker varies from run to run); the same group run "
-              "alone in quick mode gave 0.67 / 1.17 / 1.15 / 1.17 M/s at c = 1 / 4 / 16 / 64 in this session.",
+              "alone in quick mode gave 0.67 / 1.17 / 1.15 / 1.17 M/s at c = 1 / 4 / 16 / 64 in session 8, and 0.69 / 1.20 / 1.20 / 1.18 M/s in session 9 before its last two changes.",
               "",
               "The floor: wasmtime itself, on omlet's engine (same configuration), calling a component that "
               "does nothing (`benches/src/floor.rs`, a few lines of WAT): "
@@ -570,9 +570,14 @@ def main():
               "back on purpose would trade latency for larger ones. The `bypass, batched` column shows the "
               "same coalescing with no cache behind it.",
               (f"- `omlet run` ({fmt_rps(run['records_per_second'])} records/s with {run['concurrency']} calls in "
-               f"flight) stays below `real/wasm_batch_256` on one task ({fmt_rps(real_batch)}): besides "
-               "evaluating, it reads and parses every line and renders every output, on the one thread "
-               "that drives the stream; that thread is the likely limit (not profiled)."
+               f"flight, against {fmt_rps(real_batch)} for `real/wasm_batch_256` on one task) is short of "
+               "the CPU, not waiting on one thread (perf, session 9, `omlet run` on the 1 M-record file of "
+               "`benches/examples/nginx_input.rs`): the two cores are busy all along, a third of the samples on "
+               "the thread that reads, parses and renders (JSON parsing, rendering, malloc/free about equally) "
+               "and two thirds on the workers (the guest ~50% of all samples, the host's frames ~10%). About "
+               "12 µs of CPU per record in all; two evaluations side by side also run ~15% slower each than "
+               "one alone on this VM. More calls in flight (3 or 4) gained 5% at most. 400 K/s on two cores "
+               "needs 5 µs of CPU per record: less work per record, not more overlap."
                if run and real_batch else "- `omlet run`: not measured in this run."),
               "- Against the databases' own tools: pgbench and mariadb-slap are C clients with one connection "
               "per client; omlet's lookups go through sqlx and tokio (and the guest, for `bypass`), which "

@@ -949,7 +949,8 @@ impl Rule {
 
     /// One batch call on `route` for `own` (the caller's record, if any) and
     /// the waiters' records, each waiter getting its reply. The caller's
-    /// result; `None` without `own`, or when no instance could be had (the
+    /// result; `None` without `own`, or when the batch was not made: no
+    /// instance could be had, or it would have waited for the host (the
     /// waiters, their replies dropped, then evaluate alone, as the caller does).
     async fn serve(
         &self,
@@ -959,7 +960,7 @@ impl Rule {
         waiters: Vec<Waiter<ev::Route>>,
     ) -> Option<Result<Record>> {
         let records: Vec<&Record> = own.into_iter().chain(waiters.iter().map(|w| &w.record)).collect();
-        let results = self.batch_iter(route, records.iter().copied()).await.ok()?;
+        let results = self.batch_coalesced(route, records.iter().copied()).await?.ok()?;
         let mut results = results.into_iter().map(|r| r.map_err(|e| e.at_index(0)));
         let own = own.map(|_| results.next().unwrap_or_else(|| Err(Error::Internal("a batch gave no result".into()))));
         for (w, r) in waiters.into_iter().zip(results) {
@@ -1072,6 +1073,30 @@ impl Rule {
         Ok(results)
     }
 
+    /// A coalesced batch: made on the fiber-less path, or not at all (`None`).
+    /// A batch that would wait for the host (a lookup that misses the caches)
+    /// would make its records' lookups one after another, where made alone
+    /// they overlap and their misses share queries; so its records go back
+    /// to their callers. A batch that traps is retried record by record, as
+    /// in [`Rule::evaluate_batch`].
+    async fn batch_coalesced<'r>(
+        &self,
+        route: &ev::Route,
+        records: impl ExactSizeIterator<Item = &'r Record> + Clone,
+    ) -> Option<Result<Vec<Result<Record>>>> {
+        let n = records.len();
+        if n > 1 {
+            let frame = wire::encode_frame(records.clone());
+            if frame.len() <= self.inner.engine.config.max_record_bytes {
+                match self.call_sync(|calls, store, generation| calls.batch(store, generation, route, &frame))? {
+                    Ok(out) => return Some(batch_results(n, out)),
+                    Err(e) => tracing::debug!("omlet: a coalesced batch of {n} failed ({e}); evaluating its records one by one"),
+                }
+            }
+        }
+        Some(self.batch_iter(route, records).await)
+    }
+
     /// One `evaluate-batch` call: `Ok(Err(_))` when the guest trapped or
     /// reached a limit (the instance is then dropped).
     async fn call_batch(&self, route: &ev::Route, frame: &Vec<u8>, n: usize) -> Result<Result<Vec<Result<Record>>>> {
@@ -1091,8 +1116,7 @@ impl Rule {
                 }
             }
         };
-        let errors = out.errors.into_iter().map(|e| (e.index as usize, record_error(e.index as usize, e.error)));
-        Ok(wire::decode_batch(n, &out.records, errors))
+        Ok(batch_results(n, out))
     }
 
     /// [`Rule::evaluate`] for programs without an async runtime.
@@ -1124,6 +1148,12 @@ impl Rule {
     pub fn evaluate_batch_on_blocking(&self, route: Route<'_>, records: &[Record]) -> Result<Vec<Result<Record>>> {
         block_on(self.evaluate_batch_on(route, records))
     }
+}
+
+/// The `n` results of a batch call: its output records, and its errors in their places.
+fn batch_results(n: usize, out: ev::BatchOutput) -> Result<Vec<Result<Record>>> {
+    let errors = out.errors.into_iter().map(|e| (e.index as usize, record_error(e.index as usize, e.error)));
+    wire::decode_batch(n, &out.records, errors)
 }
 
 /// The record an `evaluate` call gave, or its error.
