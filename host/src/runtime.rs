@@ -1047,15 +1047,11 @@ impl Rule {
         records: impl ExactSizeIterator<Item = &'r Record> + Clone,
     ) -> Result<Vec<Result<Record>>> {
         let n = records.len();
-        if n > 1 {
-            // A frame within the record limit holds no record over it.
-            let frame = wire::encode_frame(records.clone());
-            if frame.len() <= self.inner.engine.config.max_record_bytes {
-                match self.call_batch(route, &frame, n).await? {
-                    Ok(results) => return Ok(results),
-                    // Retried one by one below: only the records that fail alone fail.
-                    Err(e) => tracing::debug!("omlet: a batch of {n} failed ({e}); evaluating its records one by one"),
-                }
+        if let Some(frame) = self.whole_frame(records.clone()) {
+            match self.call_batch(route, &frame, n).await? {
+                Ok(results) => return Ok(results),
+                // Retried one by one below: only the records that fail alone fail.
+                Err(e) => tracing::debug!("omlet: a batch of {n} failed ({e}); evaluating its records one by one"),
             }
         }
         let mut results = Vec::with_capacity(n);
@@ -1085,16 +1081,24 @@ impl Rule {
         records: impl ExactSizeIterator<Item = &'r Record> + Clone,
     ) -> Option<Result<Vec<Result<Record>>>> {
         let n = records.len();
-        if n > 1 {
-            let frame = wire::encode_frame(records.clone());
-            if frame.len() <= self.inner.engine.config.max_record_bytes {
-                match self.call_sync(|calls, store, generation| calls.batch(store, generation, route, &frame))? {
-                    Ok(out) => return Some(batch_results(n, out)),
-                    Err(e) => tracing::debug!("omlet: a coalesced batch of {n} failed ({e}); evaluating its records one by one"),
-                }
+        if let Some(frame) = self.whole_frame(records.clone()) {
+            match self.call_sync(|calls, store, generation| calls.batch(store, generation, route, &frame))? {
+                Ok(out) => return Some(batch_results(n, out)),
+                Err(e) => tracing::debug!("omlet: a coalesced batch of {n} failed ({e}); evaluating its records one by one"),
             }
         }
         Some(self.batch_iter(route, records).await)
+    }
+
+    /// Several records as one frame, when it is within the record limit (so
+    /// that it holds no record over it); `None` for one record, or a frame
+    /// too large, whose records go one by one.
+    fn whole_frame<'r>(&self, records: impl ExactSizeIterator<Item = &'r Record>) -> Option<Vec<u8>> {
+        if records.len() < 2 {
+            return None;
+        }
+        let frame = wire::encode_frame(records);
+        (frame.len() <= self.inner.engine.config.max_record_bytes).then_some(frame)
     }
 
     /// One `evaluate-batch` call: `Ok(Err(_))` when the guest trapped or

@@ -21,19 +21,10 @@ pub(crate) fn encode_record(r: &Record) -> Vec<u8> {
             w.record(r.fields());
             return w.finish();
         };
-        w.clear();
         w.record(r.fields());
-        let frame = w.to_bytes();
-        if w.capacity() > KEEP_WRITER_BYTES {
-            *w = Writer::default();
-        }
-        frame
+        w.take_frame()
     })
 }
-
-/// Most bytes a reused writer keeps between frames: a huge record's buffers
-/// are dropped after its frame.
-const KEEP_WRITER_BYTES: usize = 1 << 20;
 
 /// Records as one frame, for `evaluate-batch`.
 pub(crate) fn encode_frame<'r>(records: impl ExactSizeIterator<Item = &'r Record>) -> Vec<u8> {

@@ -70,13 +70,10 @@ struct State {
     /// Rule path → model index, or why there is none.
     routes: BTreeMap<String, Result<usize, RouteError>>,
     key: Vec<u8>,
-    /// The output frame's buffers, reused from call to call.
+    /// The output frame's buffers, reused from call to call
+    /// (`Writer::take_frame`, which lets a huge output's buffers go).
     writer: Writer,
 }
-
-/// Most bytes the reused writer keeps after a call; a larger one (a huge
-/// output) is dropped, so that one record does not hold its memory for good.
-const KEEP_WRITER_BYTES: usize = 1 << 20;
 
 static mut STATE: State = State {
     program: None,
@@ -164,11 +161,10 @@ impl exports::omlet::rule::evaluator::Guest for Guest {
             }
             let fields = reader.size(0).and_then(|n| reader.fields(n)).map_err(|e| failed(e.to_string()))?;
             let out = eval::evaluate(prog, model, fields, &mut host).map_err(eval_error)?;
-            w.clear();
             w.record(&out);
-            Ok(w.to_bytes())
+            Ok(w.take_frame())
         })();
-        keep_writer(st, w);
+        st.writer = w;
         result
     }
 
@@ -195,7 +191,6 @@ impl exports::omlet::rule::evaluator::Guest for Guest {
                 return BatchOutput { records: Writer::default().finish(), errors };
             }
         };
-        w.clear();
         let mut errors = Vec::new();
         for index in 0..n {
             let fields = match reader.size(index).and_then(|size| reader.fields(size)) {
@@ -213,17 +208,9 @@ impl exports::omlet::rule::evaluator::Guest for Guest {
                 Err(e) => errors.push(RecordError { index: index as u32, error: eval_error(e) }),
             }
         }
-        let records = w.to_bytes();
-        keep_writer(state(), w);
+        let records = w.take_frame();
+        state().writer = w;
         BatchOutput { records, errors }
-    }
-}
-
-/// Gives the output writer back to the state for the next call, unless a
-/// huge output grew it.
-fn keep_writer(st: &mut State, w: Writer) {
-    if w.capacity() <= KEEP_WRITER_BYTES {
-        st.writer = w;
     }
 }
 

@@ -136,26 +136,27 @@ impl Writer {
 
     /// The frame's bytes.
     pub fn finish(self) -> Vec<u8> {
-        self.to_bytes()
+        self.bytes()
     }
 
-    /// Empties the writer for the next frame, keeping its buffers: a writer
-    /// that is reused allocates only the frames it hands out.
-    pub fn clear(&mut self) {
-        self.sizes.clear();
-        self.nodes.clear();
-        self.text.clear();
-        self.count = 0;
+    /// The frame's bytes, leaving the writer empty for the next frame. A
+    /// writer reused this way keeps its buffers, so it allocates only the
+    /// frames it hands out; buffers a frame grew past [`KEEP_BYTES`] are let
+    /// go, so that one huge frame does not hold its memory for good.
+    pub fn take_frame(&mut self) -> Vec<u8> {
+        let out = self.bytes();
+        if self.sizes.capacity() * 4 + self.nodes.capacity() + self.text.capacity() > KEEP_BYTES {
+            *self = Writer::new();
+        } else {
+            self.sizes.clear();
+            self.nodes.clear();
+            self.text.clear();
+            self.count = 0;
+        }
+        out
     }
 
-    /// Bytes held by the writer's buffers (to drop a writer that a huge frame
-    /// grew, instead of keeping that memory).
-    pub fn capacity(&self) -> usize {
-        self.sizes.capacity() * 4 + self.nodes.capacity() + self.text.capacity()
-    }
-
-    /// The frame written so far, copied out; the writer keeps its buffers.
-    pub fn to_bytes(&self) -> Vec<u8> {
+    fn bytes(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(12 + self.sizes.len() * 4 + self.nodes.len() + self.text.len());
         out.extend_from_slice(&(self.sizes.len() as u32).to_le_bytes());
         out.extend_from_slice(&(self.nodes.len() as u32).to_le_bytes());
@@ -168,6 +169,10 @@ impl Writer {
         out
     }
 }
+
+/// Most bytes of buffers a reused [`Writer`] keeps between frames (see
+/// [`Writer::take_frame`]).
+pub const KEEP_BYTES: usize = 1 << 20;
 
 /// One node's value as read, text borrowed from the frame.
 #[derive(Debug, Clone, PartialEq)]
@@ -354,6 +359,25 @@ mod tests {
         let n = r.size(2).unwrap();
         assert_eq!(r.fields(n).unwrap(), sample()[..2].to_vec());
         assert!(r.done());
+    }
+
+    #[test]
+    fn a_reused_writer_gives_each_frame_alone_and_lets_huge_buffers_go() {
+        let fresh = |fields: &[Field<'_>]| {
+            let mut w = Writer::default();
+            w.record(fields);
+            w.finish()
+        };
+        let mut w = Writer::new();
+        w.record(&sample());
+        assert_eq!(w.take_frame(), fresh(&sample()));
+        w.record(&sample()[..2]);
+        assert_eq!(w.take_frame(), fresh(&sample()[..2]), "the first frame leaked into the second");
+        assert!(w.nodes.capacity() > 0, "small buffers are kept");
+        let huge = [Field::new("big", Value::Chars("x".repeat(KEEP_BYTES + 1).into()))];
+        w.record(&huge);
+        assert_eq!(w.take_frame(), fresh(&huge));
+        assert_eq!(w.text.capacity(), 0, "a huge frame's buffers are let go");
     }
 
     #[test]

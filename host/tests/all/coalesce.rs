@@ -52,6 +52,31 @@ async fn fan_out(
     all
 }
 
+/// Checks that each caller got its own record's result: call `c` of task `t`
+/// fails with `limit` where `fails(t, c)`, and gives `want(t, c)` elsewhere.
+/// The counts of records that came through and that failed.
+fn each_own_result(
+    all: &[Vec<(Record, omlet::Result<Record>)>],
+    fails: impl Fn(usize, usize) -> bool,
+    limit: Limit,
+    want: impl Fn(usize, usize) -> String,
+) -> (usize, usize) {
+    let (mut ok, mut failed) = (0, 0);
+    for (t, calls) in all.iter().enumerate() {
+        for (c, (_, got)) in calls.iter().enumerate() {
+            if fails(t, c) {
+                assert!(matches!(got, Err(Error::Limit { limit: l, .. }) if *l == limit), "task {t} call {c}: {got:?}");
+                failed += 1;
+            } else {
+                let got = got.as_ref().unwrap_or_else(|e| panic!("task {t} call {c}: {e}"));
+                assert_eq!(got.to_json(), want(t, c), "task {t} call {c}");
+                ok += 1;
+            }
+        }
+    }
+    (ok, failed)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn coalesced_callers_each_get_their_own_record() {
     // Coalescing is on by default: one lane is enough to make records wait.
@@ -84,19 +109,12 @@ async fn a_record_that_fails_in_a_coalesced_batch_fails_alone() {
         rec(&format!("{{\"n\":{},\"m\":\"{m}\"}}", t * 1000 + c))
     })
     .await;
-    let (mut ok, mut failed) = (0, 0);
-    for (t, calls) in all.iter().enumerate() {
-        for (c, (_, got)) in calls.iter().enumerate() {
-            if (t + c) % 7 == 0 {
-                assert!(matches!(got, Err(Error::Limit { limit: Limit::Memory, .. })), "task {t} call {c}: {got:?}");
-                failed += 1;
-            } else {
-                let got = got.as_ref().unwrap_or_else(|e| panic!("task {t} call {c}: {e}"));
-                assert_eq!(got.to_json(), format!("{{\"n\":{},\"m\":\"small\"}}", t * 1000 + c));
-                ok += 1;
-            }
-        }
-    }
+    let (ok, failed) = each_own_result(
+        &all,
+        |t, c| (t + c) % 7 == 0,
+        Limit::Memory,
+        |t, c| format!("{{\"n\":{},\"m\":\"small\"}}", t * 1000 + c),
+    );
     assert_eq!(ok + failed, 16 * 15);
     assert!(failed > 0);
     assert!(rule.coalesced_records() > 0, "no record was coalesced");
@@ -119,19 +137,7 @@ async fn a_record_that_traps_in_a_coalesced_batch_traps_alone() {
         rec(&format!("{{\"m\":\"{m}\"}}"))
     })
     .await;
-    let (mut ok, mut trapped) = (0, 0);
-    for (t, calls) in all.iter().enumerate() {
-        for (c, (_, got)) in calls.iter().enumerate() {
-            if (t + c) % 5 == 0 {
-                assert!(matches!(got, Err(Error::Limit { limit: Limit::Fuel, .. })), "task {t} call {c}: {got:?}");
-                trapped += 1;
-            } else {
-                let got = got.as_ref().unwrap_or_else(|e| panic!("task {t} call {c}: {e}"));
-                assert_eq!(got.to_json(), r#"{"v":"no"}"#, "task {t} call {c}");
-                ok += 1;
-            }
-        }
-    }
+    let (ok, trapped) = each_own_result(&all, |t, c| (t + c) % 5 == 0, Limit::Fuel, |_, _| r#"{"v":"no"}"#.to_string());
     assert_eq!((ok, trapped), (128, 32));
     assert!(rule.coalesced_records() > 0, "no record was coalesced");
 }
