@@ -412,69 +412,109 @@ pub struct Done {
 /// [`MAX_BATCH_BYTES`] of input) per guest call and up to `concurrency` calls
 /// in flight, handing every record's outcome to `sink` in input order.
 ///
+/// Reading (and so parsing) runs on a thread of its own, `omlet-read`, a few
+/// chunks ahead of the evaluation (at most `concurrency` chunks wait for it),
+/// so that it overlaps with the evaluating tasks and with `sink`, which runs
+/// on the caller's task.
+///
 /// Every record read gets exactly one outcome, whatever happens to its call:
 /// a trap, a limit, even a failed task, is that record's `Failed` outcome. The
 /// run stops early only when the input cannot be read or `sink` fails; it
-/// first hands `sink` the outcomes of every record already read.
+/// first hands `sink` the outcomes of every record already read. When `sink`
+/// fails, the reading thread stops at its next chunk.
 pub async fn run(
     rule: Rule,
-    inputs: impl Iterator<Item = Result<Input>>,
+    inputs: impl Iterator<Item = Result<Input>> + Send + 'static,
     route: RouteBy,
     batch: usize,
     concurrency: usize,
     mut sink: impl FnMut(Done) -> Result<()>,
 ) -> Result<()> {
     type Task = (Vec<(u64, u64)>, tokio::task::JoinHandle<Vec<Done>>);
+    let concurrency = concurrency.max(1);
     let route = Arc::new(route);
+    let mut chunks = read_ahead(inputs, batch.max(1), concurrency)?;
     let mut inflight: VecDeque<Task> = VecDeque::new();
-    let mut chunk: Vec<Input> = Vec::with_capacity(batch);
-    let mut chunk_bytes = 0usize;
-    let mut inputs = inputs.fuse();
-    let mut failure = None;
+    let (mut ended, mut failure) = (false, None);
     loop {
-        let next = match inputs.next() {
-            Some(Ok(i)) => Some(i),
-            Some(Err(e)) => {
-                failure = Some(e);
-                None
-            }
-            None => None,
-        };
-        let end = next.is_none();
-        if let Some(i) = next {
-            chunk_bytes += i.raw.len();
-            chunk.push(i);
-        }
-        if chunk.len() >= batch.max(1) || chunk_bytes >= MAX_BATCH_BYTES || (end && !chunk.is_empty()) {
-            let (rule, route, work) = (rule.clone(), route.clone(), std::mem::take(&mut chunk));
-            chunk_bytes = 0;
-            let names = work.iter().map(|i| (i.number, i.line)).collect();
-            inflight.push_back((names, tokio::spawn(async move { evaluate_chunk(&rule, &route, work).await })));
-        }
-        while inflight.len() >= concurrency.max(1) || (end && !inflight.is_empty()) {
-            let Some((names, task)) = inflight.pop_front() else { break };
-            let done = match task.await {
-                Ok(done) => done,
-                // The task's records are gone with it: each still gets its line.
-                Err(e) => names
-                    .into_iter()
-                    .map(|(number, line)| Done {
-                        input: Input { number, line, raw: String::new(), record: Err(task_failed(&e)) },
-                        outcome: Outcome::Failed(task_failed(&e)),
-                    })
-                    .collect(),
-            };
-            for d in done {
-                sink(d)?;
+        while !ended && inflight.len() < concurrency {
+            match chunks.recv().await {
+                Some(Ok(work)) => {
+                    let (rule, route) = (rule.clone(), route.clone());
+                    let names = work.iter().map(|i| (i.number, i.line)).collect();
+                    inflight.push_back((names, tokio::spawn(async move { evaluate_chunk(&rule, &route, work).await })));
+                }
+                Some(Err(e)) => {
+                    failure = Some(e);
+                    ended = true;
+                }
+                None => ended = true,
             }
         }
-        if end {
+        let Some((names, task)) = inflight.pop_front() else {
             return match failure {
                 Some(e) => Err(e),
                 None => Ok(()),
             };
+        };
+        let done = match task.await {
+            Ok(done) => done,
+            // The task's records are gone with it: each still gets its line.
+            Err(e) => names
+                .into_iter()
+                .map(|(number, line)| Done {
+                    input: Input { number, line, raw: String::new(), record: Err(task_failed(&e)) },
+                    outcome: Outcome::Failed(task_failed(&e)),
+                })
+                .collect(),
+        };
+        for d in done {
+            sink(d)?;
         }
     }
+}
+
+/// Chunks of `inputs` (`batch` records, or [`MAX_BATCH_BYTES`] of input), read
+/// on a thread of their own, at most `ahead` of them waiting. A failure to
+/// read is the last item. The thread ends at the end of the input, or at its
+/// next chunk once the receiver is gone.
+fn read_ahead(
+    inputs: impl Iterator<Item = Result<Input>> + Send + 'static,
+    batch: usize,
+    ahead: usize,
+) -> Result<tokio::sync::mpsc::Receiver<Result<Vec<Input>>>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(ahead);
+    std::thread::Builder::new()
+        .name("omlet-read".into())
+        .spawn(move || {
+            let (mut chunk, mut bytes) = (Vec::with_capacity(batch), 0usize);
+            for item in inputs {
+                match item {
+                    Ok(input) => {
+                        bytes += input.raw.len();
+                        chunk.push(input);
+                        if chunk.len() >= batch || bytes >= MAX_BATCH_BYTES {
+                            bytes = 0;
+                            if tx.blocking_send(Ok(std::mem::replace(&mut chunk, Vec::with_capacity(batch)))).is_err() {
+                                return;
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        if !chunk.is_empty() && tx.blocking_send(Ok(std::mem::take(&mut chunk))).is_err() {
+                            return;
+                        }
+                        let _ = tx.blocking_send(Err(e));
+                        return;
+                    }
+                }
+            }
+            if !chunk.is_empty() {
+                let _ = tx.blocking_send(Ok(chunk));
+            }
+        })
+        .map_err(|e| Error::io("the input's reading thread", e))?;
+    Ok(rx)
 }
 
 /// How much of a failed record's input its error line repeats.

@@ -1,6 +1,7 @@
 //! The omlet CLI: build, check and run OML rules.
 
 use std::io::{BufRead, BufWriter, IsTerminal, Read, Write};
+
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -12,6 +13,10 @@ use omlet::build::RuleSource;
 use omlet::knowledge::sqlite::SqliteProvider;
 use omlet::stream::{Counting, EmptyCell, Format, Outcome, RouteBy};
 use omlet::{Engine, Error, Knowledge};
+
+/// The CLI's allocator (host/cli/Cargo.toml says why).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[cfg(feature = "kafka")]
 mod kafka;

@@ -258,3 +258,55 @@ async fn build_limits_are_configurable_through_the_engine() {
         Err(Error::Limit { limit: Limit::RuleBytes, .. })
     ));
 }
+
+/// Inputs `1..=n` as read records (`{"seq":i}`), then, if `fail`, a failure to read.
+fn numbered(n: u64, fail: bool) -> impl Iterator<Item = omlet::Result<stream::Input>> + Send + 'static {
+    let records = (1..=n).map(|i| {
+        let raw = format!("{{\"seq\":{i}}}");
+        Ok(stream::Input { number: i, line: i, record: Ok(rec(&raw)), raw })
+    });
+    let failure = fail.then(|| Err(Error::Io { path: "input".into(), source: std::io::Error::other("the disk went away") }));
+    records.chain(failure)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_failure_ends_the_run_after_every_record_read_before_it() {
+    // The reading thread hands over 1000 records, then fails: each of the
+    // 1000 comes out, in order, and then the run returns the failure.
+    let rule = Engine::new().unwrap().load_source("t.oml", TRIVIAL, &omlet::LoadOptions::new()).await.unwrap();
+    let mut seen = Vec::new();
+    let result = stream::run(rule, numbered(1000, true), RouteBy::Only, 64, 3, |d| {
+        assert!(matches!(d.outcome, Outcome::Ok(_)), "record {}", d.input.number);
+        seen.push(d.input.number);
+        Ok(())
+    })
+    .await;
+    assert_eq!(seen, (1..=1000).collect::<Vec<u64>>());
+    assert!(matches!(result, Err(Error::Io { .. })), "{result:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_sink_stops_the_reading_thread() {
+    // An endless input: once the sink fails, the run returns its error and
+    // the reading thread stops within the chunks it may read ahead.
+    let rule = Engine::new().unwrap().load_source("t.oml", TRIVIAL, &omlet::LoadOptions::new()).await.unwrap();
+    let pulled = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counter = pulled.clone();
+    let endless = (1..).map(move |i: u64| {
+        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let raw = format!("{{\"seq\":{i}}}");
+        Ok(stream::Input { number: i, line: i, record: Ok(rec(&raw)), raw })
+    });
+    let (batch, concurrency) = (16, 2);
+    let result = stream::run(rule, endless, RouteBy::Only, batch, concurrency, |d| {
+        if d.input.number == 40 { Err(Error::Config("the sink is full".into())) } else { Ok(()) }
+    })
+    .await;
+    assert!(matches!(result, Err(Error::Config(_))), "{result:?}");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let stopped = pulled.load(std::sync::atomic::Ordering::Relaxed);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(pulled.load(std::sync::atomic::Ordering::Relaxed), stopped, "the reading thread went on reading");
+    // Read: up to the failing chunk, those in flight and those waiting, and the one being filled.
+    assert!(stopped <= (40 / batch as u64 + 1 + 2 * concurrency as u64 + 1) * batch as u64, "{stopped} records read");
+}

@@ -1,0 +1,88 @@
+//! `omlet run`'s throughput, in a bench binary of its own so that it runs with
+//! the allocator the `omlet` CLI runs with (mimalloc, see host/cli/Cargo.toml);
+//! the `eval` benches measure the library under the system allocator, as an
+//! embedder that chooses none gets it. `cargo bench -p omlet-benches --bench run`.
+
+use std::io::{BufRead, BufReader, Write};
+use std::sync::Arc;
+use std::time::Instant;
+
+use omlet::knowledge::sqlite::SqliteProvider;
+use omlet::stream::{Counting, Format, Outcome, RouteBy};
+use omlet::{Engine, Knowledge};
+use omlet_benches::*;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// `omlet run`'s throughput: `OMLET_BENCH_RUN_RECORDS` nginx records (1 M;
+/// 100 K in quick mode) streamed from a JSONL file through the nginx rule and
+/// its knowdb with the code `omlet run` uses (`stream::read` + `stream::run`,
+/// batch 256, concurrency 2, each output rendered to JSON into a sink).
+/// Timed once, from opening the input to the last output, as `omlet run`
+/// times itself (rule load and knowdb not included).
+fn main() {
+    if !side_wanted("run/nginx") {
+        return;
+    }
+    let n = env_usize("OMLET_BENCH_RUN_RECORDS", if quick() { 100_000 } else { 1_000_000 });
+    let dir = std::env::temp_dir().join(format!("omlet-bench-run-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let input = dir.join("access.jsonl");
+    nginx_jsonl(&input, n).unwrap();
+    let input_bytes = std::fs::metadata(&input).map(|m| m.len()).unwrap_or(0);
+
+    // As `omlet run --knowdb examples/nginx/knowdb/knowdb.toml`: tokio's
+    // multi-threaded runtime (one worker per core), the knowdb in memory.
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let root = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/nginx"));
+    let (batch, concurrency) = (256, 2);
+    let (records, written, failed, secs) = rt.block_on(async {
+        let db = SqliteProvider::memory().await.unwrap();
+        omlet::knowledge::knowdb::load(&root.join("knowdb/knowdb.toml"), &db).await.unwrap();
+        let knowledge = Arc::new(Knowledge::new(Arc::new(db)));
+        let engine = Engine::new().unwrap();
+        let rule = engine.load_path(&root.join("nginx.oml"), &omlet::LoadOptions::new().knowledge(knowledge)).await.unwrap();
+
+        let f = std::fs::File::open(&input).unwrap();
+        let reader: Box<dyn BufRead + Send> = Box::new(BufReader::with_capacity(1 << 16, f));
+        let (reader, _bytes) = Counting::new(reader);
+        let reader: Box<dyn BufRead + Send> = Box::new(BufReader::new(reader));
+        let mut out = std::io::BufWriter::new(std::io::sink());
+        let started = Instant::now();
+        let (mut records, mut written, mut failed) = (0u64, 0u64, 0u64);
+        let sink = |d: omlet::stream::Done| -> omlet::Result<()> {
+            records += 1;
+            match d.outcome {
+                Outcome::Ok(rec) => {
+                    written += 1;
+                    writeln!(out, "{}", omlet::record::to_json_string(&rec))
+                        .map_err(|e| omlet::Error::Io { path: "output".into(), source: e })?;
+                }
+                Outcome::Unrouted(_) | Outcome::Failed(_) => failed += 1,
+            }
+            Ok(())
+        };
+        let inputs = omlet::stream::read(reader, Format::Jsonl);
+        omlet::stream::run(rule, inputs, RouteBy::Only, batch, concurrency, sink).await.unwrap();
+        out.flush().unwrap();
+        (records, written, failed, started.elapsed().as_secs_f64())
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    let rps = records as f64 / secs.max(1e-9);
+    eprintln!("omlet run: {records} records in {secs:.2} s ({rps:.0} records/s), {failed} failed");
+    side::put(
+        "run/nginx",
+        side::object(&[
+            ("records", records.to_string()),
+            ("written", written.to_string()),
+            ("failed", failed.to_string()),
+            ("input_bytes", input_bytes.to_string()),
+            ("seconds", side::number((secs * 1000.0).round() / 1000.0)),
+            ("records_per_second", side::number(rps.round())),
+            ("batch", batch.to_string()),
+            ("concurrency", concurrency.to_string()),
+        ]),
+    );
+    side::flush();
+}
