@@ -238,7 +238,9 @@ def main():
             "examples/nginx/access.jsonl with client addresses drawn from 4096, in and out of the knowdb's "
             "zones) streamed through examples/nginx/nginx.oml and its knowdb with the code of `omlet run` "
             f"(`omlet::stream::read` + `omlet::stream::run`, batch {run['batch']}, concurrency "
-            f"{run['concurrency']}, each output rendered with `omlet::record::to_json_string` into a sink). "
+            f"{run['concurrency']}, each output rendered with `omlet::record::to_json_string` into a sink), "
+            "in a bench binary of its own (`benches/benches/run.rs`) with the CLI's allocator, mimalloc; "
+            "input is read and parsed on its own thread, as in the CLI. "
             "Timed once, from opening the input to the last output, as `omlet run` times itself.", "",
             "| records | seconds | records/s | failed |", "|---:|---:|---:|---:|",
             f"| {run['records']:,} | {run['seconds']:.2f} | {fmt_rps(run['records_per_second'])} | {run['failed']} |",
@@ -571,13 +573,15 @@ def main():
               "same coalescing with no cache behind it.",
               (f"- `omlet run` ({fmt_rps(run['records_per_second'])} records/s with {run['concurrency']} calls in "
                f"flight, against {fmt_rps(real_batch)} for `real/wasm_batch_256` on one task) is short of "
-               "the CPU, not waiting on one thread (perf, session 9, `omlet run` on the 1 M-record file of "
-               "`benches/examples/nginx_input.rs`): the two cores are busy all along, a third of the samples on "
-               "the thread that reads, parses and renders (JSON parsing, rendering, malloc/free about equally) "
-               "and two thirds on the workers (the guest ~50% of all samples, the host's frames ~10%). About "
-               "12 µs of CPU per record in all; two evaluations side by side also run ~15% slower each than "
-               "one alone on this VM. More calls in flight (3 or 4) gained 5% at most. 400 K/s on two cores "
-               "needs 5 µs of CPU per record: less work per record, not more overlap."
+               "the CPU, not waiting on one thread (perf, sessions 9 and 10, `omlet run` on the 1 M-record file "
+               "of `benches/examples/nginx_input.rs`). Session 10 gave reading and parsing a thread of their "
+               "own, so that they overlap with rendering and evaluating, and made mimalloc the CLI's "
+               "allocator: records built on one thread and freed on others had glibc's malloc at ~20% of "
+               "the CPU. In alternating runs of the CLI that took 138–155 K to 155–187 K records/s. What is "
+               "left is about 10 µs of CPU per record: the guest ~51% of the samples, the host's frames and "
+               "calls on the workers ~16%, reading and parsing ~11%, rendering and freeing the outputs "
+               "~22%. 400 K/s on two cores needs 5 µs: less work "
+               "per record, not more overlap."
                if run and real_batch else "- `omlet run`: not measured in this run."),
               "- Against the databases' own tools: pgbench and mariadb-slap are C clients with one connection "
               "per client; omlet's lookups go through sqlx and tokio (and the guest, for `bypass`), which "
