@@ -45,32 +45,16 @@ pub(crate) fn encode_frame<'r>(records: impl ExactSizeIterator<Item = &'r Record
 /// allocated per field as before. Each thread looks names up in its own
 /// table first, so the shared one is locked only for a name it has not seen.
 mod names {
+    use omlet_lang::fnv::FnvBuild;
     use std::cell::RefCell;
     use std::collections::{HashMap, HashSet};
-    use std::hash::{BuildHasherDefault, Hasher};
     use std::sync::Mutex;
 
     pub(super) const MAX_LEN: usize = 64;
     pub(super) const MAX_NAMES: usize = 4096;
 
-    /// FNV-1a: names are short, and a lookup per field must be cheap.
-    #[derive(Default)]
-    struct Fnv(u64);
-
-    impl Hasher for Fnv {
-        fn finish(&self) -> u64 {
-            self.0
-        }
-        fn write(&mut self, bytes: &[u8]) {
-            let mut h = if self.0 == 0 { 0xcbf2_9ce4_8422_2325 } else { self.0 };
-            for b in bytes {
-                h = (h ^ *b as u64).wrapping_mul(0x0100_0000_01b3);
-            }
-            self.0 = h;
-        }
-    }
-
-    type Table = HashMap<&'static [u8], &'static str, BuildHasherDefault<Fnv>>;
+    // FNV (omlet_lang::fnv): names are short, and a lookup per field must be cheap.
+    type Table = HashMap<&'static [u8], &'static str, FnvBuild>;
 
     static SHARED: Mutex<Option<HashSet<&'static str>>> = Mutex::new(None);
 

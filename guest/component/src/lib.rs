@@ -19,6 +19,7 @@ use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 
 use omlet_lang::eval::{self, Cell, QueryError};
+use omlet_lang::fnv::FnvBuild;
 use omlet_lang::frame::{Reader, Writer};
 use omlet_lang::ir::{IR_VERSION, Program};
 use omlet_lang::{Route, RouteError};
@@ -59,13 +60,16 @@ static mut IR_SLOT: IrSlot = IrSlot { magic: IR_SLOT_MAGIC, ptr: 0, len: 0 };
 /// Most entries the guest cache holds before it starts over.
 const CACHE_CAPACITY: usize = 4096;
 
+/// The guest's lookup cache: a lookup's key (`cache_key`) → its row, or none.
+type Cache = hashbrown::HashMap<Vec<u8>, Option<Vec<Cell>>, FnvBuild>;
+
 /// Most rule paths the guest remembers the model of.
 const ROUTE_CAPACITY: usize = 1024;
 
 struct State {
     program: Option<Result<Program, String>>,
     generation: u64,
-    cache: BTreeMap<Vec<u8>, Option<Vec<Cell>>>,
+    cache: Cache,
     columns: BTreeMap<u32, Vec<String>>,
     /// Rule path → model index, or why there is none.
     routes: BTreeMap<String, Result<usize, RouteError>>,
@@ -78,7 +82,7 @@ struct State {
 static mut STATE: State = State {
     program: None,
     generation: 0,
-    cache: BTreeMap::new(),
+    cache: Cache::with_hasher(FnvBuild),
     columns: BTreeMap::new(),
     routes: BTreeMap::new(),
     key: Vec::new(),
@@ -263,7 +267,7 @@ fn split<'s>(st: &'s mut State, route: &WRoute) -> Result<(&'s Program, usize, W
 
 /// `eval::Host` over the WIT imports, with the guest-side cache.
 struct WitHost<'s> {
-    cache: &'s mut BTreeMap<Vec<u8>, Option<Vec<Cell>>>,
+    cache: &'s mut Cache,
     /// The key of the current lookup: one buffer, so a hit allocates none.
     key: &'s mut Vec<u8>,
     columns: &'s mut BTreeMap<u32, Vec<String>>,

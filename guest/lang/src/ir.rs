@@ -87,13 +87,8 @@ impl NameIndex {
     }
 }
 
-/// FNV-1a: names are short, and this costs a multiply per byte.
 fn name_hash(name: &str) -> usize {
-    let mut h: u32 = 0x811c_9dc5;
-    for &b in name.as_bytes() {
-        h = (h ^ b as u32).wrapping_mul(0x0100_0193);
-    }
-    h as usize
+    crate::fnv::hash(name.as_bytes()) as usize
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

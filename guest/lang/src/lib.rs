@@ -24,6 +24,7 @@ pub mod compile;
 pub mod diag;
 pub mod eval;
 pub mod fmt;
+pub mod fnv;
 pub mod frame;
 pub mod ir;
 pub mod limits;
