@@ -152,9 +152,10 @@ enum Cmd {
         #[arg(long, default_value_t = 256)]
         batch: usize,
         /// Guest calls in flight at once (each on its own instance), 1 to 256
-        /// (the engine's instance limit).
-        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=256))]
-        concurrency: u16,
+        /// (the engine's instance limit). Default: the cores, plus one, so that
+        /// every core has a call while the outputs of another are written.
+        #[arg(long, value_parser = clap::value_parser!(u16).range(1..=256))]
+        concurrency: Option<u16>,
         /// No progress bar, even on a terminal.
         #[arg(short, long)]
         quiet: bool,
@@ -263,7 +264,7 @@ async fn main() -> ExitCode {
                 pass_unrouted: unrouted == "pass",
                 stats,
                 batch: batch.max(1),
-                concurrency: concurrency as usize,
+                concurrency: concurrency.map_or_else(default_concurrency, usize::from),
                 quiet,
                 no_knowledge,
             };
@@ -788,6 +789,14 @@ async fn open_knowledge(knowdb: &[PathBuf], config: Option<&Path>) -> omlet::Res
             Some(Arc::new(Knowledge::with_config(Arc::new(db), config)))
         }
     })
+}
+
+/// `--concurrency` when not given: one call per core, and one more. The
+/// caller's task writes each call's outputs in order; with one call per core,
+/// a core would wait while it does (on 2 cores, 2 calls gave 176-186 K
+/// records/s and 3 calls 211-215 K, docs/decisions.md).
+fn default_concurrency() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get()).saturating_add(1).min(256)
 }
 
 async fn run(rule: &Path, knowdb: &[PathBuf], config: Option<&Path>, o: RunOptions) -> omlet::Result<ExitCode> {
