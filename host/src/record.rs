@@ -87,6 +87,19 @@ impl Record {
         fields_json(&self.fields)
     }
 
+    /// Appends [`Record::to_json`]'s text to `out`: a writer of many records
+    /// can reuse one buffer instead of allocating a string per record.
+    ///
+    /// ```
+    /// let mut line = String::new();
+    /// omlet::Record::from_json(r#"{"a":1}"#)?.write_json(&mut line);
+    /// assert_eq!(line, r#"{"a":1}"#);
+    /// # Ok::<(), omlet::Error>(())
+    /// ```
+    pub fn write_json(&self, out: &mut String) {
+        write_fields_json(&self.fields, out);
+    }
+
     /// The record as a `serde_json::Value` object.
     pub fn to_json_value(&self) -> Json {
         // The serde form is the spec §11 form; no text round trip.
@@ -381,30 +394,56 @@ impl<'de> serde::Deserialize<'de> for TopLevel {
                 // and through an index past that, so a wide record is read in
                 // linear time (200,000 fields used to take minutes).
                 let mut index: Option<std::collections::HashMap<String, usize>> = None;
-                while let Some(key) = map.next_key::<String>()? {
+                while let Some(key) = map.next_key_seed(Key)? {
                     let JsonValue(value) = map.next_value()?;
                     if index.is_none() && fields.len() >= INDEX_FROM {
                         index = Some(fields.iter().enumerate().map(|(i, f)| (f.name.to_string(), i)).collect());
                     }
                     let at = match &mut index {
-                        Some(ix) => match ix.get(key.as_str()) {
+                        Some(ix) => match ix.get(key.as_ref()) {
                             Some(&i) => Some(i),
                             None => {
-                                ix.insert(key.clone(), fields.len());
+                                ix.insert(key.to_string(), fields.len());
                                 None
                             }
                         },
-                        None => fields.iter().position(|f| f.name == key.as_str()),
+                        None => fields.iter().position(|f| f.name == key),
                     };
                     match at {
                         Some(i) => fields[i].value = value,
-                        None => fields.push(Field::new(Cow::Owned(key), value)),
+                        None => fields.push(Field::new(key, value)),
                     }
                 }
                 Ok(TopLevel(fields))
             }
         }
         d.deserialize_map(V)
+    }
+}
+
+/// A record's field name, read directly by serde: the shared copy of the
+/// name (`wire::names`, bounded) when there is one, so that the few names
+/// every record repeats are not allocated again for each record.
+struct Key;
+
+impl<'de> serde::de::DeserializeSeed<'de> for Key {
+    type Value = Cow<'static, str>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> std::result::Result<Self::Value, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Cow<'static, str>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a field name")
+            }
+            fn visit_str<E>(self, s: &str) -> std::result::Result<Self::Value, E> {
+                Ok(crate::wire::names::get(s.as_bytes()).map_or_else(|| Cow::Owned(s.to_string()), Cow::Borrowed))
+            }
+            fn visit_string<E>(self, s: String) -> std::result::Result<Self::Value, E> {
+                Ok(crate::wire::names::get(s.as_bytes()).map_or(Cow::Owned(s), Cow::Borrowed))
+            }
+        }
+        d.deserialize_str(V)
     }
 }
 
@@ -484,6 +523,12 @@ pub fn value_from_json(v: &Json) -> LangValue<'static> {
 /// Renders a record as one line of JSON (spec §11).
 pub fn fields_json(record: &[Field<'_>]) -> String {
     let mut out = String::with_capacity(64 + record.len() * 16);
+    write_fields_json(record, &mut out);
+    out
+}
+
+/// [`fields_json`], appended to `out`.
+fn write_fields_json(record: &[Field<'_>], out: &mut String) {
     out.push('{');
     let mut first = true;
     for f in record {
@@ -495,12 +540,11 @@ pub fn fields_json(record: &[Field<'_>]) -> String {
         }
         first = false;
         out.push('"');
-        omlet_lang::pipes::json_escape_into(&f.name, &mut out);
+        omlet_lang::pipes::json_escape_into(&f.name, out);
         out.push_str("\":");
-        omlet_lang::pipes::write_json(&f.value, &mut out, false);
+        omlet_lang::pipes::write_json(&f.value, out, false);
     }
     out.push('}');
-    out
 }
 
 /// [`Record::to_json`], as a function (omlet's tests and tools).

@@ -35,7 +35,8 @@ pub(crate) fn encode_frame<'r>(records: impl ExactSizeIterator<Item = &'r Record
     w.finish()
 }
 
-/// Field names of output records, shared rather than allocated per field.
+/// Field names of records (the guest's outputs, and JSON input's keys,
+/// `record::from_json_str`), shared rather than allocated per field.
 ///
 /// A rule writes the same few names into every record, so decoding them into
 /// a fresh `String` each time was a large share of the host's allocations.
@@ -44,7 +45,7 @@ pub(crate) fn encode_frame<'r>(records: impl ExactSizeIterator<Item = &'r Record
 /// kept, and at most [`MAX_NAMES`] of them, after which further new names are
 /// allocated per field as before. Each thread looks names up in its own
 /// table first, so the shared one is locked only for a name it has not seen.
-mod names {
+pub(crate) mod names {
     use omlet_lang::fnv::FnvBuild;
     use std::cell::RefCell;
     use std::collections::{HashMap, HashSet};
@@ -63,7 +64,7 @@ mod names {
     }
 
     /// The shared copy of `name`, if it is (or can still be) kept.
-    pub(super) fn get(name: &[u8]) -> Option<&'static str> {
+    pub(crate) fn get(name: &[u8]) -> Option<&'static str> {
         if name.len() > MAX_LEN {
             return None;
         }

@@ -886,13 +886,21 @@ async fn run(rule: &Path, knowdb: &[PathBuf], config: Option<&Path>, o: RunOptio
     let source = if o.input == "-" { "stdin".to_string() } else { o.input.clone() };
     let started = Instant::now();
     let (mut records, mut written, mut failed, mut unrouted) = (0u64, 0u64, 0u64, 0u64);
+    let mut line = String::new();
     let sink = |d: omlet::stream::Done| -> omlet::Result<()> {
         records += 1;
         let io = |e: std::io::Error| Error::Io { path: "output".into(), source: e };
         let (kind, message) = match d.outcome {
             Outcome::Ok(rec) => {
                 written += 1;
-                writeln!(out, "{}", rec.to_json()).map_err(io)?;
+                // One line buffer for the whole run, not a string per record.
+                line.clear();
+                rec.write_json(&mut line);
+                line.push('\n');
+                out.write_all(line.as_bytes()).map_err(io)?;
+                if line.capacity() > 1 << 20 {
+                    line = String::new(); // a huge record's buffer is not kept
+                }
                 (None, String::new())
             }
             Outcome::Unrouted(_) if o.pass_unrouted => {
