@@ -392,9 +392,16 @@ fn html_unescape(s: &str) -> String {
 /// JSON string-content escaping (RFC 8259).
 pub fn json_escape_into(s: &str, out: &mut String) {
     // Runs of bytes that need no escape are copied whole; every byte that
-    // does is ASCII, so the cuts fall on character boundaries.
+    // does is ASCII, so the cuts fall on character boundaries. Most text
+    // needs none: find the first byte that does eight bytes at a time.
+    let bytes = s.as_bytes();
+    let clean = clean_prefix(bytes);
+    if clean == bytes.len() {
+        out.push_str(s);
+        return;
+    }
     let mut from = 0;
-    for (i, &b) in s.as_bytes().iter().enumerate() {
+    for (i, &b) in bytes.iter().enumerate().skip(clean) {
         let escaped = match b {
             b'"' => "\\\"",
             b'\\' => "\\\\",
@@ -415,6 +422,31 @@ pub fn json_escape_into(s: &str, out: &mut String) {
         from = i + 1;
     }
     out.push_str(&s[from..]);
+}
+
+/// How many leading bytes of `b` need no JSON escape: none is `"`, `\\` or
+/// below 0x20. Eight bytes at a time (SWAR): a byte `x` of a word is flagged
+/// when `x ^ '"'`, `x ^ '\\'` or `x & 0xe0` is zero.
+fn clean_prefix(b: &[u8]) -> usize {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    // High bit of each byte of `v` that is zero (exact for the first such byte).
+    let zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGHS;
+    let mut i = 0;
+    while i + 8 <= b.len() {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&b[i..i + 8]);
+        let x = u64::from_le_bytes(w);
+        let hit = zero(x ^ (ONES * b'"' as u64)) | zero(x ^ (ONES * b'\\' as u64)) | zero(x & (ONES * 0xe0));
+        if hit != 0 {
+            return i + (hit.trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    while i < b.len() && !matches!(b[i], b'"' | b'\\' | 0..=0x1f) {
+        i += 1;
+    }
+    i
 }
 
 fn json_unescape(s: &str) -> Option<String> {
@@ -608,6 +640,39 @@ mod tests {
         let mut out = String::new();
         json_escape_into("a\"b\\c\nd\u{1}", &mut out);
         assert_eq!(out, "a\\\"b\\\\c\\nd\\u0001");
+    }
+
+    #[test]
+    fn the_clean_prefix_stops_at_the_first_byte_to_escape() {
+        // Every position of every kind of byte to escape, at every offset
+        // into a word, after ASCII and multi-byte text.
+        let base = "héllo wörld, ∑ plain text of some length";
+        assert_eq!(clean_prefix(base.as_bytes()), base.len());
+        for special in ['"', '\\', '\n', '\u{0}', '\u{1f}'] {
+            for at in 0..=base.len() {
+                if !base.is_char_boundary(at) {
+                    continue;
+                }
+                let text = alloc::format!("{}{special}{}", &base[..at], &base[at..]);
+                assert_eq!(clean_prefix(text.as_bytes()), at, "{text:?}");
+                // And the escaped text is what a byte-by-byte escape gives.
+                let mut fast = String::new();
+                json_escape_into(&text, &mut fast);
+                let slow: String = text
+                    .chars()
+                    .map(|c| match c {
+                        '"' => "\\\"".into(),
+                        '\\' => "\\\\".into(),
+                        '\n' => "\\n".into(),
+                        c if (c as u32) < 0x20 => alloc::format!("\\u{:04x}", c as u32),
+                        c => c.into(),
+                    })
+                    .collect();
+                assert_eq!(fast, slow);
+            }
+        }
+        // Bytes 0x20, 0x7f and 0x80-0xff need no escape.
+        assert_eq!(clean_prefix(b" \x7f\x80\xff\xa0 abcdefgh"), 14);
     }
 
     #[test]
