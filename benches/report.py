@@ -431,9 +431,12 @@ def main():
               "`Record`s ~10%, copies ~5%, malloc/free ~7%. Two such runs side by side take 9.0–9.2 µs each: "
               "the two cores of this VM slow each other by about 15%. So the native evaluator is within 2× "
               "of the hand-written function, but wasm costs 2.5–3× native on this rule: the frames on both "
-              "sides of the boundary (the native path has none), and allocation in the guest. The next steps "
-              "are output records that borrow the frame's text instead of a `String` per value, and "
-              "evaluating into reused buffers.", ""]
+              "sides of the boundary (the native path has none), and allocation in the guest. Output "
+              "records that stay in the frame until read were tried in session 10 and dropped (same output, "
+              "no CPU saved once every record is read; docs/decisions.md). Session 10 also made the guest's "
+              "lookup cache a hash table: its `BTreeMap` of byte keys cost ~3% of `omlet run` in "
+              "byte-by-byte compares. What is left is the evaluator's own walk, spread thin; the next step "
+              "is fewer allocations in the guest (evaluating into reused buffers).", ""]
     real_b, vrl_n = rps("real/wasm_batch_256"), rps("peer/vrl_nginx")
     goal_row("real rule, wasm batched, one task ≥ 500 K rec/s", real_b / 1e3 if real_b else None, 500, " K/s")
     goal_row("real rule, wasm batched ≥ 1.5× VRL", real_b / vrl_n if real_b and vrl_n else None, 1.5, "×")
@@ -539,8 +542,7 @@ def main():
             "of output records are shared, not allocated per field. Earlier steps: a 4 GiB memory "
             "reservation (no bounds checks in the guest) and opt-level 3. No single hot spot is left: "
             "the next steps are fewer allocations per record on both sides (evaluating into reused "
-            "buffers, output records that borrow the frame's text), and a frame that writes into one "
-            "buffer instead of nodes and text apart.", ""]
+            "buffers), and a frame that writes into one buffer instead of nodes and text apart.", ""]
     lines += ["Readings of the figures above:", "",
               f"- A call with one empty record costs about {fmt_us(empty)} µs (`baseline/empty_guest_call`; "
               "an empty batch makes no call at all), a "
@@ -577,7 +579,13 @@ def main():
                "of `benches/examples/nginx_input.rs`). Session 10 gave reading and parsing a thread of their "
                "own, so that they overlap with rendering and evaluating, and made mimalloc the CLI's "
                "allocator: records built on one thread and freed on others had glibc's malloc at ~20% of "
-               "the CPU. In alternating runs of the CLI that took 138–155 K to 155–187 K records/s. What is "
+               "the CPU. In alternating runs of the CLI that took 138–155 K to 155–187 K records/s. Then "
+               "`--concurrency` became the cores plus one (3 here; it was 2): the task that writes the "
+               "outputs in order left a core idle while it wrote, and 3 calls gave 211–215 K against "
+               "176–186 K. The CLI also writes through one reused line buffer (`Record::write_json`), takes "
+               "JSON keys from the shared table of field names, and escapes JSON text eight bytes at a "
+               "time (a few % together, within this VM's noise run to run). This bench renders with "
+               "`to_json_string`, a string per record, as a library user would. What is "
                "left is about 10 µs of CPU per record: the guest ~51% of the samples, the host's frames and "
                "calls on the workers ~16%, reading and parsing ~11%, rendering and freeing the outputs "
                "~22%. 400 K/s on two cores needs 5 µs: less work "
