@@ -2,9 +2,9 @@
 //! async vs blocking, and concurrency (one record or 256 per call); with
 //! baselines (an empty guest call, the bare sqlx round trip at each
 //! concurrency, the databases' own load tools). Besides criterion's cells:
-//! per-call latency percentiles, `omlet run`'s throughput and memory per
-//! instance, in the side file (`omlet_benches::side`). `benches/report.py`
-//! turns it all into BENCHMARKS.md.
+//! per-call latency percentiles and memory per instance, in the side file
+//! (`omlet_benches::side`), where `benches/run.rs` adds `omlet run`'s
+//! throughput. `benches/report.py` turns it all into BENCHMARKS.md.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

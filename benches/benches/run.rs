@@ -18,8 +18,8 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// `omlet run`'s throughput: `OMLET_BENCH_RUN_RECORDS` nginx records (1 M;
 /// 100 K in quick mode) streamed from a JSONL file through the nginx rule and
 /// its knowdb with the code `omlet run` uses (`stream::read` + `stream::run`,
-/// batch 256, 3 calls in flight (the CLI's default on 2 cores: the cores plus
-/// one), each output rendered to JSON into a sink).
+/// batch 256, as many calls in flight as the CLI's default, the cores plus
+/// one, each output rendered to JSON into a sink).
 /// Timed once, from opening the input to the last output, as `omlet run`
 /// times itself (rule load and knowdb not included).
 fn main() {
@@ -35,9 +35,10 @@ fn main() {
 
     // As `omlet run --knowdb examples/nginx/knowdb/knowdb.toml`: tokio's
     // multi-threaded runtime (one worker per core), the knowdb in memory.
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(cores).enable_all().build().unwrap();
     let root = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/nginx"));
-    let (batch, concurrency) = (256, 3);
+    let (batch, concurrency) = (256, cores + 1);
     let (records, written, failed, secs) = rt.block_on(async {
         let db = SqliteProvider::memory().await.unwrap();
         omlet::knowledge::knowdb::load(&root.join("knowdb/knowdb.toml"), &db).await.unwrap();

@@ -437,10 +437,7 @@ impl<'de> serde::de::DeserializeSeed<'de> for Key {
                 f.write_str("a field name")
             }
             fn visit_str<E>(self, s: &str) -> std::result::Result<Self::Value, E> {
-                Ok(crate::wire::names::get(s.as_bytes()).map_or_else(|| Cow::Owned(s.to_string()), Cow::Borrowed))
-            }
-            fn visit_string<E>(self, s: String) -> std::result::Result<Self::Value, E> {
-                Ok(crate::wire::names::get(s.as_bytes()).map_or(Cow::Owned(s), Cow::Borrowed))
+                Ok(crate::wire::names::cow(s))
             }
         }
         d.deserialize_str(V)
@@ -613,6 +610,21 @@ mod tests {
         ]);
         assert_eq!((hidden.len(), hidden.get("__x"), hidden.to_json()), (1, None, r#"{"y":1}"#.to_string()));
         assert!(matches!(Record::from_json("[1]"), Err(Error::Input { .. })));
+    }
+
+    #[test]
+    fn json_keys_are_shared_between_records() {
+        let a = from_json_str(r#"{"a_key_of_this_test":1,"a\u0062c":2}"#).unwrap();
+        let b = from_json_str(r#"{"a_key_of_this_test":3}"#).unwrap();
+        assert_eq!(a.names().collect::<Vec<_>>(), ["a_key_of_this_test", "abc"], "an escaped key reads unescaped");
+        match (&a.fields()[0].name, &b.fields()[0].name) {
+            (Cow::Borrowed(x), Cow::Borrowed(y)) => assert!(std::ptr::eq(*x, *y), "one shared copy"),
+            // Other tests of this binary may fill the bounded table first.
+            _ => assert!(
+                crate::wire::names::get(b"a-name-never-seen-before").is_none(),
+                "a key was not shared though the table had room"
+            ),
+        }
     }
 
     #[test]

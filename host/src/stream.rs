@@ -413,15 +413,20 @@ pub struct Done {
 /// in flight, handing every record's outcome to `sink` in input order.
 ///
 /// Reading (and so parsing) runs on a thread of its own, `omlet-read`, a few
-/// chunks ahead of the evaluation (at most `concurrency` chunks wait for it),
-/// so that it overlaps with the evaluating tasks and with `sink`, which runs
-/// on the caller's task.
+/// chunks ahead of the evaluation (at most `concurrency` chunks wait for it,
+/// besides the one it is filling), so that it overlaps with the evaluating
+/// tasks and with `sink`, which runs on the caller's task.
 ///
 /// Every record read gets exactly one outcome, whatever happens to its call:
 /// a trap, a limit, even a failed task, is that record's `Failed` outcome. The
-/// run stops early only when the input cannot be read or `sink` fails; it
-/// first hands `sink` the outcomes of every record already read. When `sink`
-/// fails, the reading thread stops at its next chunk.
+/// run stops early only when the input cannot be read, the reading thread
+/// fails (an [`Error::Internal`]), or `sink` fails:
+/// - when the input cannot be read, `sink` first gets the outcome of every
+///   record read before that, and the run returns the read error;
+/// - when `sink` fails, the run returns its error at once: the records read
+///   ahead get no outcome, and the reading thread stops when it next hands
+///   over a chunk (so an input that blocks, such as standard input, may keep
+///   it until the process ends). Dropping the run's future does the same.
 pub async fn run(
     rule: Rule,
     inputs: impl Iterator<Item = Result<Input>> + Send + 'static,
@@ -439,16 +444,22 @@ pub async fn run(
     loop {
         while !ended && inflight.len() < concurrency {
             match chunks.recv().await {
-                Some(Ok(work)) => {
+                Some(Chunk::Records(work)) => {
                     let (rule, route) = (rule.clone(), route.clone());
                     let names = work.iter().map(|i| (i.number, i.line)).collect();
                     inflight.push_back((names, tokio::spawn(async move { evaluate_chunk(&rule, &route, work).await })));
                 }
-                Some(Err(e)) => {
+                Some(Chunk::Failed(e)) => {
                     failure = Some(e);
                     ended = true;
                 }
-                None => ended = true,
+                Some(Chunk::End) => ended = true,
+                // The thread is gone without saying the input ended: it
+                // panicked, and the records it held are lost with it.
+                None => {
+                    failure = Some(Error::Internal("the input's reading thread failed before the end of the input".into()));
+                    ended = true;
+                }
             }
         }
         let Some((names, task)) = inflight.pop_front() else {
@@ -474,20 +485,33 @@ pub async fn run(
     }
 }
 
+/// What the reading thread hands over.
+enum Chunk {
+    /// The next records, in order.
+    Records(Vec<Input>),
+    /// The input could not be read; nothing follows.
+    Failed(Error),
+    /// The input ended; nothing follows.
+    End,
+}
+
 /// Chunks of `inputs` (`batch` records, or [`MAX_BATCH_BYTES`] of input), read
-/// on a thread of their own, at most `ahead` of them waiting. A failure to
-/// read is the last item. The thread ends at the end of the input, or at its
-/// next chunk once the receiver is gone.
+/// on a thread of their own, at most `ahead` of them waiting. The last item
+/// is [`Chunk::End`] or [`Chunk::Failed`]; a channel that closes without one
+/// means the thread failed. The thread ends there, or at its next chunk once
+/// the receiver is gone.
 fn read_ahead(
     inputs: impl Iterator<Item = Result<Input>> + Send + 'static,
     batch: usize,
     ahead: usize,
-) -> Result<tokio::sync::mpsc::Receiver<Result<Vec<Input>>>> {
+) -> Result<tokio::sync::mpsc::Receiver<Chunk>> {
+    // Room for a chunk's records as they come; a huge `batch` reserves no more.
+    let room = batch.min(4096);
     let (tx, rx) = tokio::sync::mpsc::channel(ahead);
     std::thread::Builder::new()
         .name("omlet-read".into())
         .spawn(move || {
-            let (mut chunk, mut bytes) = (Vec::with_capacity(batch), 0usize);
+            let (mut chunk, mut bytes) = (Vec::with_capacity(room), 0usize);
             for item in inputs {
                 match item {
                     Ok(input) => {
@@ -495,23 +519,25 @@ fn read_ahead(
                         chunk.push(input);
                         if chunk.len() >= batch || bytes >= MAX_BATCH_BYTES {
                             bytes = 0;
-                            if tx.blocking_send(Ok(std::mem::replace(&mut chunk, Vec::with_capacity(batch)))).is_err() {
+                            let full = std::mem::replace(&mut chunk, Vec::with_capacity(room));
+                            if tx.blocking_send(Chunk::Records(full)).is_err() {
                                 return;
                             }
                         }
                     }
                     Err(e) => {
-                        if !chunk.is_empty() && tx.blocking_send(Ok(std::mem::take(&mut chunk))).is_err() {
+                        if !chunk.is_empty() && tx.blocking_send(Chunk::Records(std::mem::take(&mut chunk))).is_err() {
                             return;
                         }
-                        let _ = tx.blocking_send(Err(e));
+                        let _ = tx.blocking_send(Chunk::Failed(e));
                         return;
                     }
                 }
             }
-            if !chunk.is_empty() {
-                let _ = tx.blocking_send(Ok(chunk));
+            if !chunk.is_empty() && tx.blocking_send(Chunk::Records(chunk)).is_err() {
+                return;
             }
+            let _ = tx.blocking_send(Chunk::End);
         })
         .map_err(|e| Error::io("the input's reading thread", e))?;
     Ok(rx)

@@ -1,8 +1,6 @@
 //! Host records to and from frames, the bytes that cross the boundary
 //! (layout and codec: `omlet_lang::frame`; WIT: `types.frame`).
 
-use std::borrow::Cow;
-
 use omlet_lang::frame::{Raw, Reader, Writer};
 use omlet_lang::value::{Field, Value};
 
@@ -47,9 +45,11 @@ pub(crate) fn encode_frame<'r>(records: impl ExactSizeIterator<Item = &'r Record
 /// table first, so the shared one is locked only for a name it has not seen.
 pub(crate) mod names {
     use omlet_lang::fnv::FnvBuild;
+    use std::borrow::Cow;
     use std::cell::RefCell;
     use std::collections::{HashMap, HashSet};
     use std::sync::Mutex;
+    use std::sync::atomic::{AtomicBool, Ordering};
 
     pub(super) const MAX_LEN: usize = 64;
     pub(super) const MAX_NAMES: usize = 4096;
@@ -58,6 +58,9 @@ pub(crate) mod names {
     type Table = HashMap<&'static [u8], &'static str, FnvBuild>;
 
     static SHARED: Mutex<Option<HashSet<&'static str>>> = Mutex::new(None);
+    /// The shared table is full: a name a thread has not seen is not looked
+    /// for there (no lock per field once input keys have filled the table).
+    static FULL: AtomicBool = AtomicBool::new(false);
 
     thread_local! {
         static LOCAL: RefCell<Table> = RefCell::new(Table::default());
@@ -71,6 +74,9 @@ pub(crate) mod names {
         if let Some(hit) = LOCAL.with(|t| t.borrow().get(name).copied()) {
             return Some(hit);
         }
+        if FULL.load(Ordering::Relaxed) {
+            return None;
+        }
         let text = std::str::from_utf8(name).ok()?;
         let kept = {
             let mut shared = SHARED.lock().ok()?;
@@ -82,11 +88,19 @@ pub(crate) mod names {
                     set.insert(k);
                     k
                 }
-                None => return None,
+                None => {
+                    FULL.store(true, Ordering::Relaxed);
+                    return None;
+                }
             }
         };
         LOCAL.with(|t| t.borrow_mut().insert(kept.as_bytes(), kept));
         Some(kept)
+    }
+
+    /// `name` as a field name: the shared copy, or else its own.
+    pub(crate) fn cow(name: &str) -> Cow<'static, str> {
+        get(name.as_bytes()).map_or_else(|| Cow::Owned(name.to_string()), Cow::Borrowed)
     }
 }
 
@@ -98,10 +112,7 @@ fn tree(r: &mut Reader<'_>, read: &mut u32, depth: u32) -> Result<Field<'static>
     }
     let (name, raw) = r.node()?;
     *read += 1;
-    let name = match names::get(name.as_bytes()) {
-        Some(kept) => Cow::Borrowed(kept),
-        None => Cow::Owned(name.to_string()),
-    };
+    let name = names::cow(name);
     let value = match raw {
         Raw::Leaf(v) => v.into_owned(),
         Raw::Obj(n) | Raw::Array(n) => {
@@ -170,6 +181,7 @@ pub(crate) fn decode_batch(n: usize, frame: &[u8], errors: impl Iterator<Item = 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::borrow::Cow;
 
     #[test]
     fn output_names_are_shared_and_bounded() {

@@ -443,10 +443,15 @@ fn clean_prefix(b: &[u8]) -> usize {
         }
         i += 8;
     }
-    while i < b.len() && !matches!(b[i], b'"' | b'\\' | 0..=0x1f) {
+    while i < b.len() && !needs_escape(b[i]) {
         i += 1;
     }
     i
+}
+
+/// Whether byte `b` needs a JSON escape: `"`, `\\` and the controls below 0x20.
+fn needs_escape(b: u8) -> bool {
+    matches!(b, b'"' | b'\\' | 0..=0x1f)
 }
 
 fn json_unescape(s: &str) -> Option<String> {
@@ -671,8 +676,17 @@ mod tests {
                 assert_eq!(fast, slow);
             }
         }
-        // Bytes 0x20, 0x7f and 0x80-0xff need no escape.
-        assert_eq!(clean_prefix(b" \x7f\x80\xff\xa0 abcdefgh"), 14);
+        // Every byte value at every offset of two words: the prefix ends at
+        // the first byte that needs an escape, whatever the word around it.
+        for b in 0..=255u8 {
+            for at in 0..16 {
+                let mut bytes = [b'x'; 24];
+                bytes[at] = b;
+                let want = if needs_escape(b) { at } else { 24 };
+                assert_eq!(clean_prefix(&bytes), want, "byte {b:#04x} at {at}");
+            }
+        }
+        assert_eq!((0..=255u8).filter(|&b| needs_escape(b)).count(), 34);
     }
 
     #[test]

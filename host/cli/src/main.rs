@@ -1,7 +1,6 @@
 //! The omlet CLI: build, check and run OML rules.
 
 use std::io::{BufRead, BufWriter, IsTerminal, Read, Write};
-
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -794,9 +793,10 @@ async fn open_knowledge(knowdb: &[PathBuf], config: Option<&Path>) -> omlet::Res
 /// `--concurrency` when not given: one call per core, and one more. The
 /// caller's task writes each call's outputs in order; with one call per core,
 /// a core would wait while it does (on 2 cores, 2 calls gave 176-186 K
-/// records/s and 3 calls 211-215 K, docs/decisions.md).
+/// records/s and 3 calls 211-215 K, docs/decisions.md). An unknown core
+/// count counts as one core.
 fn default_concurrency() -> usize {
-    std::thread::available_parallelism().map_or(2, |n| n.get()).saturating_add(1).min(256)
+    std::thread::available_parallelism().map_or(1, |n| n.get()).saturating_add(1).min(256)
 }
 
 async fn run(rule: &Path, knowdb: &[PathBuf], config: Option<&Path>, o: RunOptions) -> omlet::Result<ExitCode> {

@@ -285,14 +285,25 @@ async fn a_read_failure_ends_the_run_after_every_record_read_before_it() {
     assert!(matches!(result, Err(Error::Io { .. })), "{result:?}");
 }
 
+/// Sets its flag when dropped: the reading thread drops its input when it ends.
+struct Dropped(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for Dropped {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_sink_stops_the_reading_thread() {
-    // An endless input: once the sink fails, the run returns its error and
-    // the reading thread stops within the chunks it may read ahead.
+    // An endless input: once the sink fails, the run returns its error, and
+    // the reading thread ends (it drops its input) within its read-ahead.
     let rule = Engine::new().unwrap().load_source("t.oml", TRIVIAL, &omlet::LoadOptions::new()).await.unwrap();
     let pulled = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let counter = pulled.clone();
+    let dropped = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (counter, guard) = (pulled.clone(), Dropped(dropped.clone()));
     let endless = (1..).map(move |i: u64| {
+        let _alive = &guard; // owned by the iterator: dropped with it
         counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let raw = format!("{{\"seq\":{i}}}");
         Ok(stream::Input { number: i, line: i, record: Ok(rec(&raw)), raw })
@@ -303,10 +314,28 @@ async fn a_failing_sink_stops_the_reading_thread() {
     })
     .await;
     assert!(matches!(result, Err(Error::Config(_))), "{result:?}");
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let stopped = pulled.load(std::sync::atomic::Ordering::Relaxed);
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(pulled.load(std::sync::atomic::Ordering::Relaxed), stopped, "the reading thread went on reading");
+    let t = Instant::now();
+    while !dropped.load(std::sync::atomic::Ordering::SeqCst) && t.elapsed() < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(dropped.load(std::sync::atomic::Ordering::SeqCst), "the reading thread did not end");
+    let read = pulled.load(std::sync::atomic::Ordering::Relaxed);
     // Read: up to the failing chunk, those in flight and those waiting, and the one being filled.
-    assert!(stopped <= (40 / batch as u64 + 1 + 2 * concurrency as u64 + 1) * batch as u64, "{stopped} records read");
+    assert!(read <= (40 / batch as u64 + 1 + 2 * concurrency as u64 + 1) * batch as u64, "{read} records read");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reading_thread_that_panics_fails_the_run() {
+    // The input panics after 100 records: the chunks handed over before come
+    // out, and the run fails rather than end as if the input had ended.
+    let rule = Engine::new().unwrap().load_source("t.oml", TRIVIAL, &omlet::LoadOptions::new()).await.unwrap();
+    let broken = numbered(100, false).chain(std::iter::from_fn(|| panic!("a reader bug")));
+    let mut seen = Vec::new();
+    let result = stream::run(rule, broken, RouteBy::Only, 16, 2, |d| {
+        seen.push(d.input.number);
+        Ok(())
+    })
+    .await;
+    assert!(matches!(result, Err(Error::Internal(_))), "{result:?}");
+    assert_eq!(seen, (1..=96).collect::<Vec<u64>>(), "the six full chunks come out");
 }
