@@ -511,33 +511,30 @@ fn read_ahead(
     std::thread::Builder::new()
         .name("omlet-read".into())
         .spawn(move || {
-            let (mut chunk, mut bytes) = (Vec::with_capacity(room), 0usize);
+            let (mut chunk, mut bytes, mut last) = (Vec::with_capacity(room), 0usize, Chunk::End);
             for item in inputs {
-                match item {
-                    Ok(input) => {
-                        bytes += input.raw.len();
-                        chunk.push(input);
-                        if chunk.len() >= batch || bytes >= MAX_BATCH_BYTES {
-                            bytes = 0;
-                            let full = std::mem::replace(&mut chunk, Vec::with_capacity(room));
-                            if tx.blocking_send(Chunk::Records(full)).is_err() {
-                                return;
-                            }
-                        }
-                    }
+                let input = match item {
+                    Ok(input) => input,
                     Err(e) => {
-                        if !chunk.is_empty() && tx.blocking_send(Chunk::Records(std::mem::take(&mut chunk))).is_err() {
-                            return;
-                        }
-                        let _ = tx.blocking_send(Chunk::Failed(e));
+                        last = Chunk::Failed(e);
+                        break;
+                    }
+                };
+                bytes += input.raw.len();
+                chunk.push(input);
+                if chunk.len() >= batch || bytes >= MAX_BATCH_BYTES {
+                    bytes = 0;
+                    let full = std::mem::replace(&mut chunk, Vec::with_capacity(room));
+                    if tx.blocking_send(Chunk::Records(full)).is_err() {
                         return;
                     }
                 }
             }
+            // The records read since the last full chunk, then how the input ended.
             if !chunk.is_empty() && tx.blocking_send(Chunk::Records(chunk)).is_err() {
                 return;
             }
-            let _ = tx.blocking_send(Chunk::End);
+            let _ = tx.blocking_send(last);
         })
         .map_err(|e| Error::io("the input's reading thread", e))?;
     Ok(rx)
