@@ -461,15 +461,19 @@ fn workers_in_a_consumer_group() {
             }
         })
     };
-    // Every worker has its partitions and has answered with the old value.
+    // Every partition has answered with the old value, and every worker is
+    // up: its metrics answer only after its LISTEN is in place. (Partitions
+    // alone were not enough: under load a third worker could still be
+    // starting, and one that loads its tables after the update never sees
+    // the NOTIFY, so it stays at generation 1 with the new value.)
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let out = read_topic(&b, "out4");
         let parts: HashSet<i32> = out.iter().filter(|o| o.value["v"] == "old").map(|o| o.partition).collect();
-        if parts.len() == 6 {
+        if parts.len() == 6 && ports.iter().all(|p| try_metric(*p, "omlet_knowledge_generation").is_some()) {
             break;
         }
-        assert!(Instant::now() < deadline, "the old value did not come out of every partition");
+        assert!(Instant::now() < deadline, "the old value did not come out of every partition, or a worker is not up");
         std::thread::sleep(Duration::from_millis(300));
     }
     pg.psql("update kv set v = 'new' where k = 1");
