@@ -1,9 +1,16 @@
 //! Profiling aid: `c` tasks making one-record calls of the pure rule on a
-//! two-worker runtime (`perf record`). Usage: profile_concurrent [C] [CALLS]
+//! two-worker runtime (`perf record`). Usage: profile_concurrent [C] [CALLS];
+//! `OMLET_WORKERS=n` sets the workers (0: a current-thread runtime),
+//! `OMLET_COALESCE=1` turns coalescing on, `OMLET_LANES=n` sets its lanes.
 fn main() {
     let c: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(64);
     let n: usize = std::env::args().nth(2).and_then(|s| s.parse().ok()).unwrap_or(2_000_000);
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let workers: usize = std::env::var("OMLET_WORKERS").ok().and_then(|s| s.parse().ok()).unwrap_or(2);
+    let rt = if workers == 0 {
+        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+    } else {
+        tokio::runtime::Builder::new_multi_thread().worker_threads(workers).enable_all().build().unwrap()
+    };
     let mut config = omlet::EngineConfig { coalesce: std::env::var_os("OMLET_COALESCE").is_some(), ..Default::default() };
     if let Some(lanes) = std::env::var("OMLET_LANES").ok().and_then(|s| s.parse().ok()) {
         config.lanes = lanes;
@@ -31,8 +38,9 @@ fn main() {
     });
     let d = t.elapsed();
     println!(
-        "c={c}: {n} calls in {d:?}: {:.0} ns/call, {:.2} M/s",
+        "c={c}: {n} calls in {d:?}: {:.0} ns/call, {:.2} M/s, coalesced {}",
         d.as_nanos() as f64 / n as f64,
-        n as f64 / d.as_secs_f64() / 1e6
+        n as f64 / d.as_secs_f64() / 1e6,
+        rule.coalesced_records()
     );
 }
