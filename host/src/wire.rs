@@ -46,7 +46,7 @@ pub(crate) fn encode_frame<'r>(records: impl ExactSizeIterator<Item = &'r Record
 pub(crate) mod names {
     use omlet_lang::fnv::FnvBuild;
     use std::borrow::Cow;
-    use std::cell::RefCell;
+    use std::cell::{Cell, RefCell};
     use std::collections::{HashMap, HashSet};
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -62,8 +62,21 @@ pub(crate) mod names {
     /// for there (no lock per field once input keys have filled the table).
     static FULL: AtomicBool = AtomicBool::new(false);
 
+    /// Slots of the per-thread front cache (a power of two).
+    const FRONT: usize = 256;
+
     thread_local! {
         static LOCAL: RefCell<Table> = RefCell::new(Table::default());
+        /// A direct-mapped cache in front of `LOCAL`, by length and first and
+        /// last bytes: records repeat the same few names, and this finds
+        /// them with one compare instead of hashing every byte.
+        static FRONT_CACHE: [Cell<&'static str>; FRONT] = const { [const { Cell::new("") }; FRONT] };
+    }
+
+    /// A name's slot in the front cache (not empty: `""` marks a free slot).
+    pub(super) fn front_slot(name: &[u8]) -> usize {
+        let (first, last) = (name[0] as usize, name[name.len() - 1] as usize);
+        (name.len().wrapping_mul(31) ^ first.wrapping_mul(7) ^ last.wrapping_mul(131)) & (FRONT - 1)
     }
 
     /// The shared copy of `name`, if it is (or can still be) kept.
@@ -71,7 +84,17 @@ pub(crate) mod names {
         if name.len() > MAX_LEN {
             return None;
         }
+        let slot = (!name.is_empty()).then(|| front_slot(name));
+        if let Some(i) = slot {
+            let hit = FRONT_CACHE.with(|f| f[i].get());
+            if hit.as_bytes() == name {
+                return Some(hit);
+            }
+        }
         if let Some(hit) = LOCAL.with(|t| t.borrow().get(name).copied()) {
+            if let Some(i) = slot {
+                FRONT_CACHE.with(|f| f[i].set(hit));
+            }
             return Some(hit);
         }
         if FULL.load(Ordering::Relaxed) {
@@ -95,6 +118,9 @@ pub(crate) mod names {
             }
         };
         LOCAL.with(|t| t.borrow_mut().insert(kept.as_bytes(), kept));
+        if let Some(i) = slot {
+            FRONT_CACHE.with(|f| f[i].set(kept));
+        }
         Some(kept)
     }
 
@@ -204,5 +230,19 @@ mod tests {
         let back = decode_record(&r).unwrap().into_fields();
         assert_eq!(back[0].name, "one-name-too-many");
         assert!(matches!(back[0].name, Cow::Owned(_)));
+    }
+
+    #[test]
+    fn names_sharing_a_front_cache_slot_each_come_back_as_themselves() {
+        // Same length, first and last bytes: one slot of the front cache.
+        // (Names the other test may have put in the table, so that they are
+        // kept whichever test runs first.)
+        assert_eq!(names::front_slot(b"name10"), names::front_slot(b"name20"));
+        for _ in 0..3 {
+            assert_eq!(names::get(b"name10"), Some("name10"));
+            assert_eq!(names::get(b"name20"), Some("name20"));
+        }
+        // An empty name skips the front cache (kept, or refused once the table is full).
+        assert!(names::get(b"").is_none_or(str::is_empty));
     }
 }
