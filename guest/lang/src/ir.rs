@@ -87,8 +87,19 @@ impl NameIndex {
     }
 }
 
+/// The index's hash of a name: its length and its first and last eight
+/// bytes, mixed by one multiply. Every input field's name is looked up per
+/// record, and hashing each byte (FNV) was most of that; names that share
+/// those bytes only share a probe sequence, and are told apart by a compare.
 fn name_hash(name: &str) -> usize {
-    crate::fnv::hash(name.as_bytes()) as usize
+    let b = name.as_bytes();
+    let n = b.len();
+    let word =
+        |at: usize| u64::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3], b[at + 4], b[at + 5], b[at + 6], b[at + 7]]);
+    let (head, tail) =
+        if n >= 8 { (word(0), word(n - 8)) } else { (b.iter().rev().fold(0u64, |acc, &c| acc << 8 | c as u64), 0) };
+    let h = (head ^ tail.rotate_left(29) ^ (n as u64) << 56).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    (h ^ h >> 29) as usize
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -560,5 +571,19 @@ mod tests {
         let mut r = q.clone();
         r.names.push("zzzz".into());
         assert_eq!(r.resolve("zzzz"), (r.names.len() - 1) as u32);
+    }
+
+    #[test]
+    fn names_of_one_hash_are_told_apart() {
+        // Same length, same first and last eight bytes: the same hash.
+        let names: Vec<String> = (0..40).map(|i| alloc::format!("request_{i:02}_headers")).collect();
+        assert_eq!(name_hash(&names[0]), name_hash(&names[1]));
+        let ix = NameIndex::build(&names);
+        for (i, n) in names.iter().enumerate() {
+            assert_eq!(ix.find(&names, n), Some(i as u32), "{n}");
+        }
+        for unknown in ["request_xx_headers", "request_", "r", "", "request_00_header"] {
+            assert_eq!(ix.find(&names, unknown), Some(crate::value::NO_SYM), "{unknown}");
+        }
     }
 }
