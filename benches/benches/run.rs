@@ -16,14 +16,20 @@ use omlet_benches::*;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// `omlet run`'s throughput: `OMLET_BENCH_RUN_RECORDS` nginx records (1 M;
-/// 100 K in quick mode) streamed from a JSONL file through the nginx rule and
-/// its knowdb with the code `omlet run` uses (`stream::read` + `stream::run`,
-/// batch 256, as many calls in flight as the CLI's default, the cores plus
-/// one, each output rendered to JSON into a sink).
-/// Timed once, from opening the input to the last output, as `omlet run`
-/// times itself (rule load and knowdb not included).
+/// 100 K in quick mode) streamed from a JSONL file with the code `omlet run`
+/// uses (`stream::read` + `stream::run`, batch 256, as many calls in flight as
+/// the CLI's default, the cores plus one, each output rendered to JSON into a
+/// sink), through two rules:
+/// - `run/nginx`: the nginx rule and its knowdb, the main job;
+/// - `run/copy`: `* = take() ;`, which copies each record out as it came in:
+///   what reading, parsing, crossing into the guest and back, and rendering
+///   cost with next to no evaluation, the ceiling of any rule's run.
+///
+/// Each is timed once, from opening the input to the last output, as
+/// `omlet run` times itself (rule load and knowdb not included).
 fn main() {
-    if !side_wanted("run/nginx") {
+    let cells: Vec<&str> = ["run/nginx", "run/copy"].into_iter().filter(|id| side_wanted(id)).collect();
+    if cells.is_empty() {
         return;
     }
     let n = env_usize("OMLET_BENCH_RUN_RECORDS", if quick() { 100_000 } else { 1_000_000 });
@@ -31,22 +37,34 @@ fn main() {
     std::fs::create_dir_all(&dir).unwrap();
     let input = dir.join("access.jsonl");
     nginx_jsonl(&input, n).unwrap();
-    let input_bytes = std::fs::metadata(&input).map(|m| m.len()).unwrap_or(0);
-
-    // As `omlet run --knowdb examples/nginx/knowdb/knowdb.toml`: tokio's
-    // multi-threaded runtime (one worker per core), the knowdb in memory.
+    // As `omlet run`: tokio's multi-threaded runtime, one worker per core.
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(cores).enable_all().build().unwrap();
     let root = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/nginx"));
-    let (batch, concurrency) = (256, cores + 1);
-    let (records, written, failed, secs) = rt.block_on(async {
-        let db = SqliteProvider::memory().await.unwrap();
-        omlet::knowledge::knowdb::load(&root.join("knowdb/knowdb.toml"), &db).await.unwrap();
-        let knowledge = Arc::new(Knowledge::new(Arc::new(db)));
-        let engine = Engine::new().unwrap();
-        let rule = engine.load_path(&root.join("nginx.oml"), &omlet::LoadOptions::new().knowledge(knowledge)).await.unwrap();
+    for id in cells {
+        let rule = rt.block_on(async {
+            let engine = Engine::new().unwrap();
+            if id == "run/copy" {
+                return engine.load_source("copy.oml", "name : copy\n---\n* = take() ;\n", &Default::default()).await.unwrap();
+            }
+            // As `omlet run --knowdb examples/nginx/knowdb/knowdb.toml`: the knowdb in memory.
+            let db = SqliteProvider::memory().await.unwrap();
+            omlet::knowledge::knowdb::load(&root.join("knowdb/knowdb.toml"), &db).await.unwrap();
+            let knowledge = Arc::new(Knowledge::new(Arc::new(db)));
+            engine.load_path(&root.join("nginx.oml"), &omlet::LoadOptions::new().knowledge(knowledge)).await.unwrap()
+        });
+        measure(&rt, id, rule, &input, cores + 1);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    side::flush();
+}
 
-        let f = std::fs::File::open(&input).unwrap();
+/// One timed run of `rule` over `input`, kept as side result `id`.
+fn measure(rt: &tokio::runtime::Runtime, id: &str, rule: omlet::Rule, input: &std::path::Path, concurrency: usize) {
+    let input_bytes = std::fs::metadata(input).map(|m| m.len()).unwrap_or(0);
+    let batch = 256;
+    let (records, written, failed, secs) = rt.block_on(async {
+        let f = std::fs::File::open(input).unwrap();
         let reader: Box<dyn BufRead + Send> = Box::new(BufReader::with_capacity(1 << 16, f));
         let (reader, _bytes) = Counting::new(reader);
         let reader: Box<dyn BufRead + Send> = Box::new(BufReader::new(reader));
@@ -70,11 +88,10 @@ fn main() {
         out.flush().unwrap();
         (records, written, failed, started.elapsed().as_secs_f64())
     });
-    let _ = std::fs::remove_dir_all(&dir);
     let rps = records as f64 / secs.max(1e-9);
-    eprintln!("omlet run: {records} records in {secs:.2} s ({rps:.0} records/s), {failed} failed");
+    eprintln!("{id}: {records} records in {secs:.2} s ({rps:.0} records/s), {failed} failed");
     side::put(
-        "run/nginx",
+        id,
         side::object(&[
             ("records", records.to_string()),
             ("written", written.to_string()),
@@ -86,5 +103,4 @@ fn main() {
             ("concurrency", concurrency.to_string()),
         ]),
     );
-    side::flush();
 }
