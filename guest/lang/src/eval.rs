@@ -307,6 +307,19 @@ impl<'a, 'h> Ctx<'a, 'h> {
     }
 
     fn match_expr(&mut self, m: &'a Match, target: &'a str) -> Option<Value<'a>> {
+        // Most matches read one field: no vector for it.
+        if let [source] = m.sources.as_slice() {
+            let value = match self.access(source) {
+                Some(f) => f.value,
+                None => return self.expr(m.default.as_ref()?, target),
+            };
+            let arm =
+                m.arms.iter().find(|arm| matches!(arm.conds.as_slice(), [alts] if alts.iter().any(|c| cond_holds(c, &value))));
+            return match arm {
+                Some(arm) => self.expr(&arm.result, target),
+                None => self.expr(m.default.as_ref()?, target),
+            };
+        }
         let mut values = Vec::with_capacity(m.sources.len());
         for s in &m.sources {
             match self.access(s) {
@@ -359,7 +372,9 @@ impl<'a, 'h> Ctx<'a, 'h> {
                 vars.push(f);
             }
         }
-        let mut out = String::new();
+        // Sized once for the usual case, instead of growing piece by piece.
+        let text: usize = pieces.iter().map(|p| if let FmtPiece::Text(t) = p { t.len() } else { 16 }).sum();
+        let mut out = String::with_capacity(text);
         for p in pieces {
             match p {
                 FmtPiece::Text(t) => out.push_str(t),

@@ -112,21 +112,21 @@ fn path_part<'a>(s: Cow<'a, str>, part: Option<PathPart>) -> Value<'a> {
     if trimmed.is_empty() {
         return Value::Chars(norm);
     }
-    let (parent, name) = match trimmed.rfind('/') {
-        Some(i) => (&trimmed[..i], &trimmed[i + 1..]),
-        None => ("", trimmed),
+    // Each part is a range of `trimmed`, a prefix of `norm`: a part of
+    // borrowed text stays borrowed, with no copy per record.
+    let slash = trimmed.rfind('/');
+    let range = match (part, slash) {
+        (PathPart::Name, Some(i)) => i + 1..trimmed.len(),
+        (PathPart::Name, None) => 0..trimmed.len(),
+        // The parent of `/x` is `/` itself.
+        (PathPart::Path, Some(0)) => 0..1,
+        (PathPart::Path, Some(i)) => 0..i,
+        (PathPart::Path, None) => 0..0,
     };
-    let out = match part {
-        PathPart::Name => name,
-        PathPart::Path => {
-            if parent.is_empty() && trimmed.starts_with('/') {
-                "/"
-            } else {
-                parent
-            }
-        }
-    };
-    Value::Chars(Cow::Owned(out.to_string()))
+    Value::Chars(match norm {
+        Cow::Borrowed(b) => Cow::Borrowed(&b[range]),
+        Cow::Owned(o) => Cow::Owned(o[range].to_string()),
+    })
 }
 
 /// The parts of an absolute URL, WHATWG-style for the common cases.
@@ -630,6 +630,30 @@ mod tests {
     use crate::value::Field;
     use alloc::boxed::Box;
     use alloc::vec;
+
+    #[test]
+    fn path_parts_of_borrowed_text_are_borrowed_and_the_same_as_of_owned_text() {
+        let cases = [
+            ("/var/log/app.log", "app.log", "/var/log"),
+            ("/x", "x", "/"),
+            ("x", "x", ""),
+            ("a/b/", "b", "a"),
+            ("/", "/", "/"),
+            ("", "", ""),
+            ("c:\\dir\\f.txt", "f.txt", "c:/dir"),
+        ];
+        for (text, name, path) in cases {
+            for (part, want) in [(PathPart::Name, name), (PathPart::Path, path)] {
+                let borrowed = path_part(Cow::Borrowed(text), Some(part));
+                let owned = path_part(Cow::Owned(text.to_string()), Some(part));
+                assert_eq!(borrowed, Value::Chars(Cow::Borrowed(want)), "{text} {part:?}");
+                assert_eq!(owned, borrowed, "{text} {part:?}");
+                if !text.contains('\\') {
+                    assert!(matches!(borrowed, Value::Chars(Cow::Borrowed(_))), "{text} {part:?} was copied");
+                }
+            }
+        }
+    }
 
     #[test]
     fn base64_round_trips_and_refuses_garbage() {
