@@ -129,16 +129,19 @@ fn path_part<'a>(s: Cow<'a, str>, part: Option<PathPart>) -> Value<'a> {
     })
 }
 
-/// The parts of an absolute URL, WHATWG-style for the common cases.
-struct Url {
-    host: String,
+/// The parts of an absolute URL, WHATWG-style for the common cases: slices
+/// of the text parsed, so that a part of borrowed text needs no copy.
+struct Url<'s> {
+    host: &'s str,
     port: Option<u16>,
-    path: String,
-    query: Option<String>,
-    fragment: Option<String>,
+    /// Empty for a URL without a path (whose path is then `/`).
+    path: &'s str,
+    query: Option<&'s str>,
+    /// The path, query and fragment as written (`path?query#fragment`).
+    tail: &'s str,
 }
 
-fn parse_url(s: &str) -> Option<Url> {
+fn parse_url(s: &str) -> Option<Url<'_>> {
     let s = s.trim();
     let colon = s.find(':')?;
     let scheme = &s[..colon];
@@ -148,7 +151,6 @@ fn parse_url(s: &str) -> Option<Url> {
     {
         return None;
     }
-    let scheme = scheme.to_ascii_lowercase();
     let rest = s[colon + 1..].strip_prefix("//")?;
     let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let authority = &rest[..end];
@@ -171,56 +173,67 @@ fn parse_url(s: &str) -> Option<Url> {
         None | Some("") => None,
         Some(p) => Some(p.parse::<u16>().ok()?),
     };
-    let default = match scheme.as_str() {
-        "http" | "ws" => Some(80),
-        "https" | "wss" => Some(443),
-        "ftp" => Some(21),
-        _ => None,
+    let is = |name: &str| scheme.eq_ignore_ascii_case(name);
+    let default = if is("http") || is("ws") {
+        Some(80)
+    } else if is("https") || is("wss") {
+        Some(443)
+    } else if is("ftp") {
+        Some(21)
+    } else {
+        None
     };
     let port = port.filter(|p| Some(*p) != default);
-    let (before_frag, fragment) = match tail.split_once('#') {
-        Some((a, f)) => (a, Some(f.to_string())),
-        None => (tail, None),
-    };
+    let before_frag = tail.split_once('#').map_or(tail, |(a, _)| a);
     let (path, query) = match before_frag.split_once('?') {
-        Some((p, q)) => (p, Some(q.to_string())),
+        Some((p, q)) => (p, Some(q)),
         None => (before_frag, None),
     };
-    let path = if path.is_empty() { "/".to_string() } else { path.to_string() };
-    Some(Url { host: host.to_lowercase(), port, path, query, fragment })
+    Some(Url { host, port, path, query, tail })
+}
+
+/// `part`, a slice of `s`'s text, as a value: borrowed when `s` is.
+fn slice_of<'a>(s: &Cow<'a, str>, part: &str) -> Cow<'a, str> {
+    if let Cow::Borrowed(b) = s {
+        let at = (part.as_ptr() as usize).checked_sub(b.as_ptr() as usize);
+        if let Some(x) = at.and_then(|at| b.get(at..at + part.len())) {
+            return Cow::Borrowed(x);
+        }
+    }
+    Cow::Owned(part.to_string())
 }
 
 fn url_part<'a>(s: Cow<'a, str>, part: Option<UrlPart>) -> Value<'a> {
     let Some(part) = part else { return Value::Chars(s) };
     let Some(u) = parse_url(&s) else { return Value::Chars(s) };
-    let out = match part {
+    // Hosts compare without case: an ASCII host in lower case already stays a slice.
+    let host = || -> Cow<'a, str> {
+        if u.host.is_ascii() && !u.host.bytes().any(|b| b.is_ascii_uppercase()) {
+            slice_of(&s, u.host)
+        } else {
+            Cow::Owned(u.host.to_lowercase())
+        }
+    };
+    let out: Cow<'a, str> = match part {
         UrlPart::Domain => {
             let is_ip = u.host.starts_with('[') || u.host.parse::<Ipv4Addr>().is_ok();
             if is_ip {
                 return Value::Chars(s);
             }
-            u.host
+            host()
         }
         UrlPart::Host => match u.port {
-            Some(p) => alloc::format!("{}:{p}", u.host),
-            None => u.host,
+            Some(p) => Cow::Owned(alloc::format!("{}:{p}", host())),
+            None => host(),
         },
-        UrlPart::Uri => {
-            let mut o = u.path;
-            if let Some(q) = u.query {
-                o.push('?');
-                o.push_str(&q);
-            }
-            if let Some(f) = u.fragment {
-                o.push('#');
-                o.push_str(&f);
-            }
-            o
-        }
-        UrlPart::Path => u.path,
-        UrlPart::Params => u.query.unwrap_or_default(),
+        // `path?query#fragment` as written, the path `/` when it has none.
+        UrlPart::Uri if u.path.is_empty() => Cow::Owned(alloc::format!("/{}", u.tail)),
+        UrlPart::Uri => slice_of(&s, u.tail),
+        UrlPart::Path if u.path.is_empty() => Cow::Borrowed("/"),
+        UrlPart::Path => slice_of(&s, u.path),
+        UrlPart::Params => u.query.map_or(Cow::Borrowed(""), |q| slice_of(&s, q)),
     };
-    Value::Chars(Cow::Owned(out))
+    Value::Chars(out)
 }
 
 const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -630,6 +643,32 @@ mod tests {
     use crate::value::Field;
     use alloc::boxed::Box;
     use alloc::vec;
+
+    #[test]
+    fn url_parts_of_borrowed_text_are_borrowed_where_they_can_be() {
+        use UrlPart::*;
+        let cases: &[(&str, UrlPart, &str, bool)] = &[
+            ("https://shop.example.com:8443/cart?x=1#top", Host, "shop.example.com:8443", false),
+            ("https://shop.example.com:443/cart", Host, "shop.example.com", true),
+            ("HTTP://Example.COM/a", Host, "example.com", false),
+            ("http://example.com", Domain, "example.com", true),
+            ("http://10.0.0.1:8080/x", Domain, "http://10.0.0.1:8080/x", true),
+            ("http://u:p@example.com/a/b?q=1#f", Uri, "/a/b?q=1#f", true),
+            ("http://example.com?q=1#f", Uri, "/?q=1#f", false),
+            ("http://example.com#f?x", Params, "", true),
+            ("http://example.com/p?a=1&b=2#f", Params, "a=1&b=2", true),
+            ("http://example.com", Path, "/", true),
+            ("  http://example.com/a/b?q  ", Path, "/a/b", true),
+            ("ftp://files.example.com:21/x", Host, "files.example.com", true),
+            ("not a url", Host, "not a url", true),
+        ];
+        for &(text, part, want, borrowed) in cases {
+            let got = url_part(Cow::Borrowed(text), Some(part));
+            assert_eq!(got, Value::Chars(Cow::Borrowed(want)), "{text} {part:?}");
+            assert_eq!(url_part(Cow::Owned(text.to_string()), Some(part)), got, "{text} {part:?}");
+            assert_eq!(matches!(got, Value::Chars(Cow::Borrowed(_))), borrowed, "{text} {part:?}: borrowed?");
+        }
+    }
 
     #[test]
     fn path_parts_of_borrowed_text_are_borrowed_and_the_same_as_of_owned_text() {
