@@ -88,17 +88,22 @@ impl NameIndex {
 }
 
 /// The index's hash of a name: its length and its first and last eight
-/// bytes, mixed by one multiply. Every input field's name is looked up per
-/// record, and hashing each byte (FNV) was most of that; names that share
-/// those bytes only share a probe sequence, and are told apart by a compare.
+/// bytes, mixed so that every one of those bits reaches the low bits the
+/// table uses (two multiply-xorshift rounds). Every input field's name is
+/// looked up per record, and hashing each byte (FNV) was most of that; names
+/// that share those bytes only share a probe sequence, and are told apart by
+/// a compare.
 fn name_hash(name: &str) -> usize {
+    const K: u64 = 0x9e37_79b9_7f4a_7c15;
     let b = name.as_bytes();
     let n = b.len();
     let word =
         |at: usize| u64::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3], b[at + 4], b[at + 5], b[at + 6], b[at + 7]]);
     let (head, tail) =
         if n >= 8 { (word(0), word(n - 8)) } else { (b.iter().rev().fold(0u64, |acc, &c| acc << 8 | c as u64), 0) };
-    let h = (head ^ tail.rotate_left(29) ^ (n as u64) << 56).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let mut h = (head ^ tail.rotate_left(29)).wrapping_add(n as u64).wrapping_mul(K);
+    h ^= h >> 32;
+    h = h.wrapping_mul(K);
     (h ^ h >> 29) as usize
 }
 
@@ -578,6 +583,11 @@ mod tests {
         // Same length, same first and last eight bytes: the same hash.
         let names: Vec<String> = (0..40).map(|i| alloc::format!("request_{i:02}_headers")).collect();
         assert_eq!(name_hash(&names[0]), name_hash(&names[1]));
+        // Names that differ in their length or in any of their first eight
+        // bytes do not share a slot of a small table.
+        for (a, b) in [("method", "methods"), ("status", "status_"), ("abcdefgh", "abcdefgX"), ("aXcdefgh", "abcdefgh")] {
+            assert_ne!(name_hash(a) & 1023, name_hash(b) & 1023, "{a} {b}");
+        }
         let ix = NameIndex::build(&names);
         for (i, n) in names.iter().enumerate() {
             assert_eq!(ix.find(&names, n), Some(i as u32), "{n}");

@@ -196,7 +196,7 @@ fn parse_url(s: &str) -> Option<Url<'_>> {
 fn slice_of<'a>(s: &Cow<'a, str>, part: &str) -> Cow<'a, str> {
     if let Cow::Borrowed(b) = s {
         let at = (part.as_ptr() as usize).checked_sub(b.as_ptr() as usize);
-        if let Some(x) = at.and_then(|at| b.get(at..at + part.len())) {
+        if let Some(x) = at.and_then(|at| b.get(at..)?.get(..part.len())).filter(|x| x.as_ptr() == part.as_ptr()) {
             return Cow::Borrowed(x);
         }
     }
