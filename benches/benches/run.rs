@@ -23,7 +23,8 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// - `run/nginx`: the nginx rule and its knowdb, the main job;
 /// - `run/copy`: `* = take() ;`, which copies each record out as it came in:
 ///   what reading, parsing, crossing into the guest and back, and rendering
-///   cost with next to no evaluation, the ceiling of any rule's run.
+///   cost with next to no evaluation, roughly the ceiling for records of
+///   this size (into a sink; the CLI also writes a file).
 ///
 /// Each is timed once, from opening the input to the last output, as
 /// `omlet run` times itself (rule load and knowdb not included).

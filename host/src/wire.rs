@@ -84,17 +84,22 @@ pub(crate) mod names {
         if name.len() > MAX_LEN {
             return None;
         }
-        let slot = (!name.is_empty()).then(|| front_slot(name));
-        if let Some(i) = slot {
-            let hit = FRONT_CACHE.with(|f| f[i].get());
-            if hit.as_bytes() == name {
-                return Some(hit);
-            }
+        if name.is_empty() {
+            return kept(name);
         }
+        let slot = front_slot(name);
+        let hit = FRONT_CACHE.with(|f| f[slot].get());
+        if hit.as_bytes() == name {
+            return Some(hit);
+        }
+        let found = kept(name)?;
+        FRONT_CACHE.with(|f| f[slot].set(found));
+        Some(found)
+    }
+
+    /// [`get`] past the front cache: this thread's table, then the shared one.
+    fn kept(name: &[u8]) -> Option<&'static str> {
         if let Some(hit) = LOCAL.with(|t| t.borrow().get(name).copied()) {
-            if let Some(i) = slot {
-                FRONT_CACHE.with(|f| f[i].set(hit));
-            }
             return Some(hit);
         }
         if FULL.load(Ordering::Relaxed) {
@@ -118,9 +123,6 @@ pub(crate) mod names {
             }
         };
         LOCAL.with(|t| t.borrow_mut().insert(kept.as_bytes(), kept));
-        if let Some(i) = slot {
-            FRONT_CACHE.with(|f| f[i].set(kept));
-        }
         Some(kept)
     }
 

@@ -307,38 +307,28 @@ impl<'a, 'h> Ctx<'a, 'h> {
     }
 
     fn match_expr(&mut self, m: &'a Match, target: &'a str) -> Option<Value<'a>> {
-        // Most matches read one field: no vector for it.
-        if let [source] = m.sources.as_slice() {
-            let value = match self.access(source) {
-                Some(f) => f.value,
-                None => return self.expr(m.default.as_ref()?, target),
-            };
-            let arm =
-                m.arms.iter().find(|arm| matches!(arm.conds.as_slice(), [alts] if alts.iter().any(|c| cond_holds(c, &value))));
-            return match arm {
-                Some(arm) => self.expr(&arm.result, target),
-                None => self.expr(m.default.as_ref()?, target),
-            };
-        }
-        let mut values = Vec::with_capacity(m.sources.len());
-        for s in &m.sources {
-            match self.access(s) {
-                Some(f) => values.push(f.value),
-                None => {
-                    let d = m.default.as_ref()?;
-                    return self.expr(d, target);
-                }
+        // Most matches read one field: its value needs no vector.
+        let (one, mut many);
+        let values: &[Value<'a>] = if let [source] = m.sources.as_slice() {
+            let Some(f) = self.access(source) else { return self.expr(m.default.as_ref()?, target) };
+            one = f.value;
+            core::slice::from_ref(&one)
+        } else {
+            many = Vec::with_capacity(m.sources.len());
+            for s in &m.sources {
+                let Some(f) = self.access(s) else { return self.expr(m.default.as_ref()?, target) };
+                many.push(f.value);
             }
-        }
+            &many
+        };
         for arm in &m.arms {
             if arm.conds.len() == values.len()
-                && arm.conds.iter().zip(&values).all(|(alts, v)| alts.iter().any(|c| cond_holds(c, v)))
+                && arm.conds.iter().zip(values).all(|(alts, v)| alts.iter().any(|c| cond_holds(c, v)))
             {
                 return self.expr(&arm.result, target);
             }
         }
-        let d = m.default.as_ref()?;
-        self.expr(d, target)
+        self.expr(m.default.as_ref()?, target)
     }
 
     /// `collect read/take(keys:[…])` (spec §8.9).

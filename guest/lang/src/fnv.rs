@@ -53,17 +53,16 @@ impl BuildHasher for FnvBuild {
     }
 }
 
-/// The FNV-1a hash of `bytes`, unmixed (for tables indexed by its low bits,
-/// which are well spread for short names).
-pub fn hash(bytes: &[u8]) -> u64 {
-    let mut h = Fnv::default();
-    h.write(bytes);
-    h.0
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The FNV-1a state after `bytes`, before `finish` mixes it.
+    fn hash(bytes: &[u8]) -> u64 {
+        let mut h = Fnv::default();
+        h.write(bytes);
+        h.0
+    }
 
     #[test]
     fn known_values() {

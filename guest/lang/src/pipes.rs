@@ -123,10 +123,7 @@ fn path_part<'a>(s: Cow<'a, str>, part: Option<PathPart>) -> Value<'a> {
         (PathPart::Path, Some(i)) => 0..i,
         (PathPart::Path, None) => 0..0,
     };
-    Value::Chars(match norm {
-        Cow::Borrowed(b) => Cow::Borrowed(&b[range]),
-        Cow::Owned(o) => Cow::Owned(o[range].to_string()),
-    })
+    Value::Chars(slice_of(&norm, &trimmed[range]))
 }
 
 /// The parts of an absolute URL, WHATWG-style for the common cases: slices
