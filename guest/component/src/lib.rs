@@ -25,6 +25,9 @@ use omlet_lang::ir::{IR_VERSION, Program};
 use omlet_lang::{Route, RouteError};
 
 #[cfg(target_arch = "wasm32")]
+mod mem;
+
+#[cfg(target_arch = "wasm32")]
 #[global_allocator]
 static ALLOC: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
 

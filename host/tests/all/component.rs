@@ -171,3 +171,46 @@ async fn a_rule_compiled_for_another_ir_version_is_refused_clearly() {
     assert!(msg.contains("compiled for IR version 999"), "{msg}");
     assert!(msg.contains(&format!("reads version {}", omlet_lang::IR_VERSION)), "{msg}");
 }
+
+/// The guest's own `memcmp` and `bcmp` (guest/component/src/mem.rs, eight
+/// bytes at a time) agree with byte order: equal text around the 8-byte
+/// steps matches only itself, and object members come out in byte order of
+/// their names whatever their lengths and shared prefixes.
+#[tokio::test]
+async fn the_guests_byte_compares_agree_with_byte_order() {
+    let rule = "name : t\n---\n\
+        hit = match read(v) {\n\
+            chars(abcdefgh) => chars(eight) ;\n\
+            chars(abcdefghi) => chars(nine) ;\n\
+            chars(abcdefgh12345678) => chars(sixteen) ;\n\
+            chars(abcdefgh12345679) => chars(sixteen_b) ;\n\
+            _ => chars(none) ;\n\
+        } ;\n\
+        o = read(o) ;\n";
+    let engine = omlet::Engine::new().unwrap();
+    let rule = engine.load_source("t.oml", rule, &omlet::LoadOptions::new()).await.unwrap();
+    let keys =
+        ["abcdefgh12345679", "abcdefgh12345678", "abcdefgh", "a", "abcdefgi", "\u{e9}t\u{e9}", "abcdefgh02345679", "b", ""];
+    let mut sorted: Vec<&str> = keys.to_vec();
+    sorted.sort();
+    let members: Vec<String> = keys.iter().map(|k| format!("{k:?}:1")).collect();
+    let cases = [
+        ("abcdefgh", "eight"),
+        ("abcdefgi", "none"),
+        ("abcdefghi", "nine"),
+        ("abcdefgh12345678", "sixteen"),
+        ("abcdefgh12345679", "sixteen_b"),
+        ("abcdefgh02345679", "none"),
+        ("abcdefgh1234567", "none"),
+        ("\u{e9}bcdefgh12345678", "none"),
+        ("", "none"),
+    ];
+    for (v, want) in cases {
+        let input = omlet::Record::from_json(&format!("{{\"v\":{v:?},\"o\":{{{}}}}}", members.join(","))).unwrap();
+        let out = rule.evaluate(&input).await.unwrap();
+        assert_eq!(out.get("hit"), Some(omlet::Value::Chars(want.into())), "{v:?}");
+        let json: serde_json::Value = serde_json::from_str(&out.to_json()).unwrap();
+        let names: Vec<&str> = json["o"].as_object().unwrap().keys().map(|k| k.as_str()).collect();
+        assert_eq!(names, sorted, "{v:?}");
+    }
+}
