@@ -16,9 +16,11 @@ FLAGS=(-p omlet-guest --lib --target wasm32-unknown-unknown --profile wasm -j2)
 # Inline more than LLVM's default (225): every call that stays a call in the
 # guest pays wasmtime's epoch check (the call deadline) on entry. 1000 made
 # the nginx rule ~8% faster batched (3.8 -> 3.5 us a record) for a module 30%
-# larger and ~80 ms more to compile at load; 500 gained half, 1500 and 3000
-# nothing more (docs/decisions.md). Set here, not taken from the caller's
-# environment, so that the committed guest does not depend on it.
+# larger and ~80 ms more to compile at load; 500 gained half, 1500 nothing
+# more, and 3000 was slower again (docs/decisions.md). Set here, not taken
+# from the caller's environment, so that the committed guest does not depend
+# on it.
+unset CARGO_ENCODED_RUSTFLAGS
 export RUSTFLAGS="-C llvm-args=-inline-threshold=1000"
 
 if command -v rustup >/dev/null 2>&1 && rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknown; then

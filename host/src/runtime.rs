@@ -572,8 +572,9 @@ impl std::fmt::Display for MoveToAsync {
 
 impl std::error::Error for MoveToAsync {}
 
-/// How long a fiber-less call may hold its thread before it is stopped and
-/// made again on the async path (which yields to the runtime every tick).
+/// How long a fiber-less call may compute, counted from the first epoch tick
+/// it sees (so up to about 40 ms in all), before it is stopped and made again
+/// on the async path (which yields to the runtime every tick).
 const SYNC_BUDGET: Duration = Duration::from_millis(20);
 
 impl std::fmt::Display for DeadlinePassed {

@@ -172,10 +172,11 @@ async fn a_rule_compiled_for_another_ir_version_is_refused_clearly() {
     assert!(msg.contains(&format!("reads version {}", omlet_lang::IR_VERSION)), "{msg}");
 }
 
-/// The guest's own `memcmp` and `bcmp` (guest/component/src/mem.rs, eight
-/// bytes at a time) agree with byte order: equal text around the 8-byte
-/// steps matches only itself, and object members come out in byte order of
-/// their names whatever their lengths and shared prefixes.
+/// The guest's own `memcmp` (guest/component/src/mem.rs, eight bytes at a
+/// time, also behind every `==` of text in the guest) agrees with byte
+/// order: equal text around the 8-byte steps matches only itself, and object
+/// members come out in byte order of their names whatever their lengths and
+/// shared prefixes.
 #[tokio::test]
 async fn the_guests_byte_compares_agree_with_byte_order() {
     let rule = "name : t\n---\n\
