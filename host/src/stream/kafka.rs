@@ -13,8 +13,8 @@
 //!   which start again at the last committed offset. What it had produced
 //!   past that offset comes out twice.
 //! - A record holds one of [`KafkaOptions::max_in_flight`] places from the
-//!   moment it is read until its offset is committed. That bounds both the
-//!   memory of a worker and the duplicates a crash can make.
+//!   moment it is read until the broker has its offset's commit. That bounds
+//!   both the memory of a worker and the duplicates a crash can make.
 //!
 //! **Order** is kept within a partition: the outputs of input partition `p`
 //! go, in input order, to partition `p mod n` of the output topic (`n` its
@@ -410,19 +410,33 @@ impl Tracker {
         0
     }
 
-    /// What to commit now, and the places that commit gives back.
-    fn take_commits(&mut self) -> (Vec<(i32, i64)>, usize) {
-        let (mut list, mut release) = (Vec::new(), 0);
+    /// What to commit now: each partition's offset, and the places its
+    /// commit gives back once the broker has it.
+    fn take_commits(&mut self) -> Vec<(i32, i64, usize)> {
+        let mut list = Vec::new();
         for (&p, part) in self.parts.iter_mut() {
             if let Some(d) = part.done_to
                 && Some(d) > part.committed
             {
-                list.push((p, d));
                 part.committed = Some(d);
-                release += std::mem::take(&mut part.uncommitted);
+                list.push((p, d, std::mem::take(&mut part.uncommitted)));
             }
         }
-        (list, release)
+        list
+    }
+
+    /// A commit of `offset` that failed: it is made again with the next one,
+    /// and its `places` wait for that. Returns the places to give back now (a
+    /// partition no longer held keeps none).
+    fn give_back(&mut self, partition: i32, offset: i64, places: usize) -> usize {
+        self.commit_failed(partition, offset);
+        match self.parts.get_mut(&partition) {
+            Some(part) => {
+                part.uncommitted += places;
+                0
+            }
+            None => places,
+        }
     }
 
     fn pending(&self) -> usize {
@@ -447,6 +461,9 @@ struct Shared {
     /// This worker's name on its outputs (`omlet-worker`), so that its
     /// duplicate count leaves out what it wrote itself.
     worker: String,
+    /// A commit is on its way to the broker (one at a time, so that they
+    /// arrive in order).
+    committing: std::sync::atomic::AtomicBool,
 }
 
 impl Shared {
@@ -594,6 +611,7 @@ pub async fn run(rule: Rule, options: KafkaOptions, stats: Arc<KafkaStats>, shut
         failure: Mutex::new(None),
         acked: Notify::new(),
         overdraft: std::sync::atomic::AtomicUsize::new(0),
+        committing: std::sync::atomic::AtomicBool::new(false),
         worker: format!(
             "{}-{}",
             std::process::id(),
@@ -610,8 +628,8 @@ pub async fn run(rule: Rule, options: KafkaOptions, stats: Arc<KafkaStats>, shut
     or_default(&mut cc, "partition.assignment.strategy", "cooperative-sticky");
     // Offsets are committed by this worker only, when their outputs are acknowledged.
     cc.set("enable.auto.commit", "false").set("enable.auto.offset.store", "false");
-    let consumer: StreamConsumer<Callbacks> =
-        cc.create_with_context(Callbacks(shared.clone())).map_err(|e| kafka_error("cannot create the consumer", e))?;
+    let consumer: Arc<StreamConsumer<Callbacks>> =
+        Arc::new(cc.create_with_context(Callbacks(shared.clone())).map_err(|e| kafka_error("cannot create the consumer", e))?);
     consumer.subscribe(&[&o.from.topic]).map_err(|e| kafka_error("cannot subscribe", e))?;
 
     let producer = make_producer(&o.to)?;
@@ -697,9 +715,9 @@ pub async fn run(rule: Rule, options: KafkaOptions, stats: Arc<KafkaStats>, shut
                 };
                 out.emit(results, o.pass_unrouted, &shared).await;
             }
-            _ = commit_tick.tick() => commit(&consumer, &shared, CommitMode::Async),
+            _ = commit_tick.tick() => commit(&consumer, &shared),
             _ = tokio::time::sleep_until(blocked_since.map(|t| tokio::time::Instant::from_std(t) + Duration::from_secs(1)).unwrap_or_else(tokio::time::Instant::now)), if blocked && !paused => {}
-            _ = shared.acked.notified(), if low => commit(&consumer, &shared, CommitMode::Async),
+            _ = shared.acked.notified(), if low => commit(&consumer, &shared),
             m = next(&consumer, &shared.permits, paused), if room || paused => {
                 match m {
                     Ok((msg, placeless)) => {
@@ -739,11 +757,15 @@ pub async fn run(rule: Rule, options: KafkaOptions, stats: Arc<KafkaStats>, shut
     // Every record read has been handed to the producer: wait for its acknowledgement.
     let deadline = Instant::now() + o.drain_timeout;
     while shared.lock().pending() > 0 && !shared.failed() && Instant::now() < deadline {
-        commit(&consumer, &shared, CommitMode::Async);
+        commit(&consumer, &shared);
         let _ = tokio::time::timeout(Duration::from_millis(20), shared.acked.notified()).await;
     }
-    commit(&consumer, &shared, CommitMode::Async);
+    commit(&consumer, &shared);
     // The last commit: every done offset, whatever earlier commits did, and it must succeed.
+    // It waits for the one on its way, which would otherwise arrive after it with older offsets.
+    while shared.committing.load(Ordering::Acquire) || Arc::strong_count(&consumer) > 1 {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
     let last = shared.lock().all_done();
     if !last.is_empty() {
         let mut tpl = TopicPartitionList::new();
@@ -1100,25 +1122,40 @@ impl Outputs {
 }
 
 /// Commits what is done and gives its places back.
-fn commit(consumer: &StreamConsumer<Callbacks>, shared: &Shared, mode: CommitMode) {
-    let (list, release) = shared.lock().take_commits();
-    if !list.is_empty() {
+fn commit(consumer: &Arc<StreamConsumer<Callbacks>>, shared: &Arc<Shared>) {
+    // A record keeps its place until the broker has its offset, not merely
+    // until the commit is sent: a worker killed in between repeats those
+    // records too, and the places are what bounds the repeats. So the commit
+    // is a synchronous one on a blocking thread, one at a time (a later one
+    // waits for the next tick), and the places go back when it returns.
+    if shared.committing.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let list = shared.lock().take_commits();
+    if list.is_empty() {
+        shared.committing.store(false, Ordering::Release);
+        return;
+    }
+    let (consumer, shared) = (consumer.clone(), shared.clone());
+    tokio::task::spawn_blocking(move || {
         let mut tpl = TopicPartitionList::new();
-        for (p, o) in list {
+        for &(p, o, _) in &list {
             let _ = tpl.add_partition_offset(&shared.topic, p, Offset::Offset(o));
         }
-        // A commit that fails is sent again (`commit_callback`); commits are cumulative.
-        if let Err(e) = consumer.commit(&tpl, mode) {
-            tracing::warn!("offset commit failed: {e}");
-            let mut t = shared.lock();
-            for el in tpl.elements() {
-                if let Offset::Offset(o) = el.offset() {
-                    t.commit_failed(el.partition(), o);
-                }
+        let release = match consumer.commit(&tpl, CommitMode::Sync) {
+            Ok(()) => list.iter().map(|&(_, _, n)| n).sum(),
+            // Sent again with the next commit (commits are cumulative).
+            Err(e) => {
+                tracing::warn!("offset commit failed: {e}");
+                let mut t = shared.lock();
+                list.iter().map(|&(p, o, n)| t.give_back(p, o, n)).sum()
             }
-        }
-    }
-    shared.release(release);
+        };
+        shared.release(release);
+        shared.committing.store(false, Ordering::Release);
+        // The main loop may be waiting for places, or for this commit to end.
+        shared.acked.notify_one();
+    });
 }
 
 /// For a partition where reading resumed at `offset` (the committed one):
@@ -1216,12 +1253,12 @@ mod tests {
         // 11 and 13 acknowledged, 10 not: nothing to commit.
         assert_eq!(t.ack(0, e, 11), 0);
         assert_eq!(t.ack(0, e, 13), 0);
-        assert_eq!(t.take_commits(), (vec![], 0));
+        assert_eq!(t.take_commits(), vec![]);
         // 10 acknowledged: everything up to 13 is done.
         t.ack(0, e, 10);
-        assert_eq!(t.take_commits(), (vec![(0, 14)], 3));
+        assert_eq!(t.take_commits(), vec![(0, 14, 3)]);
         assert_eq!(t.pending(), 0);
-        assert_eq!(t.take_commits(), (vec![], 0));
+        assert_eq!(t.take_commits(), vec![]);
     }
 
     #[test]
@@ -1238,7 +1275,7 @@ mod tests {
         // The old epoch's 6 counts for nothing; the new run commits from its own offsets.
         assert_eq!(t.ack(1, e1, 6), 1);
         t.ack(1, e2, 3);
-        assert_eq!(t.take_commits(), (vec![(1, 4)], 1));
+        assert_eq!(t.take_commits(), vec![(1, 4, 1)]);
     }
 
     #[test]
@@ -1247,10 +1284,15 @@ mod tests {
         t.assign(0);
         let (e, _, _) = t.register(0, 0);
         t.ack(0, e, 0);
-        assert_eq!(t.take_commits(), (vec![(0, 1)], 1));
-        t.commit_failed(0, 1);
-        assert_eq!(t.take_commits(), (vec![(0, 1)], 0));
+        assert_eq!(t.take_commits(), vec![(0, 1, 1)]);
+        // The failed commit's place waits for the next commit, which carries it.
+        assert_eq!(t.give_back(0, 1, 1), 0);
+        assert_eq!(t.take_commits(), vec![(0, 1, 1)]);
         assert_eq!(t.all_done(), [(0, 1)]);
+        // A partition revoked meanwhile keeps no place: it comes back at once.
+        assert_eq!(t.take_commits(), vec![]);
+        t.revoke(0);
+        assert_eq!(t.give_back(0, 1, 1), 1);
     }
 
     #[test]
@@ -1270,8 +1312,8 @@ mod tests {
         assert_ne!(old, new);
         // A late acknowledgement of the old epoch gives its place back and counts for nothing.
         assert_eq!(t.ack(3, old, 1), 1);
-        assert_eq!(t.take_commits(), (vec![], 0));
+        assert_eq!(t.take_commits(), vec![]);
         t.ack(3, new, 1);
-        assert_eq!(t.take_commits(), (vec![(3, 2)], 1));
+        assert_eq!(t.take_commits(), vec![(3, 2, 1)]);
     }
 }
