@@ -381,15 +381,6 @@ impl Tracker {
         self.parts.get(&partition).is_some_and(|p| p.epoch == epoch)
     }
 
-    /// A commit that failed: its offsets are sent again with the next one.
-    fn commit_failed(&mut self, partition: i32, offset: i64) {
-        if let Some(part) = self.parts.get_mut(&partition)
-            && part.committed == Some(offset)
-        {
-            part.committed = None;
-        }
-    }
-
     /// Every done offset, committed before or not (for the last, synchronous commit).
     fn all_done(&self) -> Vec<(i32, i64)> {
         self.parts.iter().filter_map(|(&p, part)| part.done_to.map(|d| (p, d))).collect()
@@ -410,38 +401,49 @@ impl Tracker {
         0
     }
 
-    /// What to commit now: each partition's offset, and the places its
-    /// commit gives back once the broker has it.
-    fn take_commits(&mut self) -> Vec<(i32, i64, usize)> {
+    /// What to commit now: each partition's offset, the places its commit
+    /// gives back once the broker has it, and the partition's epoch.
+    fn take_commits(&mut self) -> Vec<Commit> {
         let mut list = Vec::new();
         for (&p, part) in self.parts.iter_mut() {
             if let Some(d) = part.done_to
                 && Some(d) > part.committed
             {
                 part.committed = Some(d);
-                list.push((p, d, std::mem::take(&mut part.uncommitted)));
+                list.push(Commit { partition: p, offset: d, places: std::mem::take(&mut part.uncommitted), epoch: part.epoch });
             }
         }
         list
     }
 
-    /// A commit of `offset` that failed: it is made again with the next one,
-    /// and its `places` wait for that. Returns the places to give back now (a
-    /// partition no longer held keeps none).
-    fn give_back(&mut self, partition: i32, offset: i64, places: usize) -> usize {
-        self.commit_failed(partition, offset);
-        match self.parts.get_mut(&partition) {
+    /// A commit that failed: it is made again with the next one, and its
+    /// places wait for that. Returns the places to give back now: all of them
+    /// when the partition is no longer held in the commit's epoch.
+    fn give_back(&mut self, c: &Commit) -> usize {
+        match self.parts.get_mut(&c.partition).filter(|part| part.epoch == c.epoch) {
             Some(part) => {
-                part.uncommitted += places;
+                if part.committed == Some(c.offset) {
+                    part.committed = None;
+                }
+                part.uncommitted += c.places;
                 0
             }
-            None => places,
+            None => c.places,
         }
     }
 
     fn pending(&self) -> usize {
         self.parts.values().map(|p| p.pending.len()).sum()
     }
+}
+
+/// One partition's share of a commit.
+#[derive(Debug, PartialEq)]
+struct Commit {
+    partition: i32,
+    offset: i64,
+    places: usize,
+    epoch: u64,
 }
 
 /// What the worker's parts share: the consumer's callbacks, the delivery
@@ -462,8 +464,9 @@ struct Shared {
     /// duplicate count leaves out what it wrote itself.
     worker: String,
     /// A commit is on its way to the broker (one at a time, so that they
-    /// arrive in order).
+    /// arrive in order), and whether another was asked for meanwhile.
     committing: std::sync::atomic::AtomicBool,
+    commit_wanted: std::sync::atomic::AtomicBool,
 }
 
 impl Shared {
@@ -520,6 +523,12 @@ impl ConsumerContext for Callbacks {
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         let Rebalance::Revoke(tpl) = rebalance else { return };
         self.0.stats.rebalances.fetch_add(1, Ordering::Relaxed);
+        // A commit on its way with older offsets of these partitions would
+        // otherwise reach the broker after this one and undo it. It needs
+        // nothing from this thread to finish.
+        while self.0.committing.load(Ordering::Acquire) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
         let (mut list, mut release) = (TopicPartitionList::new(), 0);
         {
             let mut t = self.0.lock();
@@ -539,23 +548,6 @@ impl ConsumerContext for Callbacks {
             tracing::warn!("commit on revoke failed (the next owner repeats those records): {e}");
         }
         self.0.release(release);
-    }
-
-    fn commit_callback(&self, result: rdkafka::error::KafkaResult<()>, offsets: &TopicPartitionList) {
-        match result {
-            Ok(()) => {
-                self.0.stats.commits.fetch_add(1, Ordering::Relaxed);
-            }
-            Err(e) => {
-                tracing::warn!("offset commit failed (sent again with the next): {e}");
-                let mut t = self.0.lock();
-                for el in offsets.elements().iter().filter(|el| el.topic() == self.0.topic) {
-                    if let Offset::Offset(o) = el.offset() {
-                        t.commit_failed(el.partition(), o);
-                    }
-                }
-            }
-        }
     }
 
     fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
@@ -612,6 +604,7 @@ pub async fn run(rule: Rule, options: KafkaOptions, stats: Arc<KafkaStats>, shut
         acked: Notify::new(),
         overdraft: std::sync::atomic::AtomicUsize::new(0),
         committing: std::sync::atomic::AtomicBool::new(false),
+        commit_wanted: std::sync::atomic::AtomicBool::new(false),
         worker: format!(
             "{}-{}",
             std::process::id(),
@@ -717,7 +710,7 @@ pub async fn run(rule: Rule, options: KafkaOptions, stats: Arc<KafkaStats>, shut
             }
             _ = commit_tick.tick() => commit(&consumer, &shared),
             _ = tokio::time::sleep_until(blocked_since.map(|t| tokio::time::Instant::from_std(t) + Duration::from_secs(1)).unwrap_or_else(tokio::time::Instant::now)), if blocked && !paused => {}
-            _ = shared.acked.notified(), if low => commit(&consumer, &shared),
+            _ = shared.acked.notified(), if low || shared.commit_wanted.load(Ordering::Acquire) => commit(&consumer, &shared),
             m = next(&consumer, &shared.permits, paused), if room || paused => {
                 match m {
                     Ok((msg, placeless)) => {
@@ -1129,8 +1122,11 @@ fn commit(consumer: &Arc<StreamConsumer<Callbacks>>, shared: &Arc<Shared>) {
     // is a synchronous one on a blocking thread, one at a time (a later one
     // waits for the next tick), and the places go back when it returns.
     if shared.committing.swap(true, Ordering::AcqRel) {
+        // Made when the one on its way returns (it wakes the main loop).
+        shared.commit_wanted.store(true, Ordering::Release);
         return;
     }
+    shared.commit_wanted.store(false, Ordering::Release);
     let list = shared.lock().take_commits();
     if list.is_empty() {
         shared.committing.store(false, Ordering::Release);
@@ -1139,16 +1135,19 @@ fn commit(consumer: &Arc<StreamConsumer<Callbacks>>, shared: &Arc<Shared>) {
     let (consumer, shared) = (consumer.clone(), shared.clone());
     tokio::task::spawn_blocking(move || {
         let mut tpl = TopicPartitionList::new();
-        for &(p, o, _) in &list {
-            let _ = tpl.add_partition_offset(&shared.topic, p, Offset::Offset(o));
+        for c in &list {
+            let _ = tpl.add_partition_offset(&shared.topic, c.partition, Offset::Offset(c.offset));
         }
         let release = match consumer.commit(&tpl, CommitMode::Sync) {
-            Ok(()) => list.iter().map(|&(_, _, n)| n).sum(),
+            Ok(()) => {
+                shared.stats.commits.fetch_add(1, Ordering::Relaxed);
+                list.iter().map(|c| c.places).sum()
+            }
             // Sent again with the next commit (commits are cumulative).
             Err(e) => {
                 tracing::warn!("offset commit failed: {e}");
                 let mut t = shared.lock();
-                list.iter().map(|&(p, o, n)| t.give_back(p, o, n)).sum()
+                list.iter().map(|c| t.give_back(c)).sum()
             }
         };
         shared.release(release);
@@ -1230,6 +1229,11 @@ fn scan_outputs(url: &KafkaUrl, source: &str, worker: &str, out_parts: i32, from
 mod tests {
     use super::*;
 
+    /// A commit list as (partition, offset, places).
+    fn commits(list: &[Commit]) -> Vec<(i32, i64, usize)> {
+        list.iter().map(|c| (c.partition, c.offset, c.places)).collect()
+    }
+
     #[test]
     fn urls_parse_and_hide_secrets() {
         let u = KafkaUrl::parse("kafka://127.0.0.1:9092,127.0.0.1:9093/logs?group=g&session.timeout.ms=6000").unwrap();
@@ -1253,12 +1257,12 @@ mod tests {
         // 11 and 13 acknowledged, 10 not: nothing to commit.
         assert_eq!(t.ack(0, e, 11), 0);
         assert_eq!(t.ack(0, e, 13), 0);
-        assert_eq!(t.take_commits(), vec![]);
+        assert!(t.take_commits().is_empty());
         // 10 acknowledged: everything up to 13 is done.
         t.ack(0, e, 10);
-        assert_eq!(t.take_commits(), vec![(0, 14, 3)]);
+        assert_eq!(commits(&t.take_commits()), [(0, 14, 3)]);
         assert_eq!(t.pending(), 0);
-        assert_eq!(t.take_commits(), vec![]);
+        assert!(t.take_commits().is_empty());
     }
 
     #[test]
@@ -1275,7 +1279,7 @@ mod tests {
         // The old epoch's 6 counts for nothing; the new run commits from its own offsets.
         assert_eq!(t.ack(1, e1, 6), 1);
         t.ack(1, e2, 3);
-        assert_eq!(t.take_commits(), vec![(1, 4, 1)]);
+        assert_eq!(commits(&t.take_commits()), [(1, 4, 1)]);
     }
 
     #[test]
@@ -1284,15 +1288,27 @@ mod tests {
         t.assign(0);
         let (e, _, _) = t.register(0, 0);
         t.ack(0, e, 0);
-        assert_eq!(t.take_commits(), vec![(0, 1, 1)]);
+        let c = t.take_commits();
+        assert_eq!(commits(&c), [(0, 1, 1)]);
         // The failed commit's place waits for the next commit, which carries it.
-        assert_eq!(t.give_back(0, 1, 1), 0);
-        assert_eq!(t.take_commits(), vec![(0, 1, 1)]);
+        assert_eq!(t.give_back(&c[0]), 0);
+        let again = t.take_commits();
+        assert_eq!(commits(&again), [(0, 1, 1)]);
         assert_eq!(t.all_done(), [(0, 1)]);
-        // A partition revoked meanwhile keeps no place: it comes back at once.
-        assert_eq!(t.take_commits(), vec![]);
+        // Revoked while that commit was on its way: the revoke gives back none
+        // of its places (they are the commit's) and, when it fails, the commit
+        // gives them back at once.
+        assert_eq!(t.revoke(0), (Some(1), 0));
+        assert_eq!(t.give_back(&again[0]), 1);
+        // Revoked and assigned again: the new epoch does not take the old places.
+        t.assign(0);
+        let (e2, _, _) = t.register(0, 1);
+        t.ack(0, e2, 1);
+        let newer = t.take_commits();
+        assert_eq!(commits(&newer), [(0, 2, 1)]);
         t.revoke(0);
-        assert_eq!(t.give_back(0, 1, 1), 1);
+        t.assign(0);
+        assert_eq!(t.give_back(&newer[0]), 1);
     }
 
     #[test]
@@ -1312,8 +1328,8 @@ mod tests {
         assert_ne!(old, new);
         // A late acknowledgement of the old epoch gives its place back and counts for nothing.
         assert_eq!(t.ack(3, old, 1), 1);
-        assert_eq!(t.take_commits(), vec![]);
+        assert!(t.take_commits().is_empty());
         t.ack(3, new, 1);
-        assert_eq!(t.take_commits(), vec![(3, 2, 1)]);
+        assert_eq!(commits(&t.take_commits()), [(3, 2, 1)]);
     }
 }
