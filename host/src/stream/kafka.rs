@@ -437,6 +437,9 @@ impl Tracker {
     }
 }
 
+/// The longest a revoke waits for the commit on its way.
+const REVOKE_WAIT: Duration = Duration::from_secs(2);
+
 /// One partition's share of a commit.
 #[derive(Debug, PartialEq)]
 struct Commit {
@@ -525,8 +528,11 @@ impl ConsumerContext for Callbacks {
         self.0.stats.rebalances.fetch_add(1, Ordering::Relaxed);
         // A commit on its way with older offsets of these partitions would
         // otherwise reach the broker after this one and undo it. It needs
-        // nothing from this thread to finish.
-        while self.0.committing.load(Ordering::Acquire) {
+        // nothing from this thread to finish; the wait is bounded all the
+        // same, in case librdkafka holds it back until the rebalance is over
+        // (past the bound an older offset may win: more repeats, no loss).
+        let waited = Instant::now();
+        while self.0.committing.load(Ordering::Acquire) && waited.elapsed() < REVOKE_WAIT {
             std::thread::sleep(Duration::from_millis(1));
         }
         let (mut list, mut release) = (TopicPartitionList::new(), 0);
