@@ -695,10 +695,13 @@ fn new_store(engine: &Engine, shared: Arc<Shared>, sync: bool) -> Result<Store<S
     // of a one-record call. A deadline therefore fires up to one tick late.
     store.epoch_deadline_callback(move |mut ctx| {
         let s = ctx.data_mut();
-        let Some(started) = s.call_started else {
-            s.call_started = Some(Instant::now());
-            s.in_host = Duration::ZERO;
-            return Ok(if sync { UpdateDeadline::Continue(1) } else { UpdateDeadline::Yield(1) });
+        let started = match s.call_started {
+            Some(t) => t,
+            // The call's first tick: its time counts from here.
+            None => {
+                s.in_host = Duration::ZERO;
+                *s.call_started.insert(Instant::now())
+            }
         };
         let computing = started.elapsed().saturating_sub(s.in_host);
         if computing > s.call_deadline {

@@ -441,7 +441,6 @@ impl Tracker {
 const REVOKE_WAIT: Duration = Duration::from_secs(2);
 
 /// One partition's share of a commit.
-#[derive(Debug, PartialEq)]
 struct Commit {
     partition: i32,
     offset: i64,
@@ -1125,8 +1124,8 @@ fn commit(consumer: &Arc<StreamConsumer<Callbacks>>, shared: &Arc<Shared>) {
     // A record keeps its place until the broker has its offset, not merely
     // until the commit is sent: a worker killed in between repeats those
     // records too, and the places are what bounds the repeats. So the commit
-    // is a synchronous one on a blocking thread, one at a time (a later one
-    // waits for the next tick), and the places go back when it returns.
+    // is a synchronous one on a blocking thread, one at a time (one asked for
+    // meanwhile is made when it returns), and the places go back then.
     if shared.committing.swap(true, Ordering::AcqRel) {
         // Made when the one on its way returns (it wakes the main loop).
         shared.commit_wanted.store(true, Ordering::Release);
