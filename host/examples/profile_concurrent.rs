@@ -1,7 +1,7 @@
 //! Profiling aid: `c` tasks making one-record calls of the pure rule on a
 //! two-worker runtime (`perf record`). Usage: profile_concurrent [C] [CALLS];
 //! `OMLET_WORKERS=n` sets the workers (0: a current-thread runtime),
-//! `OMLET_COALESCE=1` turns coalescing on, `OMLET_LANES=n` sets its lanes.
+//! `OMLET_COALESCE=0` turns coalescing off.
 fn main() {
     let c: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(64);
     let n: usize = std::env::args().nth(2).and_then(|s| s.parse().ok()).unwrap_or(2_000_000);
@@ -11,10 +11,8 @@ fn main() {
     } else {
         tokio::runtime::Builder::new_multi_thread().worker_threads(workers).enable_all().build().unwrap()
     };
-    let mut config = omlet::EngineConfig { coalesce: std::env::var_os("OMLET_COALESCE").is_some(), ..Default::default() };
-    if let Some(lanes) = std::env::var("OMLET_LANES").ok().and_then(|s| s.parse().ok()) {
-        config.lanes = lanes;
-    }
+    let config =
+        omlet::EngineConfig { coalesce: std::env::var("OMLET_COALESCE").map_or(true, |v| v != "0"), ..Default::default() };
     let engine = omlet::Engine::with_config(&config).unwrap();
     let rule = rt.block_on(engine.load_source("p.oml", "name : p\n---\nV = read(id) ;\n", &Default::default())).unwrap();
     let recs: std::sync::Arc<Vec<omlet::Record>> = std::sync::Arc::new(

@@ -1,10 +1,11 @@
 //! Profiling aid: one-record calls of the pure rule from `THREADS` plain
 //! threads (`evaluate_blocking`), for `perf record`.
-//! Usage: profile_single [CALLS] [THREADS]; `OMLET_COALESCE=1` turns coalescing on.
+//! Usage: profile_single [CALLS] [THREADS]; `OMLET_COALESCE=0` turns coalescing off.
 fn main() {
     let n: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(2_000_000);
     let threads: usize = std::env::args().nth(2).and_then(|s| s.parse().ok()).unwrap_or(1);
-    let config = omlet::EngineConfig { coalesce: std::env::var_os("OMLET_COALESCE").is_some(), ..Default::default() };
+    let config =
+        omlet::EngineConfig { coalesce: std::env::var("OMLET_COALESCE").map_or(true, |v| v != "0"), ..Default::default() };
     let engine = omlet::Engine::with_config(&config).unwrap();
     let rule = omlet::block_on(engine.load_source("p.oml", "name : p\n---\nV = read(id) ;\n", &Default::default())).unwrap();
     let recs: Vec<omlet::Record> =

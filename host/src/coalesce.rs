@@ -1,265 +1,410 @@
-//! Coalescing one-record calls: while a rule's calls are in flight on every
-//! lane, the records that other tasks submit wait in a queue, and the next
-//! lane to finish takes them all as one batch call. Each caller still gets
-//! its own record's result.
+//! Coalescing one-record calls: the tasks of one thread that call a rule
+//! at about the same time have their records evaluated in one batch call.
 //!
-//! There is no timer: a batch holds what piled up while the lanes were busy,
-//! and a lane that starts while other callers are inside `evaluate` lets
-//! them run first (one `yield_now`), so that the callers of its own thread
-//! can join it. A caller whose queued record is dropped (its lane was
-//! cancelled, or failed without an instance) evaluates it alone.
+//! A fiber-less call holds its thread, so the tasks of one worker thread can
+//! only call one after another. A caller that may have company opens a
+//! gathering on its thread and yields once (`yield_now`: it runs again when
+//! the thread has no other task ready). The thread's other tasks that call
+//! the rule meanwhile write their records into the gathering's frame and
+//! wait; then the opener makes one batch call for all of them and hands each
+//! its own result. There is no timer: a gathering holds what the thread's
+//! ready tasks bring before it runs again.
 //!
-//! This module holds the queue and its invariants; `runtime` makes the calls.
+//! A caller never hands its record over by reference: joining writes it into
+//! the frame at once, so a caller that is cancelled while it waits leaves
+//! nothing behind, and an opener that is cancelled while it yields tells the
+//! others to evaluate alone.
+//!
+//! This module holds the gatherings and their invariants; `runtime` makes
+//! the calls.
 
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
 
-use tokio::sync::oneshot;
+use omlet_lang::frame::Writer;
+use thread_local::ThreadLocal;
 
-use crate::Result;
 use crate::record::Record;
+use crate::{Error, Result};
 
-/// A record waiting for a lane, with the route it is evaluated on.
-pub(crate) struct Waiter<R> {
-    pub(crate) route: R,
-    pub(crate) record: Record,
-    pub(crate) reply: oneshot::Sender<Reply<R>>,
-}
-
-/// What a waiting caller is told.
-pub(crate) enum Reply<R> {
-    /// Its record's result.
-    Done(Result<Record>),
-    /// To run a lane of its own (counted for it already), on its own record
-    /// and these: a lane that found more than its share hands the rest on,
-    /// so that every lane computes.
-    Lead(Vec<Waiter<R>>),
-}
-
-impl<R> Waiter<R> {
-    pub(crate) fn done(self, co: &Coalescer<R>, result: Result<Record>) {
-        co.coalesced.fetch_add(1, Ordering::Relaxed);
-        // A caller that went away no longer wants its result.
-        let _ = self.reply.send(Reply::Done(result));
-    }
-}
-
-pub(crate) struct Coalescer<R> {
-    /// Most calls in flight at once; more callers wait.
-    lanes: usize,
-    state: Mutex<State<R>>,
-    /// Callers inside `evaluate` (running, waiting, or deciding).
-    active: AtomicUsize,
+/// A rule's gatherings, one per thread that calls it.
+pub(crate) struct Coalescer<R: Send> {
+    threads: ThreadLocal<ThreadSlot<R>>,
     /// Records evaluated in another caller's call.
     pub(crate) coalesced: AtomicU64,
 }
 
-struct State<R> {
-    running: usize,
-    waiting: Vec<Waiter<R>>,
+impl<R: Send> Coalescer<R> {
+    pub(crate) fn new() -> Coalescer<R> {
+        Coalescer { threads: ThreadLocal::new(), coalesced: AtomicU64::new(0) }
+    }
 }
 
-/// What a caller does: run a lane, or wait for one to evaluate its record.
-pub(crate) enum Entry<'c, R> {
-    Run(Lane<'c, R>),
-    Wait(oneshot::Receiver<Reply<R>>),
+/// Most records one gathering holds.
+pub(crate) const MAX_GATHER: usize = 256;
+
+/// The records of one thread's callers that go in one batch call (see the
+/// module's doc). A gathering that ends with fewer than [`MIN_GATHERED`]
+/// records is a miss: its thread then makes some calls alone before it opens
+/// the next, twice as many after each further miss, up to [`MAX_SKIP`]; so a
+/// thread with one caller, or two (whose pairs cost more than they save),
+/// yields on one call in a few hundred.
+pub(crate) struct Gathering<R> {
+    state: Mutex<Gathered<R>>,
 }
 
-impl<R> Coalescer<R> {
-    pub(crate) fn new(lanes: usize) -> Coalescer<R> {
-        Coalescer {
-            lanes: lanes.max(1),
-            state: Mutex::new(State { running: 0, waiting: Vec::new() }),
-            active: AtomicUsize::new(0),
-            coalesced: AtomicU64::new(0),
+struct Gathered<R> {
+    route: R,
+    /// Whether records may still join.
+    open: bool,
+    frame: Writer,
+    /// Records in `frame` (the opener's is the first).
+    n: usize,
+    /// Each record's result once the call is made (none at all: the call
+    /// was not made, and each caller evaluates alone).
+    results: Option<Vec<Result<Record>>>,
+    /// The wakers of the callers that joined, by index.
+    wakers: Vec<Option<Waker>>,
+}
+
+/// Most calls a thread makes alone after a missed gathering.
+pub(crate) const MAX_SKIP: u32 = 4096;
+
+/// Fewest records a gathering must end with to count as a hit. A pair saves
+/// one call but pays the yield and a wake, which cost about as much (measured
+/// with `host/examples/profile_concurrent.rs`: two tasks per worker thread
+/// ran 20% slower gathering in pairs than alone).
+pub(crate) const MIN_GATHERED: usize = 3;
+
+/// A thread's gathering on one rule, and when it may open the next.
+pub(crate) struct ThreadSlot<R> {
+    open: Mutex<Open<R>>,
+    /// Whether `open` may hold an open gathering (so that a call that
+    /// cannot join one need not lock it).
+    live: AtomicBool,
+    /// Calls to make alone before the next gathering.
+    skip: AtomicU32,
+    /// Gatherings in a row that nobody joined.
+    misses: AtomicU32,
+}
+
+impl<R: Send> Default for ThreadSlot<R> {
+    fn default() -> Self {
+        ThreadSlot {
+            open: Mutex::new(Open { gathering: None, spare: Writer::new() }),
+            live: AtomicBool::new(false),
+            skip: AtomicU32::new(0),
+            misses: AtomicU32::new(0),
         }
     }
+}
 
-    /// Counts a caller in until the guard drops.
-    pub(crate) fn arrive(&self) -> Active<'_, R> {
-        self.active.fetch_add(1, Ordering::Relaxed);
-        Active(self)
-    }
+/// A thread's open gathering, and the writer the next one reuses (so that a
+/// gathering allocates only the frame it sends).
+struct Open<R> {
+    gathering: Option<Arc<Gathering<R>>>,
+    spare: Writer,
+}
 
-    /// Whether more callers are inside `evaluate` than there are lanes:
-    /// only then can a record wait for a lane. (A fiber-less call holds its
-    /// thread, so callers pile up only when more threads call than there
-    /// are lanes.)
-    pub(crate) fn busy(&self) -> bool {
-        self.active.load(Ordering::Relaxed) > self.lanes
-    }
+/// What a one-record caller does on its thread.
+pub(crate) enum Arrival<'c, R: Send> {
+    /// Evaluate alone.
+    Alone,
+    /// Yield once, then make the call for the gathering.
+    Open(Opened<'c, R>),
+    /// Wait for the result of the gathering it joined.
+    Joined(Joined<R>),
+}
 
-    /// A lane when one is free; otherwise the record joins the queue (a
-    /// copy of it: the caller's borrow cannot outlive a cancelled call).
-    pub(crate) fn enter(&self, route: impl FnOnce() -> R, record: &Record) -> Entry<'_, R> {
-        let Ok(mut st) = self.state.lock() else {
-            // A poisoned queue: nobody drains it; run alone, uncounted.
-            return Entry::Run(Lane { co: self, counted: false });
-        };
-        if st.running < self.lanes {
-            st.running += 1;
-            return Entry::Run(Lane { co: self, counted: true });
+impl<R: Clone + Send> Coalescer<R> {
+    /// Where a one-record call on `route` goes on this thread (see
+    /// [`Gathering`]). A record joins only a gathering on the same route,
+    /// while it is open, holds fewer than [`MAX_GATHER`] records and takes
+    /// less than `max_bytes`.
+    pub(crate) fn arrive(&self, route: &R, same: fn(&R, &R) -> bool, record: &Record, max_bytes: usize) -> Arrival<'_, R> {
+        let slot = self.threads.get_or_default();
+        let live = slot.live.load(Ordering::Acquire);
+        if !live && slot.skip.load(Ordering::Relaxed) > 0 {
+            slot.skip.fetch_sub(1, Ordering::Relaxed);
+            return Arrival::Alone;
         }
-        let (reply, rx) = oneshot::channel();
-        st.waiting.push(Waiter { route: route(), record: record.clone(), reply });
-        Entry::Wait(rx)
+        let Ok(mut open) = slot.open.lock() else { return Arrival::Alone };
+        if let Some(g) = open.gathering.as_ref().filter(|_| live)
+            && let Some(index) = g.join(route, same, record, max_bytes)
+        {
+            return Arrival::Joined(Joined { gathering: g.clone(), index });
+        }
+        if slot.skip.load(Ordering::Relaxed) > 0 {
+            slot.skip.fetch_sub(1, Ordering::Relaxed);
+            return Arrival::Alone;
+        }
+        let mut frame = std::mem::take(&mut open.spare);
+        frame.record(record.fields());
+        let g = Arc::new(Gathering {
+            state: Mutex::new(Gathered { route: route.clone(), open: true, frame, n: 1, results: None, wakers: vec![None] }),
+        });
+        open.gathering = Some(g.clone());
+        slot.live.store(true, Ordering::Release);
+        Arrival::Open(Opened { co: self, slot, gathering: g, finished: false })
     }
 }
 
-/// A caller inside `evaluate`; counted out on drop.
-pub(crate) struct Active<'c, R>(&'c Coalescer<R>);
-
-impl<R> Drop for Active<'_, R> {
-    fn drop(&mut self) {
-        self.0.active.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-/// A running lane. It must drain the queue before it ends ([`Lane::take`]
-/// until `None`); if it is dropped early (its caller was cancelled), the
-/// last lane to go drops the queued records, whose callers then evaluate
-/// them alone, so that nobody waits for a lane that will never come.
-pub(crate) struct Lane<'c, R> {
-    co: &'c Coalescer<R>,
-    counted: bool,
-}
-
-impl<R> Lane<'_, R> {
-    /// The lane of a caller told to [`Reply::Lead`] (counted when it was told).
-    pub(crate) fn adopt(co: &Coalescer<R>) -> Lane<'_, R> {
-        Lane { co, counted: true }
-    }
-
-    /// This lane's share of what is queued now (perhaps nothing); the lane
-    /// goes on. While lanes are free, each further share goes to one of its
-    /// waiters, told to lead a lane of its own.
-    pub(crate) fn take_now(&mut self) -> Vec<Waiter<R>> {
-        let Ok(mut st) = self.co.state.lock() else { return Vec::new() };
-        if !self.counted {
-            return Vec::new();
-        }
-        self.share(&mut st)
-    }
-
-    /// The queued records: this lane takes them, except that while lanes
-    /// are free, a share of them goes to a new leader for each free lane.
-    fn share(&self, st: &mut State<R>) -> Vec<Waiter<R>> {
-        let mut mine = std::mem::take(&mut st.waiting);
-        let free = self.co.lanes.saturating_sub(st.running);
-        let share = (mine.len() + 1).div_ceil(free + 1).max(2);
-        while st.running < self.co.lanes && mine.len() > share {
-            let mut theirs = mine.split_off(mine.len() - share);
-            let Some(leader) = theirs.pop() else { break };
-            st.running += 1;
-            if let Err(Reply::Lead(back)) = leader.reply.send(Reply::Lead(theirs)) {
-                // The leader went away: its share stays here.
-                st.running -= 1;
-                mine.extend(back);
-            }
-        }
-        mine
-    }
-
-    /// Everything queued, or `None` when the queue is empty, in which case
-    /// the lane has ended (in the same critical section, so a record queued
-    /// after this sees the lane gone and runs one itself).
-    pub(crate) fn take(&mut self) -> Option<Vec<Waiter<R>>> {
-        if !self.counted {
+impl<R: Send> Gathering<R> {
+    fn join(&self, route: &R, same: fn(&R, &R) -> bool, record: &Record, max_bytes: usize) -> Option<usize> {
+        let mut st = self.state.lock().ok()?;
+        if !st.open || !same(&st.route, route) {
             return None;
         }
-        let Ok(mut st) = self.co.state.lock() else { return None };
-        if st.waiting.is_empty() {
-            st.running -= 1;
-            self.counted = false;
+        if st.n >= MAX_GATHER || st.frame.len() >= max_bytes {
+            st.open = false;
             return None;
         }
-        Some(self.share(&mut st))
+        st.frame.record(record.fields());
+        st.n += 1;
+        st.wakers.push(None);
+        Some(st.n - 1)
     }
-}
 
-impl<R> Drop for Lane<'_, R> {
-    fn drop(&mut self) {
-        if !self.counted {
-            return;
-        }
-        let orphans = match self.co.state.lock() {
+    /// Gives the results (none: each caller is to evaluate alone) and wakes
+    /// the callers that joined.
+    fn finish(&self, results: Vec<Result<Record>>) {
+        let wakers = match self.state.lock() {
             Ok(mut st) => {
-                st.running -= 1;
-                if st.running == 0 { std::mem::take(&mut st.waiting) } else { Vec::new() }
+                st.open = false;
+                st.results = Some(results);
+                std::mem::take(&mut st.wakers)
             }
+            // Poisoned: the joined callers cannot be told; they were
+            // already woken or hold wakers that drop with it.
             Err(_) => Vec::new(),
         };
-        // Dropping the senders wakes their callers, who evaluate alone.
-        drop(orphans);
+        for w in wakers.into_iter().flatten() {
+            w.wake();
+        }
+    }
+}
+
+/// An opened gathering, held by its opener. Dropped unfinished (the opener
+/// was cancelled), it tells each caller that joined to evaluate alone.
+pub(crate) struct Opened<'c, R: Send> {
+    co: &'c Coalescer<R>,
+    slot: &'c ThreadSlot<R>,
+    gathering: Arc<Gathering<R>>,
+    finished: bool,
+}
+
+impl<R: Send> Opened<'_, R> {
+    /// Closes the gathering to new records: its frame and how many records
+    /// it holds. The thread that opened it learns whether anyone joined.
+    pub(crate) fn close(&mut self) -> (Vec<u8>, usize) {
+        let (frame, n, writer) = match self.gathering.state.lock() {
+            Ok(mut st) => {
+                st.open = false;
+                let mut writer = std::mem::take(&mut st.frame);
+                (writer.take_frame(), st.n, writer)
+            }
+            Err(_) => (Vec::new(), 0, Writer::new()),
+        };
+        if let Ok(mut open) = self.slot.open.lock() {
+            // Unless a caller of its thread has opened another meanwhile.
+            if open.gathering.as_ref().is_some_and(|g| Arc::ptr_eq(g, &self.gathering)) {
+                open.gathering = None;
+                self.slot.live.store(false, Ordering::Release);
+            }
+            open.spare = writer;
+        }
+        if n > 1 {
+            self.co.coalesced.fetch_add(n as u64 - 1, Ordering::Relaxed);
+        }
+        if n >= MIN_GATHERED {
+            self.slot.misses.store(0, Ordering::Relaxed);
+        } else {
+            let misses = self.slot.misses.fetch_add(1, Ordering::Relaxed).min(16);
+            self.slot.skip.store((1u32 << misses).min(MAX_SKIP), Ordering::Relaxed);
+        }
+        (frame, n)
+    }
+
+    /// Hands each joined caller its result: `results[i]` for the record at
+    /// index `i` (the opener's own, at 0, is not used); a caller whose result
+    /// is missing evaluates alone.
+    pub(crate) fn finish(mut self, results: Vec<Result<Record>>) {
+        self.finished = true;
+        self.gathering.finish(results);
+    }
+}
+
+impl<R: Send> Drop for Opened<'_, R> {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.gathering.finish(Vec::new());
+        }
+    }
+}
+
+/// A caller waiting for the gathering it joined: its result, or `None` to
+/// evaluate alone.
+pub(crate) struct Joined<R> {
+    gathering: Arc<Gathering<R>>,
+    index: usize,
+}
+
+impl<R: Send> Future for Joined<R> {
+    type Output = Option<Result<Record>>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let Ok(mut st) = self.gathering.state.lock() else { return Poll::Ready(None) };
+        if let Some(results) = st.results.as_mut() {
+            // Each index is taken once: a caller's future ends with it.
+            return Poll::Ready(results.get_mut(self.index).map(|r| std::mem::replace(r, Err(Error::Internal(String::new())))));
+        }
+        match st.wakers.get_mut(self.index) {
+            Some(w) => *w = Some(cx.waker().clone()),
+            None => return Poll::Ready(None),
+        }
+        Poll::Pending
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use omlet_lang::frame::Reader;
 
     fn rec(n: i64) -> Record {
         Record::from_json(&format!("{{\"n\":{n}}}")).unwrap()
     }
 
-    #[test]
-    fn callers_past_the_lanes_wait_and_a_lane_takes_them_all() {
-        let co: Coalescer<()> = Coalescer::new(1);
-        let Entry::Run(mut lane) = co.enter(|| (), &rec(0)) else { panic!("the first caller runs") };
-        let Entry::Wait(mut rx1) = co.enter(|| (), &rec(1)) else { panic!("the lane is busy") };
-        let Entry::Wait(_rx2) = co.enter(|| (), &rec(2)) else { panic!("the lane is busy") };
-        let batch = lane.take().expect("two waiting");
-        assert_eq!(batch.iter().map(|w| w.record.to_json()).collect::<Vec<_>>(), [r#"{"n":1}"#, r#"{"n":2}"#]);
-        for (i, w) in batch.into_iter().enumerate() {
-            w.done(&co, Ok(rec(10 + i as i64)));
-        }
-        let Ok(Reply::Done(Ok(r))) = rx1.try_recv() else { panic!("a result") };
-        assert_eq!(r.to_json(), r#"{"n":10}"#);
-        assert!(lane.take().is_none(), "an empty queue ends the lane");
-        assert!(matches!(co.enter(|| (), &rec(3)), Entry::Run(_)), "the lane is free again");
+    fn same(a: &u8, b: &u8) -> bool {
+        a == b
     }
 
-    #[test]
-    fn a_dropped_last_lane_releases_its_waiters() {
-        let co: Coalescer<()> = Coalescer::new(1);
-        let lane = co.enter(|| (), &rec(0));
-        let Entry::Wait(mut rx) = co.enter(|| (), &rec(1)) else { panic!("the lane is busy") };
-        drop(lane);
-        assert!(matches!(rx.try_recv(), Err(oneshot::error::TryRecvError::Closed)), "the waiter is told to run alone");
-        assert!(matches!(co.enter(|| (), &rec(2)), Entry::Run(_)));
+    const MAX: usize = 1 << 20;
+
+    fn poll<F: Future + Unpin>(f: &mut F) -> Poll<F::Output> {
+        Pin::new(f).poll(&mut Context::from_waker(Waker::noop()))
     }
 
-    #[test]
-    fn a_dropped_lane_leaves_the_queue_to_the_other_lanes() {
-        let co: Coalescer<()> = Coalescer::new(2);
-        let a = co.enter(|| (), &rec(0));
-        let Entry::Run(mut b) = co.enter(|| (), &rec(1)) else { panic!("two lanes") };
-        let Entry::Wait(mut rx) = co.enter(|| (), &rec(2)) else { panic!("both lanes busy") };
-        drop(a);
-        assert!(matches!(rx.try_recv(), Err(oneshot::error::TryRecvError::Empty)), "still queued for lane b");
-        assert_eq!(b.take().map(|w| w.len()), Some(1));
-    }
-
-    #[test]
-    fn a_lane_hands_a_share_to_a_waiter_while_lanes_are_free() {
-        let co: Coalescer<()> = Coalescer::new(2);
-        let Entry::Run(mut a) = co.enter(|| (), &rec(0)) else { panic!("a lane") };
-        let Entry::Run(b) = co.enter(|| (), &rec(1)) else { panic!("a second lane") };
-        let mut rxs: Vec<_> = (2..10)
-            .map(|n| match co.enter(|| (), &rec(n)) {
-                Entry::Wait(rx) => rx,
-                Entry::Run(_) => panic!("both lanes busy"),
+    /// Opens a gathering on this thread that `k` more records join, closes it
+    /// and finishes it with no results: the number of records it held.
+    fn gather(co: &Coalescer<u8>, k: usize) -> usize {
+        let Arrival::Open(mut opened) = co.arrive(&0, same, &rec(0), MAX) else { panic!("a gathering opens") };
+        let joined: Vec<_> = (0..k)
+            .map(|i| match co.arrive(&0, same, &rec(i as i64 + 1), MAX) {
+                Arrival::Joined(j) => j,
+                _ => panic!("record {i} joins"),
             })
             .collect();
-        drop(b);
-        // One lane running, one free, eight waiting: nine records over two
-        // lanes; the last waiter leads the last five.
-        let mine = a.take_now();
-        assert_eq!(mine.len(), 3);
-        let Ok(Reply::Lead(theirs)) = rxs.pop().unwrap().try_recv() else { panic!("the last waiter leads") };
-        assert_eq!(theirs.len(), 4);
-        assert!(rxs.iter_mut().all(|rx| rx.try_recv().is_err()), "the others still wait");
-        let mut led = Lane::adopt(&co);
-        assert!(led.take().is_none());
+        let (_, n) = opened.close();
+        opened.finish(Vec::new());
+        drop(joined);
+        n
+    }
+
+    #[test]
+    fn callers_join_an_open_gathering_and_each_gets_its_own_result() {
+        let co: Coalescer<u8> = Coalescer::new();
+        let Arrival::Open(mut opened) = co.arrive(&0, same, &rec(10), MAX) else { panic!("the first caller opens") };
+        let mut joined: Vec<_> = (11..14)
+            .map(|n| match co.arrive(&0, same, &rec(n), MAX) {
+                Arrival::Joined(j) => j,
+                _ => panic!("a caller of the same thread joins"),
+            })
+            .collect();
+        assert!(joined.iter_mut().all(|j| poll(j).is_pending()), "they wait for the call");
+        let (frame, n) = opened.close();
+        assert_eq!(n, 4);
+        // The frame holds the opener's record, then the others in order.
+        let reader = Reader::new(&frame).unwrap();
+        assert_eq!(reader.records(), 4);
+        assert!(matches!(co.arrive(&0, same, &rec(99), MAX), Arrival::Open(_)), "a closed gathering takes no more");
+        let results = (0..4).map(|i| if i == 2 { Err(Error::Internal("two".into())) } else { Ok(rec(100 + i)) }).collect();
+        opened.finish(results);
+        let got: Vec<_> = joined.iter_mut().map(poll).collect();
+        assert!(matches!(&got[0], Poll::Ready(Some(Ok(r))) if r.to_json() == r#"{"n":101}"#));
+        assert!(matches!(&got[1], Poll::Ready(Some(Err(Error::Internal(m)))) if m == "two"));
+        assert!(matches!(&got[2], Poll::Ready(Some(Ok(r))) if r.to_json() == r#"{"n":103}"#));
+        assert_eq!(co.coalesced.load(Ordering::Relaxed), 3);
+    }
+
+    #[test]
+    fn a_dropped_opener_sends_its_callers_to_evaluate_alone() {
+        let co: Coalescer<u8> = Coalescer::new();
+        let opened = co.arrive(&0, same, &rec(0), MAX);
+        let Arrival::Joined(mut j) = co.arrive(&0, same, &rec(1), MAX) else { panic!("joins") };
+        assert!(poll(&mut j).is_pending());
+        drop(opened);
+        assert!(matches!(poll(&mut j), Poll::Ready(None)));
+    }
+
+    #[test]
+    fn only_the_same_route_joins() {
+        let co: Coalescer<u8> = Coalescer::new();
+        let Arrival::Open(_first) = co.arrive(&0, same, &rec(0), MAX) else { panic!("opens") };
+        assert!(matches!(co.arrive(&1, same, &rec(1), MAX), Arrival::Open(_)), "another route opens its own");
+    }
+
+    #[test]
+    fn a_gathering_stops_at_its_record_and_byte_bounds() {
+        let co: Coalescer<u8> = Coalescer::new();
+        let Arrival::Open(mut opened) = co.arrive(&0, same, &rec(0), MAX) else { panic!("opens") };
+        let mut joined = Vec::new();
+        for i in 1..MAX_GATHER {
+            let Arrival::Joined(j) = co.arrive(&0, same, &rec(i as i64), MAX) else { panic!("record {i} joins") };
+            joined.push(j);
+        }
+        assert!(!matches!(co.arrive(&0, same, &rec(0), MAX), Arrival::Joined(_)), "full at {MAX_GATHER}");
+        assert_eq!(opened.close().1, MAX_GATHER);
+
+        let co: Coalescer<u8> = Coalescer::new();
+        let small = 40;
+        let Arrival::Open(mut opened) = co.arrive(&0, same, &rec(0), small) else { panic!("opens") };
+        let Arrival::Joined(_j) = co.arrive(&0, same, &rec(1), small) else { panic!("under the bound, joins") };
+        assert!(!matches!(co.arrive(&0, same, &rec(2), small), Arrival::Joined(_)), "past {small} bytes");
+        assert_eq!(opened.close().1, 2);
+    }
+
+    #[test]
+    fn a_thread_whose_gatherings_miss_opens_them_ever_more_rarely() {
+        let co: Coalescer<u8> = Coalescer::new();
+        // Alone, then in a pair: misses; each makes the next wait twice as long.
+        assert_eq!(gather(&co, 0), 1);
+        assert!(matches!(co.arrive(&0, same, &rec(0), MAX), Arrival::Alone));
+        assert_eq!(gather(&co, 1), 2);
+        for _ in 0..2 {
+            assert!(matches!(co.arrive(&0, same, &rec(0), MAX), Arrival::Alone));
+        }
+        assert_eq!(gather(&co, 0), 1);
+        for _ in 0..4 {
+            assert!(matches!(co.arrive(&0, same, &rec(0), MAX), Arrival::Alone));
+        }
+        // A gathering of three is a hit: the next call opens one again.
+        assert_eq!(gather(&co, MIN_GATHERED - 1), MIN_GATHERED);
+        assert!(matches!(co.arrive(&0, same, &rec(0), MAX), Arrival::Open(_)));
+        // The wait is bounded.
+        let co: Coalescer<u8> = Coalescer::new();
+        let waits: Vec<u32> = (0..20).map(|_| calls_alone_before_a_lone_gathering(&co)).collect();
+        assert_eq!(&waits[..4], [0, 1, 2, 4]);
+        assert_eq!(waits[19], MAX_SKIP);
+    }
+
+    /// Calls alone until one opens a gathering, which nobody joins: how
+    /// many calls went alone.
+    fn calls_alone_before_a_lone_gathering(co: &Coalescer<u8>) -> u32 {
+        let mut alone = 0;
+        loop {
+            match co.arrive(&0, same, &rec(0), MAX) {
+                Arrival::Alone => alone += 1,
+                Arrival::Open(mut opened) => {
+                    opened.close();
+                    opened.finish(Vec::new());
+                    return alone;
+                }
+                Arrival::Joined(_) => panic!("no gathering is open"),
+            }
+        }
     }
 }

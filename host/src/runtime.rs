@@ -20,7 +20,7 @@ use wasmtime::component::{Component, ComponentExportIndex, HasSelf, InstancePre,
 use wasmtime::{Config, Engine as WtEngine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, UpdateDeadline};
 
 use crate::build::{self, RuleSource};
-use crate::coalesce::{Coalescer, Entry, Lane, Reply, Waiter};
+use crate::coalesce::{Arrival, Coalescer, Opened};
 use crate::error::Limit;
 use crate::knowledge::{BoundStatement, Knowledge};
 use crate::record::Record;
@@ -119,26 +119,23 @@ pub struct EngineConfig {
     /// The limits of compiling rule sources in `load_path`, `load_source`
     /// and `load_sources` (the compiler's, the rule file size, the IR size).
     pub build: build::BuildLimits,
-    /// Coalesce one-record calls (default on): while a rule has as many
-    /// calls in flight as [`EngineConfig::lanes`], the records other tasks
-    /// pass to [`Rule::evaluate`] wait and then go together as one batch
-    /// call; each caller still gets its own record's result or error. Only
-    /// calls that need not wait for the host are coalesced (a rule without
-    /// lookups, or one whose lookups the caches answer), so that lookups of
-    /// concurrent callers still overlap. The blocking calls
+    /// Coalesce one-record calls (default on): the tasks of one thread that
+    /// call [`Rule::evaluate`] at about the same time have their records
+    /// evaluated in one batch call, and each still gets its own record's
+    /// result or error. A caller that may have company yields once before
+    /// its call, so that the other tasks its thread has ready can join; a
+    /// thread whose gatherings bring fewer than three records (one or two
+    /// callers) stops trying for up to 256 calls. There is no timer.
+    ///
+    /// Only calls that need not wait for the host are coalesced (a rule
+    /// without lookups, or one whose lookups the caches answer), so that
+    /// lookups of concurrent callers still overlap. The blocking calls
     /// ([`Rule::evaluate_blocking`]) are never coalesced: a thread that waits
     /// for another's batch parks in the kernel, which made them 4× slower.
-    ///
-    /// A fiber-less call holds its thread, so records pile up only when more
-    /// tasks are inside `evaluate` than there are lanes: with a runtime of as
-    /// many workers as lanes it does not engage, and costs two atomic
-    /// operations per call. On the 2-core machine of BENCHMARKS.md, where it
-    /// engaged (one lane, tasks that yield), throughput stayed within ±20% of
-    /// calls made alone; turn it off to rule it out.
+    /// On the 2-core machine of BENCHMARKS.md, 64 tasks making one-record
+    /// calls of the pure rule went about 1.5× faster with it, and one task
+    /// a few percent slower; turn it off to rule it out.
     pub coalesce: bool,
-    /// Most one-record calls of one rule in flight at once before the next
-    /// ones wait to be coalesced (default: the machine's cores).
-    pub lanes: usize,
 }
 
 impl Default for EngineConfig {
@@ -151,7 +148,6 @@ impl Default for EngineConfig {
             max_record_bytes: 16 << 20,
             build: build::BuildLimits::default(),
             coalesce: true,
-            lanes: std::thread::available_parallelism().map_or(1, |n| n.get()),
         }
     }
 }
@@ -360,7 +356,7 @@ impl Engine {
         if let Some(path) = &sync {
             self.slots.register(Arc::downgrade(&path.idle) as Weak<dyn Idle>);
         }
-        let coalescer = (self.config.coalesce && sync.is_some()).then(|| Coalescer::new(self.config.lanes));
+        let coalescer = (self.config.coalesce && sync.is_some()).then(Coalescer::new);
         Ok(Rule { inner: Arc::new(RuleInner { engine: self.clone(), pre, shared, info, idle, sync, coalescer }) })
     }
 
@@ -914,74 +910,67 @@ impl Rule {
         let Some(co) = self.inner.coalescer.as_ref().filter(|_| self.sync_skipped() == 0) else {
             return self.evaluate_alone(route, record).await;
         };
-        let _active = co.arrive();
-        if !co.busy() {
+        let wit = wit_route(route);
+        match co.arrive(&wit, same_route, record, self.inner.engine.config.max_record_bytes) {
+            Arrival::Alone => self.evaluate_alone(route, record).await,
+            Arrival::Joined(joined) => match joined.await {
+                Some(result) => result,
+                None => self.evaluate_alone(route, record).await,
+            },
+            // Boxed, as the async path is: the common call's future stays
+            // small (a future is copied whole when a caller pins or moves it).
+            Arrival::Open(opened) => Box::pin(self.evaluate_gathered(opened, wit, route, record)).await,
+        }
+    }
+
+    /// The call of a gathering this caller opened on its thread (see
+    /// `coalesce::Gathering`): it yields once, so that the thread's other
+    /// callers can join, then evaluates every record in one fiber-less batch
+    /// call. When that call cannot be made (no sync instance, a lookup that
+    /// misses the caches, a trap, or a frame past the record limit), each
+    /// caller evaluates its record alone, so that only a record that fails
+    /// alone fails.
+    async fn evaluate_gathered(
+        &self,
+        mut opened: Opened<'_, ev::Route>,
+        wit: ev::Route,
+        route: Route<'_>,
+        record: &Record,
+    ) -> Result<Record> {
+        tokio::task::yield_now().await;
+        let (frame, n) = opened.close();
+        if n < 2 {
+            drop(opened);
             return self.evaluate_alone(route, record).await;
         }
-        // Boxed, as the async path is: the common call's future stays small
-        // (a future is copied whole when a caller pins or moves it).
-        Box::pin(self.evaluate_coalesced(co, route, record)).await
-    }
-
-    /// [`Rule::evaluate_on`] once more callers are inside than there are
-    /// lanes: the record goes into a lane's batch call, or leads one.
-    async fn evaluate_coalesced(&self, co: &Coalescer<ev::Route>, route: Route<'_>, record: &Record) -> Result<Record> {
-        let (mut lane, taken) = match co.enter(|| wit_route(route), record) {
-            Entry::Run(mut lane) => {
-                // Other callers are inside (`busy`): let those of this thread
-                // queue their records first.
-                tokio::task::yield_now().await;
-                let taken = lane.take_now();
-                (lane, taken)
+        let results = if frame.len() <= self.inner.engine.config.max_record_bytes {
+            match self.call_sync(|calls, store, generation| calls.batch(store, generation, &wit, &frame)) {
+                Some(Ok(out)) => batch_results(n, out).ok(),
+                Some(Err(e)) => {
+                    tracing::debug!("omlet: a gathered batch of {n} failed ({e}); evaluating its records one by one");
+                    None
+                }
+                None => None,
             }
-            Entry::Wait(reply) => match reply.await {
-                Ok(Reply::Done(result)) => return result,
-                Ok(Reply::Lead(taken)) => (Lane::adopt(co), taken),
-                // The lane holding the record went away without an answer.
-                Err(_) => return self.evaluate_alone(route, record).await,
-            },
+        } else {
+            None
         };
-        let own_route = wit_route(route);
-        let (same, mut others): (Vec<_>, Vec<_>) = taken.into_iter().partition(|w| same_route(&w.route, &own_route));
-        let own = if same.is_empty() { None } else { self.serve(co, &own_route, Some(record), same).await };
-        let own = match own {
-            Some(result) => result,
-            None => self.evaluate_alone(route, record).await,
+        let Some(results) = results else {
+            drop(opened);
+            return self.evaluate_alone(route, record).await;
         };
-        // Then the records that are queued for other routes or piled up meanwhile.
-        loop {
-            while let Some(first) = others.first() {
-                let route = first.route.clone();
-                let (same, rest): (Vec<_>, Vec<_>) = others.into_iter().partition(|w| same_route(&w.route, &route));
-                others = rest;
-                self.serve(co, &route, None, same).await;
-            }
-            match lane.take() {
-                Some(more) => others = more,
-                None => return own,
+        let mut results = results;
+        for r in &mut results {
+            // Each caller's error is about its own record, as if alone.
+            if let Err(e) = r {
+                *e = std::mem::replace(e, Error::Internal(String::new())).at_index(0);
             }
         }
-    }
-
-    /// One batch call on `route` for `own` (the caller's record, if any) and
-    /// the waiters' records, each waiter getting its reply. The caller's
-    /// result; `None` without `own`, or when the batch was not made: no
-    /// instance could be had, or it would have waited for the host (the
-    /// waiters, their replies dropped, then evaluate alone, as the caller does).
-    async fn serve(
-        &self,
-        co: &Coalescer<ev::Route>,
-        route: &ev::Route,
-        own: Option<&Record>,
-        waiters: Vec<Waiter<ev::Route>>,
-    ) -> Option<Result<Record>> {
-        let records: Vec<&Record> = own.into_iter().chain(waiters.iter().map(|w| &w.record)).collect();
-        let results = self.batch_coalesced(route, records.iter().copied()).await?.ok()?;
-        let mut results = results.into_iter().map(|r| r.map_err(|e| e.at_index(0)));
-        let own = own.map(|_| results.next().unwrap_or_else(|| Err(Error::Internal("a batch gave no result".into()))));
-        for (w, r) in waiters.into_iter().zip(results) {
-            w.done(co, r);
-        }
+        let own = match results.first_mut() {
+            Some(r) => std::mem::replace(r, Err(Error::Internal(String::new()))),
+            None => Err(Error::Internal("a gathered batch gave no result".into())),
+        };
+        opened.finish(results);
         own
     }
 
@@ -1083,27 +1072,6 @@ impl Rule {
             results.push(result.map_err(|e| e.at_index(index)));
         }
         Ok(results)
-    }
-
-    /// A coalesced batch: made on the fiber-less path, or not at all (`None`).
-    /// A batch that would wait for the host (a lookup that misses the caches)
-    /// would make its records' lookups one after another, where made alone
-    /// they overlap and their misses share queries; so its records go back
-    /// to their callers. A batch that traps is retried record by record, as
-    /// in [`Rule::evaluate_batch`].
-    async fn batch_coalesced<'r>(
-        &self,
-        route: &ev::Route,
-        records: impl ExactSizeIterator<Item = &'r Record> + Clone,
-    ) -> Option<Result<Vec<Result<Record>>>> {
-        let n = records.len();
-        if let Some(frame) = self.whole_frame(records.clone()) {
-            match self.call_sync(|calls, store, generation| calls.batch(store, generation, route, &frame))? {
-                Ok(out) => return Some(batch_results(n, out)),
-                Err(e) => tracing::debug!("omlet: a coalesced batch of {n} failed ({e}); evaluating its records one by one"),
-            }
-        }
-        Some(self.batch_iter(route, records).await)
     }
 
     /// Several records as one frame, when it is within the record limit (so

@@ -134,6 +134,16 @@ impl Writer {
         }
     }
 
+    /// How many bytes the frame written so far takes.
+    pub fn len(&self) -> usize {
+        12 + self.sizes.len() * 4 + self.nodes.len() + self.text.len()
+    }
+
+    /// Whether no record has been written.
+    pub fn is_empty(&self) -> bool {
+        self.sizes.is_empty()
+    }
+
     /// The frame's bytes.
     pub fn finish(self) -> Vec<u8> {
         self.bytes()

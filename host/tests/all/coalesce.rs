@@ -79,8 +79,9 @@ fn each_own_result(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn coalesced_callers_each_get_their_own_record() {
-    // Coalescing is on by default: one lane is enough to make records wait.
-    let rule = engine(|c| c.lanes = 1).load_source("t.oml", ECHO, &omlet::LoadOptions::new()).await.unwrap();
+    // Coalescing is on by default: the tasks of a worker thread that call
+    // together share a batch call.
+    let rule = engine(|_| {}).load_source("t.oml", ECHO, &omlet::LoadOptions::new()).await.unwrap();
     let all = fan_out(&rule, 32, 200, |t, c| rec(&format!("{{\"n\":{},\"m\":\"t{t}\"}}", t * 1000 + c))).await;
     for (t, calls) in all.iter().enumerate() {
         for (c, (_, got)) in calls.iter().enumerate() {
@@ -88,7 +89,7 @@ async fn coalesced_callers_each_get_their_own_record() {
             assert_eq!(got.to_json(), format!("{{\"n\":{},\"m\":\"t{t}\"}}", t * 1000 + c));
         }
     }
-    assert!(rule.coalesced_records() > 0, "32 callers on one lane never waited for it");
+    assert!(rule.coalesced_records() > 0, "32 callers on two threads never shared a call");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -96,7 +97,6 @@ async fn a_record_that_fails_in_a_coalesced_batch_fails_alone() {
     // Every 7th record is too big for the instance's memory: the batch it
     // joins fails, is retried record by record, and only that record fails.
     let rule = engine(|c| {
-        c.lanes = 1;
         c.coalesce = true;
         c.max_memory = 16 << 20;
     })
@@ -126,7 +126,6 @@ async fn a_record_that_traps_in_a_coalesced_batch_traps_alone() {
     // fuel than a call has: its call traps (out of fuel), and only that
     // record gets the error; the others in its batch get their own results.
     let rule = engine(|c| {
-        c.lanes = 1;
         c.fuel = Some(30_000_000);
     })
     .load_source("t.oml", SLOW_REGEX, &omlet::LoadOptions::new())
@@ -144,13 +143,7 @@ async fn a_record_that_traps_in_a_coalesced_batch_traps_alone() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_coalescing_off_every_record_has_its_own_call() {
-    let rule = engine(|c| {
-        c.lanes = 1;
-        c.coalesce = false;
-    })
-    .load_source("t.oml", ECHO, &omlet::LoadOptions::new())
-    .await
-    .unwrap();
+    let rule = engine(|c| c.coalesce = false).load_source("t.oml", ECHO, &omlet::LoadOptions::new()).await.unwrap();
     let all = fan_out(&rule, 32, 50, |t, c| rec(&format!("{{\"n\":{c},\"m\":\"t{t}\"}}"))).await;
     assert!(all.iter().flatten().all(|(_, got)| got.is_ok()));
     assert_eq!(rule.coalesced_records(), 0);
@@ -159,8 +152,8 @@ async fn with_coalescing_off_every_record_has_its_own_call() {
 #[test]
 fn blocking_callers_are_never_coalesced() {
     // Threads calling `evaluate_blocking` would park waiting for another's
-    // batch: they each make their own calls, even on one lane.
-    let rule = omlet::block_on(engine(|c| c.lanes = 1).load_source("t.oml", ECHO, &omlet::LoadOptions::new())).unwrap();
+    // batch: they each make their own calls.
+    let rule = omlet::block_on(engine(|_| {}).load_source("t.oml", ECHO, &omlet::LoadOptions::new())).unwrap();
     std::thread::scope(|s| {
         for t in 0..8 {
             let rule = &rule;
@@ -173,6 +166,51 @@ fn blocking_callers_are_never_coalesced() {
         }
     });
     assert_eq!(rule.coalesced_records(), 0);
+}
+
+/// On one thread: a first caller that opens a gathering and yields, three
+/// spawned callers that run meanwhile, then the first caller either finishes
+/// (`cancel` false) or is dropped. Each spawned caller's result, and the
+/// records coalesced.
+async fn three_join_one(cancel: bool) -> (Vec<omlet::Result<Record>>, u64) {
+    let rule = engine(|_| {}).load_source("t.oml", ECHO, &omlet::LoadOptions::new()).await.unwrap();
+    let callers: Vec<_> = (1..4)
+        .map(|n| {
+            let rule = rule.clone();
+            tokio::spawn(async move { rule.evaluate(&rec(&format!("{{\"n\":{n},\"m\":\"x\"}}"))).await })
+        })
+        .collect();
+    let own = rec(r#"{"n":0,"m":"x"}"#);
+    let mut opener = Box::pin(rule.evaluate(&own));
+    std::future::poll_fn(|cx| {
+        assert!(opener.as_mut().poll(cx).is_pending(), "the opener yields");
+        std::task::Poll::Ready(())
+    })
+    .await;
+    // The spawned callers run now, while the opener waits.
+    tokio::task::yield_now().await;
+    if cancel {
+        drop(opener);
+    } else {
+        assert_eq!(opener.await.unwrap().to_json(), r#"{"n":0,"m":"x"}"#);
+    }
+    let mut got = Vec::new();
+    for c in callers {
+        got.push(tokio::time::timeout(Duration::from_secs(10), c).await.expect("a caller waits for good").unwrap());
+    }
+    (got, rule.coalesced_records())
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_callers_of_a_cancelled_gathering_evaluate_alone() {
+    let (got, coalesced) = three_join_one(false).await;
+    assert_eq!(coalesced, 3, "the three callers joined the opener's call");
+    assert!(got.iter().all(|r| r.is_ok()));
+    let (got, coalesced) = three_join_one(true).await;
+    assert_eq!(coalesced, 0, "the gathering was never called");
+    for (n, r) in (1..4).zip(got) {
+        assert_eq!(r.unwrap().to_json(), format!("{{\"n\":{n},\"m\":\"x\"}}"));
+    }
 }
 
 /// A rule whose regex costs time proportional to the field's length.
