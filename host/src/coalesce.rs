@@ -20,7 +20,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
@@ -50,8 +50,7 @@ pub(crate) const MAX_GATHER: usize = 256;
 /// module's doc). A gathering that ends with fewer than [`MIN_GATHERED`]
 /// records is a miss: its thread then makes some calls alone before it opens
 /// the next, twice as many after each further miss, up to [`MAX_SKIP`]; so a
-/// thread with one caller, or two (whose pairs cost more than they save),
-/// yields on one call in a few hundred.
+/// thread with one caller yields on one call in a few thousand.
 pub(crate) struct Gathering<R> {
     state: Mutex<Gathered<R>>,
 }
@@ -68,16 +67,22 @@ struct Gathered<R> {
     results: Option<Vec<Result<Record>>>,
     /// The wakers of the callers that joined, by index.
     wakers: Vec<Option<Waker>>,
+    /// How many records the thread's last gathering held: when as many
+    /// have joined, the last to join wakes the opener (`opener`), which
+    /// then need not wait until its thread runs out of ready tasks.
+    expect: usize,
+    opener: Option<Waker>,
 }
 
 /// Most calls a thread makes alone after a missed gathering.
 pub(crate) const MAX_SKIP: u32 = 4096;
 
-/// Fewest records a gathering must end with to count as a hit. A pair saves
-/// one call but pays the yield and a wake, which cost about as much (measured
-/// with `host/examples/profile_concurrent.rs`: two tasks per worker thread
-/// ran 20% slower gathering in pairs than alone).
-pub(crate) const MIN_GATHERED: usize = 3;
+/// Fewest records a gathering must end with to count as a hit. A pair pays
+/// since the last caller to join wakes the opener (see [`Opened::gather`]):
+/// measured with `host/examples/profile_concurrent.rs`, two tasks per worker
+/// thread went about 5% faster gathering in pairs than alone, where before
+/// that wake they went 20% slower.
+pub(crate) const MIN_GATHERED: usize = 2;
 
 /// A thread's gathering on one rule, and when it may open the next.
 pub(crate) struct ThreadSlot<R> {
@@ -89,6 +94,8 @@ pub(crate) struct ThreadSlot<R> {
     skip: AtomicU32,
     /// Gatherings in a row that nobody joined.
     misses: AtomicU32,
+    /// How many records the last gathering held, if it was a hit (else 0).
+    last: AtomicUsize,
 }
 
 impl<R: Send> Default for ThreadSlot<R> {
@@ -98,6 +105,7 @@ impl<R: Send> Default for ThreadSlot<R> {
             live: AtomicBool::new(false),
             skip: AtomicU32::new(0),
             misses: AtomicU32::new(0),
+            last: AtomicUsize::new(0),
         }
     }
 }
@@ -144,7 +152,16 @@ impl<R: Clone + Send> Coalescer<R> {
         let mut frame = std::mem::take(&mut open.spare);
         frame.record(record.fields());
         let g = Arc::new(Gathering {
-            state: Mutex::new(Gathered { route: route.clone(), open: true, frame, n: 1, results: None, wakers: vec![None] }),
+            state: Mutex::new(Gathered {
+                route: route.clone(),
+                open: true,
+                frame,
+                n: 1,
+                results: None,
+                wakers: vec![None],
+                expect: slot.last.load(Ordering::Relaxed),
+                opener: None,
+            }),
         });
         open.gathering = Some(g.clone());
         slot.live.store(true, Ordering::Release);
@@ -165,7 +182,14 @@ impl<R: Send> Gathering<R> {
         st.frame.record(record.fields());
         st.n += 1;
         st.wakers.push(None);
-        Some(st.n - 1)
+        let index = st.n - 1;
+        if st.n == st.expect
+            && let Some(opener) = st.opener.take()
+        {
+            drop(st);
+            opener.wake();
+        }
+        Some(index)
     }
 
     /// Gives the results (none: each caller is to evaluate alone) and wakes
@@ -221,11 +245,27 @@ impl<R: Send> Opened<'_, R> {
         }
         if n >= MIN_GATHERED {
             self.slot.misses.store(0, Ordering::Relaxed);
+            self.slot.last.store(n, Ordering::Relaxed);
         } else {
+            self.slot.last.store(0, Ordering::Relaxed);
             let misses = self.slot.misses.fetch_add(1, Ordering::Relaxed).min(16);
             self.slot.skip.store((1u32 << misses).min(MAX_SKIP), Ordering::Relaxed);
         }
         (frame, n)
+    }
+
+    /// Waits for the thread's other callers to join: until the thread has
+    /// no other task ready (`yield_now`), or until as many records have
+    /// joined as the thread's last gathering held.
+    pub(crate) async fn gather(&self) {
+        let mut yielded = std::pin::pin!(tokio::task::yield_now());
+        std::future::poll_fn(|cx| {
+            if let Ok(mut st) = self.gathering.state.lock() {
+                st.opener = Some(cx.waker().clone());
+            }
+            yielded.as_mut().poll(cx)
+        })
+        .await;
     }
 
     /// Hands each joined caller its result: `results[i]` for the record at
@@ -330,6 +370,30 @@ mod tests {
         assert_eq!(co.coalesced.load(Ordering::Relaxed), 3);
     }
 
+    struct Count(AtomicUsize);
+
+    impl std::task::Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    #[test]
+    fn the_caller_that_completes_the_last_gatherings_count_wakes_the_opener() {
+        let co: Coalescer<u8> = Coalescer::new();
+        assert_eq!(gather(&co, 2), 3, "a hit of three");
+        let Arrival::Open(opened) = co.arrive(&0, same, &rec(0), MAX) else { panic!("opens") };
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let waker = Waker::from(count.clone());
+        let mut gathering = Box::pin(opened.gather());
+        assert!(gathering.as_mut().poll(&mut Context::from_waker(&waker)).is_pending());
+        let before = count.0.load(Ordering::Relaxed);
+        let _one = co.arrive(&0, same, &rec(1), MAX);
+        assert_eq!(count.0.load(Ordering::Relaxed), before, "two of three: the opener waits");
+        let _two = co.arrive(&0, same, &rec(2), MAX);
+        assert_eq!(count.0.load(Ordering::Relaxed), before + 1, "three of three: the opener is woken");
+    }
+
     #[test]
     fn a_dropped_opener_sends_its_callers_to_evaluate_alone() {
         let co: Coalescer<u8> = Coalescer::new();
@@ -370,10 +434,10 @@ mod tests {
     #[test]
     fn a_thread_whose_gatherings_miss_opens_them_ever_more_rarely() {
         let co: Coalescer<u8> = Coalescer::new();
-        // Alone, then in a pair: misses; each makes the next wait twice as long.
+        // Alone, twice: misses; each makes the next wait twice as long.
         assert_eq!(gather(&co, 0), 1);
         assert!(matches!(co.arrive(&0, same, &rec(0), MAX), Arrival::Alone));
-        assert_eq!(gather(&co, 1), 2);
+        assert_eq!(gather(&co, 0), 1);
         for _ in 0..2 {
             assert!(matches!(co.arrive(&0, same, &rec(0), MAX), Arrival::Alone));
         }
@@ -381,7 +445,7 @@ mod tests {
         for _ in 0..4 {
             assert!(matches!(co.arrive(&0, same, &rec(0), MAX), Arrival::Alone));
         }
-        // A gathering of three is a hit: the next call opens one again.
+        // A pair is a hit: the next call opens a gathering again.
         assert_eq!(gather(&co, MIN_GATHERED - 1), MIN_GATHERED);
         assert!(matches!(co.arrive(&0, same, &rec(0), MAX), Arrival::Open(_)));
         // The wait is bounded.

@@ -124,8 +124,8 @@ pub struct EngineConfig {
     /// evaluated in one batch call, and each still gets its own record's
     /// result or error. A caller that may have company yields once before
     /// its call, so that the other tasks its thread has ready can join; a
-    /// thread whose gatherings bring fewer than three records (one or two
-    /// callers) stops trying for up to 256 calls. There is no timer.
+    /// thread whose gatherings bring nobody (one caller) stops trying for
+    /// up to 4096 calls. There is no timer.
     ///
     /// Only calls that need not wait for the host are coalesced (a rule
     /// without lookups, or one whose lookups the caches answer), so that
@@ -937,7 +937,7 @@ impl Rule {
         route: Route<'_>,
         record: &Record,
     ) -> Result<Record> {
-        tokio::task::yield_now().await;
+        opened.gather().await;
         let (frame, n) = opened.close();
         if n < 2 {
             drop(opened);
