@@ -4,11 +4,12 @@
 //! A fiber-less call holds its thread, so the tasks of one worker thread can
 //! only call one after another. A caller that may have company opens a
 //! gathering on its thread and yields once (`yield_now`: it runs again when
-//! the thread has no other task ready). The thread's other tasks that call
-//! the rule meanwhile write their records into the gathering's frame and
-//! wait; then the opener makes one batch call for all of them and hands each
-//! its own result. There is no timer: a gathering holds what the thread's
-//! ready tasks bring before it runs again.
+//! the thread has no other task ready, or sooner when as many records have
+//! joined as the thread's last gathering held). The thread's other tasks
+//! that call the rule meanwhile write their records into the gathering's
+//! frame and wait; then the opener makes one batch call for all of them and
+//! hands each its own result. There is no timer: a gathering holds what the
+//! thread's ready tasks bring before it runs again.
 //!
 //! A caller never hands its record over by reference: joining writes it into
 //! the frame at once, so a caller that is cancelled while it waits leaves
@@ -74,6 +75,15 @@ struct Gathered<R> {
     opener: Option<Waker>,
 }
 
+/// One gathering in this many waits for its thread's ready tasks even when
+/// it reaches the size of the last one: the early wake (see
+/// [`Opened::gather`]) would otherwise keep gatherings from growing when
+/// more tasks call than before.
+pub(crate) const PROBE: u32 = 8;
+
+/// Largest frame whose writer a thread keeps for its next gathering.
+const KEEP_WRITER_BYTES: usize = 64 << 10;
+
 /// Most calls a thread makes alone after a missed gathering.
 pub(crate) const MAX_SKIP: u32 = 4096;
 
@@ -96,6 +106,9 @@ pub(crate) struct ThreadSlot<R> {
     misses: AtomicU32,
     /// How many records the last gathering held, if it was a hit (else 0).
     last: AtomicUsize,
+    /// Gatherings opened, to make every [`PROBE`]th one without the early
+    /// wake.
+    opened: AtomicU32,
 }
 
 impl<R: Send> Default for ThreadSlot<R> {
@@ -106,6 +119,7 @@ impl<R: Send> Default for ThreadSlot<R> {
             skip: AtomicU32::new(0),
             misses: AtomicU32::new(0),
             last: AtomicUsize::new(0),
+            opened: AtomicU32::new(0),
         }
     }
 }
@@ -159,7 +173,11 @@ impl<R: Clone + Send> Coalescer<R> {
                 n: 1,
                 results: None,
                 wakers: vec![None],
-                expect: slot.last.load(Ordering::Relaxed),
+                expect: if slot.opened.fetch_add(1, Ordering::Relaxed) % PROBE == 0 {
+                    0
+                } else {
+                    slot.last.load(Ordering::Relaxed)
+                },
                 opener: None,
             }),
         });
@@ -238,7 +256,11 @@ impl<R: Send> Opened<'_, R> {
                 open.gathering = None;
                 self.slot.live.store(false, Ordering::Release);
             }
-            open.spare = writer;
+            // A writer keeps the buffers of its largest frame: only a small
+            // one is kept for the thread's next gathering.
+            if frame.len() <= KEEP_WRITER_BYTES {
+                open.spare = writer;
+            }
         }
         if n > 1 {
             self.co.coalesced.fetch_add(n as u64 - 1, Ordering::Relaxed);
@@ -256,7 +278,8 @@ impl<R: Send> Opened<'_, R> {
 
     /// Waits for the thread's other callers to join: until the thread has
     /// no other task ready (`yield_now`), or until as many records have
-    /// joined as the thread's last gathering held.
+    /// joined as the thread's last gathering held (except every [`PROBE`]th
+    /// gathering, which finds out whether more would come).
     pub(crate) async fn gather(&self) {
         let mut yielded = std::pin::pin!(tokio::task::yield_now());
         std::future::poll_fn(|cx| {
@@ -392,6 +415,27 @@ mod tests {
         assert_eq!(count.0.load(Ordering::Relaxed), before, "two of three: the opener waits");
         let _two = co.arrive(&0, same, &rec(2), MAX);
         assert_eq!(count.0.load(Ordering::Relaxed), before + 1, "three of three: the opener is woken");
+    }
+
+    #[test]
+    fn every_probeth_gathering_waits_for_its_thread_to_find_out_whether_more_come() {
+        let co: Coalescer<u8> = Coalescer::new();
+        for i in 0..2 * PROBE {
+            let Arrival::Open(mut opened) = co.arrive(&0, same, &rec(0), MAX) else { panic!("opens") };
+            let count = Arc::new(Count(AtomicUsize::new(0)));
+            let waker = Waker::from(count.clone());
+            {
+                let mut gathering = Box::pin(opened.gather());
+                assert!(gathering.as_mut().poll(&mut Context::from_waker(&waker)).is_pending());
+            }
+            let before = count.0.load(Ordering::Relaxed);
+            let _joined: Vec<_> = (1..3).map(|n| co.arrive(&0, same, &rec(n), MAX)).collect();
+            let woken = count.0.load(Ordering::Relaxed) > before;
+            // The first has no last size to reach; after it, all but every PROBEth.
+            assert_eq!(woken, i % PROBE != 0, "gathering {i}");
+            opened.close();
+            opened.finish(Vec::new());
+        }
     }
 
     #[test]
