@@ -173,7 +173,7 @@ impl<R: Clone + Send> Coalescer<R> {
                 n: 1,
                 results: None,
                 wakers: vec![None],
-                expect: if slot.opened.fetch_add(1, Ordering::Relaxed) % PROBE == 0 {
+                expect: if slot.opened.fetch_add(1, Ordering::Relaxed).is_multiple_of(PROBE) {
                     0
                 } else {
                     slot.last.load(Ordering::Relaxed)
@@ -432,7 +432,7 @@ mod tests {
             let _joined: Vec<_> = (1..3).map(|n| co.arrive(&0, same, &rec(n), MAX)).collect();
             let woken = count.0.load(Ordering::Relaxed) > before;
             // The first has no last size to reach; after it, all but every PROBEth.
-            assert_eq!(woken, i % PROBE != 0, "gathering {i}");
+            assert_eq!(woken, !i.is_multiple_of(PROBE), "gathering {i}");
             opened.close();
             opened.finish(Vec::new());
         }
