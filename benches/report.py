@@ -525,9 +525,14 @@ def main():
             lines.append(f"| {kind} | {c} | {cell(single)} | {cell(batched)} | {wp:.2f} M/s | "
                          f"{'n/a' if single is None else f'{single / wp:.2f}'} | ≥ {goal:.2f} M/s ({set_goal}) | {met} |")
     lines += ["",
-              "In full runs the one-per-call pure cells at c = 4 have come out as low as c = 1 (tasks that never "
-              "yield hold their worker; which tasks share a worker varies from run to run); the same group run "
-              "alone in quick mode gave 0.67 / 1.17 / 1.15 / 1.17 M/s at c = 1 / 4 / 16 / 64 in session 8, and 0.69 / 1.20 / 1.20 / 1.18 M/s in session 9 before its last two changes.",
+              "One-record calls at c ≥ 4 are coalesced since session 13 (see below): the tasks of one worker "
+              "thread that call together share a batch call. How much that gains depends on how many tasks "
+              "share a thread, and on this VM's two cores: in some stretches of the same hour two threads ran "
+              "together barely faster than one, in others twice as fast, and the coalesced cells moved with "
+              "them. `host/examples/profile_concurrent.rs` (pure rule, 1 M calls per concurrency, coalescing "
+              "on and off in alternating runs, session 13) gave at c = 4 / 16 / 64 about 2.5 / 3.8 / 4.2–4.5 "
+              "M/s on (2.3–2.4 off) in a fast stretch, and 2.4 / — / 2.8–2.9 M/s on (1.1 off) in a slow one; "
+              "c = 1 was 1.30–1.36 M/s either way.",
               "",
               "The floor: wasmtime itself, on omlet's engine (same configuration), calling a component that "
               "does nothing (`benches/src/floor.rs`, a few lines of WAT): "
@@ -564,15 +569,18 @@ def main():
               "- **Reused frame writers** (kept): the guest keeps its output writer's buffers between calls, "
               "and the host one writer per thread for one-record frames, so a call allocates only the frames "
               "it hands over (three allocations fewer on each side): `profile_single` 0.65 → 0.78 M/s.",
-              "- **Coalescing** (on by default, `EngineConfig::coalesce`; never for `evaluate_blocking`): "
-              "while a rule has `lanes` calls in "
-              "flight, further one-record calls queue and go together as one batch call. A fiber-less call "
-              "holds its thread, so records pile up only when more threads call than there are lanes: with "
-              "tasks on a runtime of as many workers as lanes it never engaged, and with 16 threads calling "
-              "`evaluate_blocking` it made calls about 4× slower (0.22 against 0.92 M/s: the waiting threads "
-              "park and wake in the kernel, and records are copied into the queue). With one lane and tasks "
-              "that yield, batches of 10 to 60 formed, and throughput stayed within ±20% of not coalescing: "
-              "per record, the copy, the reply channel and the wake-up cost about what the batch saves.",
+              "- **Coalescing, per thread** (kept, on by default, `EngineConfig::coalesce`; never for "
+              "`evaluate_blocking`, whose waiting threads would park): the first one-record caller on a "
+              "thread opens a gathering and yields once; the thread's other callers encode their records "
+              "straight into its frame and wait; the opener makes one fiber-less batch call and hands each "
+              "caller its own result or error (a trap or a miss of the caches sends every record back to be "
+              "evaluated alone). The last caller to bring a gathering to the size of its thread's last one "
+              "wakes the opener, so that it need not wait for the thread to run out of tasks (a syscall); "
+              "every 8th gathering waits anyway, to find out whether more come. A thread whose gathering "
+              "brought nobody makes 1, 2, 4 … up to 4096 calls alone before it tries again. It replaced a "
+              "queue that formed only when more threads called than a rule had lanes, which never happened "
+              "on a runtime of as many workers as cores and did not pay where it did (the copy of each "
+              "record, a reply channel per record, wakes across threads).",
               "- Where a one-record call goes (perf, `host/examples/profile_single.rs`): about a third in the "
               "guest (decoding the frame, evaluating, encoding the output, its allocator), the rest spread "
               "over wasmtime's call path (entering the instance, lowering the frame through `cabi_realloc`, "
