@@ -1,5 +1,7 @@
-//! Profiling aid: `c` tasks making one-record calls of the pure rule on a
-//! two-worker runtime (`perf record`). Usage: profile_concurrent [C] [CALLS],
+//! Profiling aid: `c` tasks making one-record calls of the pure rule (or,
+//! with `OMLET_RULE=lookup`, a lookup of a 128-key hot set in a 10,000-row
+//! SQLite table, as the benches' lookup cells) on a two-worker runtime
+//! (`perf record`). Usage: profile_concurrent [C] [CALLS],
 //! where C may list several concurrencies (`1,4,16,64`), run one after
 //! another on the same rule, as the benches do; `OMLET_WORKERS=n` sets the
 //! workers (0: a current-thread runtime), `OMLET_COALESCE=0` turns
@@ -17,9 +19,27 @@ fn main() {
     let config =
         omlet::EngineConfig { coalesce: std::env::var("OMLET_COALESCE").map_or(true, |v| v != "0"), ..Default::default() };
     let engine = omlet::Engine::with_config(&config).unwrap();
-    let rule = rt.block_on(engine.load_source("p.oml", "name : p\n---\nV = read(id) ;\n", &Default::default())).unwrap();
+    let lookup = std::env::var("OMLET_RULE").is_ok_and(|r| r == "lookup");
+    let rule = rt
+        .block_on(async {
+            if lookup {
+                use omlet::knowledge::Tables;
+                let db = omlet::knowledge::sqlite::SqliteProvider::memory().await.unwrap();
+                let rows: Vec<Vec<omlet_lang::Cell>> = (1..=10_000i64)
+                    .map(|i| vec![omlet_lang::Cell::Integer(i), omlet_lang::Cell::Text(format!("value-{i}"))])
+                    .collect();
+                let (names, types) = (["id".into(), "value".into()], ["INTEGER PRIMARY KEY".into(), "TEXT".into()]);
+                db.load_table("perf", &names, &types, &rows).await.unwrap();
+                let k = std::sync::Arc::new(omlet::Knowledge::new(std::sync::Arc::new(db)));
+                let text = "name : l\n---\nV = select value from perf where id = read(id) ;\n";
+                engine.load_source("l.oml", text, &omlet::LoadOptions::new().knowledge(Some(k))).await
+            } else {
+                engine.load_source("p.oml", "name : p\n---\nV = read(id) ;\n", &Default::default()).await
+            }
+        })
+        .unwrap();
     let recs: std::sync::Arc<Vec<omlet::Record>> = std::sync::Arc::new(
-        (0..64).map(|i| omlet::Record::from_json(&format!("{{\"id\":{i},\"msg\":\"hello world\"}}")).unwrap()).collect(),
+        (0..128).map(|i| omlet::Record::from_json(&format!("{{\"id\":{},\"msg\":\"hello world\"}}", i + 1)).unwrap()).collect(),
     );
     for c in cs {
         let before = rule.coalesced_records();
@@ -30,7 +50,7 @@ fn main() {
                     let (rule, recs) = (rule.clone(), recs.clone());
                     tokio::spawn(async move {
                         for i in 0..n / c {
-                            std::hint::black_box(rule.evaluate(&recs[(w + i) % 64]).await.unwrap());
+                            std::hint::black_box(rule.evaluate(&recs[(w * 7 + i) % 128]).await.unwrap());
                         }
                     })
                 })
