@@ -169,7 +169,9 @@ def main():
              "the host's shared cache; `baseline/shared_cache_hit`: that cache alone.",
              "- concurrency_*: c tasks on a 2-worker tokio runtime share one `Rule` (an instance each while in a "
              "call); `concurrency_pure`/`concurrency_lookup` evaluate one record per call (`Rule::evaluate`), "
-             "the `_batched` groups 256 records per call (`Rule::evaluate_batch`).",
+             "the `_batched` groups 256 records per call (`Rule::evaluate_batch`), the `_alone` groups are the "
+             "one-record calls with coalescing off (`EngineConfig::coalesce = false`), each measured right after "
+             "the coalesced cell of the same c.",
              "- provider_* groups: the lookup rule against SQLite (file), PostgreSQL 15 and MariaDB 10.11 "
              "(throwaway servers on loopback): `bare_roundtrip` is the provider's sqlx query alone; "
              "`bare/c` the same with c in flight (up to 16 lookup connections for PostgreSQL and MariaDB, 4 for SQLite, as the bypass path); "
@@ -195,8 +197,10 @@ def main():
 
     # --- the paths side by side ------------------------------------------------
     paths = [("pure, one record per call", "concurrency_pure"),
+             ("pure, one record per call, coalescing off", "concurrency_pure_alone"),
              ("pure, batches of 256", "concurrency_pure_batched"),
              ("lookup (guest cache), one record per call", "concurrency_lookup"),
+             ("lookup (guest cache), one record per call, coalescing off", "concurrency_lookup_alone"),
              ("lookup (guest cache), batches of 256", "concurrency_lookup_batched")]
     lines += ["## Concurrency: the paths side by side", "",
               "records/s, and P50 / P95 µs per call, at c tasks in flight (2 cores).", "",
@@ -513,16 +517,19 @@ def main():
               "measured on the kind of machine issue 16 was filed on, not in this run: it is not on "
               f"crates.io. wp-oml's figures and the goals are {speed_text}, as the targets of issue 14 "
               "are (the goal as set in brackets).", "",
-              "| rule | c | one per call | batches of 256 | wp-oml (reference, scaled) | omlet ÷ wp-oml | goal | met |",
-              "|---|---:|---:|---:|---:|---:|---:|---|"]
+              "The `coalescing off` column is the same calls on an engine with `EngineConfig::coalesce = false`, "
+              "measured right after each cell (`concurrency_{pure,lookup}_alone/c`).", "",
+              "| rule | c | one per call | coalescing off | batches of 256 | wp-oml (reference, scaled) | omlet ÷ wp-oml | goal | met |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for kind in ("pure", "lookup"):
         for c in CONC:
             single, batched = m(f"concurrency_{kind}/{c}"), m(f"concurrency_{kind}_batched/{c}")
+            alone = m(f"concurrency_{kind}_alone/{c}")
             set_goal = GOAL[kind][0] if c == 1 else GOAL[kind][1]
             goal, wp = set_goal * speed, WP[kind][c] * speed
             cell = lambda v: "n/a" if v is None else f"{v:.2f} M/s"
             met = "—" if single is None else ("yes" if single >= goal else f"no ({single / goal:.2f}× of the goal)")
-            lines.append(f"| {kind} | {c} | {cell(single)} | {cell(batched)} | {wp:.2f} M/s | "
+            lines.append(f"| {kind} | {c} | {cell(single)} | {cell(alone)} | {cell(batched)} | {wp:.2f} M/s | "
                          f"{'n/a' if single is None else f'{single / wp:.2f}'} | ≥ {goal:.2f} M/s ({set_goal}) | {met} |")
     lines += ["",
               "One-record calls at c ≥ 4 are coalesced since session 13 (see below): the tasks of one worker "

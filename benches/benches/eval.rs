@@ -454,10 +454,16 @@ fn benches(c: &mut Criterion) {
             ]),
         );
     };
-    for (name, rule) in [("concurrency_pure", &pure), ("concurrency_lookup", &lookup)] {
-        let mut g = c.benchmark_group(name);
-        g.throughput(Throughput::Elements(1));
+    // Each cell beside the same calls with coalescing off (`…_alone/c`, an
+    // engine of its own), run right after it: this VM's two cores go through
+    // slow and fast stretches, so the two are compared within minutes.
+    let alone_engine = Engine::with_config(&omlet::EngineConfig { coalesce: false, ..Default::default() }).unwrap();
+    let pure_alone = load(&rt, &alone_engine, PURE_RULE, None);
+    let lookup_alone = load(&rt, &alone_engine, LOOKUP_RULE, Some(perf.clone()));
+    for (name, rule, alone) in [("concurrency_pure", &pure, &pure_alone), ("concurrency_lookup", &lookup, &lookup_alone)] {
         for conc in [1usize, 4, 16, 64] {
+            let mut g = c.benchmark_group(name);
+            g.throughput(Throughput::Elements(1));
             let id = format!("{name}/{conc}");
             let before = rss_kib();
             g.bench_with_input(BenchmarkId::from_parameter(conc), &conc, |b, &conc| {
@@ -466,8 +472,16 @@ fn benches(c: &mut Criterion) {
             if conc == 64 {
                 rss_around(&id, before);
             }
+            g.finish();
+            let alone_name = format!("{name}_alone");
+            let mut g = c.benchmark_group(&alone_name);
+            g.throughput(Throughput::Elements(1));
+            let id = format!("{alone_name}/{conc}");
+            g.bench_with_input(BenchmarkId::from_parameter(conc), &conc, |b, &conc| {
+                b.iter_custom(|n| concurrent(&rt, alone, &records, conc, n, &id))
+            });
+            g.finish();
         }
-        g.finish();
     }
 
     // --- concurrency, batched: c tasks each evaluating 256 records per call ----------

@@ -49,9 +49,18 @@ fn main() {
                 .map(|w| {
                     let (rule, recs) = (rule.clone(), recs.clone());
                     tokio::spawn(async move {
+                        let lat_on = std::env::var_os("OMLET_LAT").is_some();
+                        let mut lat: Vec<u32> = Vec::with_capacity(if lat_on { n / c } else { 0 });
+                        let mut prev = std::time::Instant::now();
                         for i in 0..n / c {
                             std::hint::black_box(rule.evaluate(&recs[(w * 7 + i) % 128]).await.unwrap());
+                            if lat_on {
+                                let now = std::time::Instant::now();
+                                lat.push((now - prev).as_nanos() as u32);
+                                prev = now;
+                            }
                         }
+                        std::hint::black_box(lat);
                     })
                 })
                 .collect();

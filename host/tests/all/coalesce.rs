@@ -93,6 +93,29 @@ async fn coalesced_callers_each_get_their_own_record() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coalesced_lookups_each_get_their_own_row() {
+    // 500 keys: the first calls miss the caches and go alone (on the async
+    // path), later ones are answered by the caches inside gathered batches.
+    use omlet::knowledge::Tables;
+    let db = omlet::knowledge::sqlite::SqliteProvider::memory().await.unwrap();
+    let rows: Vec<Vec<omlet_lang::Cell>> =
+        (1..=500i64).map(|i| vec![omlet_lang::Cell::Integer(i), omlet_lang::Cell::Text(format!("v{i}"))]).collect();
+    db.load_table("perf", &["id".into(), "value".into()], &["INTEGER PRIMARY KEY".into(), "TEXT".into()], &rows).await.unwrap();
+    let k = Arc::new(omlet::Knowledge::new(Arc::new(db)));
+    let text = "name : t\n---\nn = read(n) ;\nv = select value from perf where id = read(n) ;\n";
+    let rule = engine(|_| {}).load_source("t.oml", text, &omlet::LoadOptions::new().knowledge(Some(k))).await.unwrap();
+    let all = fan_out(&rule, 32, 100, |t, c| rec(&format!("{{\"n\":{}}}", (t * 100 + c) % 500 + 1))).await;
+    for (t, calls) in all.iter().enumerate() {
+        for (c, (_, got)) in calls.iter().enumerate() {
+            let n = (t * 100 + c) % 500 + 1;
+            let got = got.as_ref().unwrap_or_else(|e| panic!("task {t} call {c}: {e}"));
+            assert_eq!(got.to_json(), format!("{{\"n\":{n},\"v\":\"v{n}\"}}"), "task {t} call {c}");
+        }
+    }
+    assert!(rule.coalesced_records() > 0, "no lookup was coalesced");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_record_that_fails_in_a_coalesced_batch_fails_alone() {
     // Every 7th record is too big for the instance's memory: the batch it
     // joins fails, is retried record by record, and only that record fails.
