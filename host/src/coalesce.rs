@@ -22,7 +22,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 
 use omlet_lang::frame::Writer;
@@ -42,6 +42,17 @@ impl<R: Send> Coalescer<R> {
     pub(crate) fn new() -> Coalescer<R> {
         Coalescer { threads: ThreadLocal::new(), coalesced: AtomicU64::new(0) }
     }
+}
+
+/// Who calls: the runtime's task, as a key (`None`: no task, which is a
+/// `block_on` future, one per thread, so the same caller as any other
+/// `None` of the thread).
+pub(crate) type Caller = Option<u64>;
+
+/// The calling task as a [`Caller`].
+pub(crate) fn current_caller() -> Caller {
+    use std::hash::BuildHasher;
+    tokio::task::try_id().map(|id| omlet_lang::fnv::FnvBuild.hash_one(id))
 }
 
 /// Most records one gathering holds.
@@ -73,6 +84,8 @@ struct Gathered<R> {
     /// then need not wait until its thread runs out of ready tasks.
     expect: usize,
     opener: Option<Waker>,
+    /// The opener (see [`Caller`]), which must not join its own gathering.
+    caller: Caller,
 }
 
 /// One gathering in this many waits for its thread's ready tasks even when
@@ -144,18 +157,26 @@ pub(crate) enum Arrival<'c, R: Send> {
 impl<R: Clone + Send> Coalescer<R> {
     /// Where a one-record call on `route` goes on this thread (see
     /// [`Gathering`]). A record joins only a gathering on the same route,
-    /// while it is open, holds fewer than [`MAX_GATHER`] records and takes
-    /// less than `max_bytes`.
-    pub(crate) fn arrive(&self, route: &R, same: fn(&R, &R) -> bool, record: &Record, max_bytes: usize) -> Arrival<'_, R> {
+    /// opened by another task, while it is open, holds fewer than
+    /// [`MAX_GATHER`] records, and with the record still takes at most
+    /// `max_bytes`.
+    pub(crate) fn arrive(
+        &self,
+        route: &R,
+        same: fn(&R, &R) -> bool,
+        record: &Record,
+        max_bytes: usize,
+        me: impl Fn() -> Caller,
+    ) -> Arrival<'_, R> {
         let slot = self.threads.get_or_default();
         let live = slot.live.load(Ordering::Acquire);
         if !live && slot.skip.load(Ordering::Relaxed) > 0 {
             slot.skip.fetch_sub(1, Ordering::Relaxed);
             return Arrival::Alone;
         }
-        let Ok(mut open) = slot.open.lock() else { return Arrival::Alone };
+        let mut open = lock(&slot.open);
         if let Some(g) = open.gathering.as_ref().filter(|_| live)
-            && let Some(index) = g.join(route, same, record, max_bytes)
+            && let Some(index) = g.join(route, same, record, max_bytes, &me)
         {
             return Arrival::Joined(Joined { gathering: g.clone(), index });
         }
@@ -179,29 +200,55 @@ impl<R: Clone + Send> Coalescer<R> {
                     slot.last.load(Ordering::Relaxed)
                 },
                 opener: None,
+                caller: me(),
             }),
         });
         open.gathering = Some(g.clone());
         slot.live.store(true, Ordering::Release);
-        Arrival::Open(Opened { co: self, slot, gathering: g, finished: false })
+        Arrival::Open(Opened { co: self, slot, gathering: g, n: 0, finished: false })
     }
 }
 
+/// A lock whose holder panicked is still used: every section below leaves
+/// its state whole, and a caller must never wait on a lock nobody serves.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 impl<R: Send> Gathering<R> {
-    fn join(&self, route: &R, same: fn(&R, &R) -> bool, record: &Record, max_bytes: usize) -> Option<usize> {
-        let mut st = self.state.lock().ok()?;
-        if !st.open || !same(&st.route, route) {
+    fn join(
+        &self,
+        route: &R,
+        same: fn(&R, &R) -> bool,
+        record: &Record,
+        max_bytes: usize,
+        me: impl Fn() -> Caller,
+    ) -> Option<usize> {
+        let mut st = lock(&self.state);
+        // A task that joined a gathering it opened would wait for itself.
+        if !st.open || !same(&st.route, route) || st.caller == me() {
             return None;
         }
-        if st.n >= MAX_GATHER || st.frame.len() >= max_bytes {
-            st.open = false;
-            return None;
-        }
+        let mark = st.frame.mark();
         st.frame.record(record.fields());
+        if st.frame.len() > max_bytes {
+            // Full: the record goes alone, and the opener need wait no more.
+            st.frame.truncate(mark);
+            st.open = false;
+            let opener = st.opener.take();
+            drop(st);
+            if let Some(o) = opener {
+                o.wake();
+            }
+            return None;
+        }
         st.n += 1;
         st.wakers.push(None);
         let index = st.n - 1;
-        if st.n == st.expect
+        if st.n >= MAX_GATHER {
+            st.open = false;
+        }
+        if (st.n == st.expect || !st.open)
             && let Some(opener) = st.opener.take()
         {
             drop(st);
@@ -213,15 +260,12 @@ impl<R: Send> Gathering<R> {
     /// Gives the results (none: each caller is to evaluate alone) and wakes
     /// the callers that joined.
     fn finish(&self, results: Vec<Result<Record>>) {
-        let wakers = match self.state.lock() {
-            Ok(mut st) => {
-                st.open = false;
-                st.results = Some(results);
-                std::mem::take(&mut st.wakers)
-            }
-            // Poisoned: the joined callers cannot be told; they were
-            // already woken or hold wakers that drop with it.
-            Err(_) => Vec::new(),
+        let wakers = {
+            let mut st = lock(&self.state);
+            st.open = false;
+            st.opener = None;
+            st.results = Some(results);
+            std::mem::take(&mut st.wakers)
         };
         for w in wakers.into_iter().flatten() {
             w.wake();
@@ -230,11 +274,14 @@ impl<R: Send> Gathering<R> {
 }
 
 /// An opened gathering, held by its opener. Dropped unfinished (the opener
-/// was cancelled), it tells each caller that joined to evaluate alone.
+/// was cancelled, or the call was not made), it tells each caller that joined
+/// to evaluate alone.
 pub(crate) struct Opened<'c, R: Send> {
     co: &'c Coalescer<R>,
     slot: &'c ThreadSlot<R>,
     gathering: Arc<Gathering<R>>,
+    /// Records it held when it closed.
+    n: usize,
     finished: bool,
 }
 
@@ -242,49 +289,62 @@ impl<R: Send> Opened<'_, R> {
     /// Closes the gathering to new records: its frame and how many records
     /// it holds. The thread that opened it learns whether anyone joined.
     pub(crate) fn close(&mut self) -> (Vec<u8>, usize) {
-        let (frame, n, writer) = match self.gathering.state.lock() {
-            Ok(mut st) => {
-                st.open = false;
-                let mut writer = std::mem::take(&mut st.frame);
-                (writer.take_frame(), st.n, writer)
-            }
-            Err(_) => (Vec::new(), 0, Writer::new()),
+        let (frame, n, writer) = {
+            let mut st = lock(&self.gathering.state);
+            st.open = false;
+            st.opener = None;
+            let mut writer = std::mem::take(&mut st.frame);
+            (writer.take_frame(), st.n, writer)
         };
-        if let Ok(mut open) = self.slot.open.lock() {
-            // Unless a caller of its thread has opened another meanwhile.
-            if open.gathering.as_ref().is_some_and(|g| Arc::ptr_eq(g, &self.gathering)) {
-                open.gathering = None;
-                self.slot.live.store(false, Ordering::Release);
-            }
-            // A writer keeps the buffers of its largest frame: only a small
-            // one is kept for the thread's next gathering.
-            if frame.len() <= KEEP_WRITER_BYTES {
-                open.spare = writer;
-            }
-        }
-        if n > 1 {
-            self.co.coalesced.fetch_add(n as u64 - 1, Ordering::Relaxed);
-        }
+        self.n = n;
+        self.release(Some(writer), frame.len());
         if n >= MIN_GATHERED {
             self.slot.misses.store(0, Ordering::Relaxed);
             self.slot.last.store(n, Ordering::Relaxed);
         } else {
-            self.slot.last.store(0, Ordering::Relaxed);
-            let misses = self.slot.misses.fetch_add(1, Ordering::Relaxed).min(16);
-            self.slot.skip.store((1u32 << misses).min(MAX_SKIP), Ordering::Relaxed);
+            self.failed();
         }
         (frame, n)
+    }
+
+    /// Takes the gathering out of its thread's slot (unless a caller of that
+    /// thread has opened another meanwhile), keeping a small writer for the
+    /// next one: a writer keeps the buffers of its largest frame.
+    fn release(&self, writer: Option<Writer>, frame_len: usize) {
+        let mut open = lock(&self.slot.open);
+        if open.gathering.as_ref().is_some_and(|g| Arc::ptr_eq(g, &self.gathering)) {
+            open.gathering = None;
+            self.slot.live.store(false, Ordering::Release);
+        }
+        if let Some(w) = writer.filter(|_| frame_len <= KEEP_WRITER_BYTES) {
+            open.spare = w;
+        }
+    }
+
+    /// Counts a miss for the thread: nobody joined, or the call could not be
+    /// made (which the next gathering would likely repeat).
+    pub(crate) fn failed(&self) {
+        self.slot.last.store(0, Ordering::Relaxed);
+        let misses = self.slot.misses.fetch_add(1, Ordering::Relaxed).min(16);
+        self.slot.skip.store((1u32 << misses).min(MAX_SKIP), Ordering::Relaxed);
     }
 
     /// Waits for the thread's other callers to join: until the thread has
     /// no other task ready (`yield_now`), or until as many records have
     /// joined as the thread's last gathering held (except every [`PROBE`]th
-    /// gathering, which finds out whether more would come).
+    /// gathering, which finds out whether more would come), or until it is
+    /// full.
     pub(crate) async fn gather(&self) {
         let mut yielded = std::pin::pin!(tokio::task::yield_now());
         std::future::poll_fn(|cx| {
-            if let Ok(mut st) = self.gathering.state.lock() {
-                st.opener = Some(cx.waker().clone());
+            {
+                let mut st = lock(&self.gathering.state);
+                if st.open {
+                    st.opener = Some(cx.waker().clone());
+                } else {
+                    // Closed to joins while this caller was away: go on.
+                    return Poll::Ready(());
+                }
             }
             yielded.as_mut().poll(cx)
         })
@@ -296,6 +356,9 @@ impl<R: Send> Opened<'_, R> {
     /// is missing evaluates alone.
     pub(crate) fn finish(mut self, results: Vec<Result<Record>>) {
         self.finished = true;
+        if !results.is_empty() && self.n > 1 {
+            self.co.coalesced.fetch_add(self.n as u64 - 1, Ordering::Relaxed);
+        }
         self.gathering.finish(results);
     }
 }
@@ -304,6 +367,10 @@ impl<R: Send> Drop for Opened<'_, R> {
     fn drop(&mut self) {
         if !self.finished {
             self.gathering.finish(Vec::new());
+            // Cancelled before it closed: nobody else would take it out.
+            if self.n == 0 {
+                self.release(None, 0);
+            }
         }
     }
 }
@@ -319,7 +386,7 @@ impl<R: Send> Future for Joined<R> {
     type Output = Option<Result<Record>>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let Ok(mut st) = self.gathering.state.lock() else { return Poll::Ready(None) };
+        let mut st = lock(&self.gathering.state);
         if let Some(results) = st.results.as_mut() {
             // Each index is taken once: a caller's future ends with it.
             return Poll::Ready(results.get_mut(self.index).map(|r| std::mem::replace(r, Err(Error::Internal(String::new())))));
@@ -347,6 +414,13 @@ mod tests {
 
     const MAX: usize = 1 << 20;
 
+    /// A caller of its own for each call, as tasks would be.
+    fn next() -> impl Fn() -> Caller {
+        static N: AtomicU64 = AtomicU64::new(1);
+        let me = N.fetch_add(1, Ordering::Relaxed);
+        move || Some(me)
+    }
+
     fn poll<F: Future + Unpin>(f: &mut F) -> Poll<F::Output> {
         Pin::new(f).poll(&mut Context::from_waker(Waker::noop()))
     }
@@ -354,9 +428,9 @@ mod tests {
     /// Opens a gathering on this thread that `k` more records join, closes it
     /// and finishes it with no results: the number of records it held.
     fn gather(co: &Coalescer<u8>, k: usize) -> usize {
-        let Arrival::Open(mut opened) = co.arrive(&0, same, &rec(0), MAX) else { panic!("a gathering opens") };
+        let Arrival::Open(mut opened) = co.arrive(&0, same, &rec(0), MAX, next()) else { panic!("a gathering opens") };
         let joined: Vec<_> = (0..k)
-            .map(|i| match co.arrive(&0, same, &rec(i as i64 + 1), MAX) {
+            .map(|i| match co.arrive(&0, same, &rec(i as i64 + 1), MAX, next()) {
                 Arrival::Joined(j) => j,
                 _ => panic!("record {i} joins"),
             })
@@ -370,9 +444,9 @@ mod tests {
     #[test]
     fn callers_join_an_open_gathering_and_each_gets_its_own_result() {
         let co: Coalescer<u8> = Coalescer::new();
-        let Arrival::Open(mut opened) = co.arrive(&0, same, &rec(10), MAX) else { panic!("the first caller opens") };
+        let Arrival::Open(mut opened) = co.arrive(&0, same, &rec(10), MAX, next()) else { panic!("the first caller opens") };
         let mut joined: Vec<_> = (11..14)
-            .map(|n| match co.arrive(&0, same, &rec(n), MAX) {
+            .map(|n| match co.arrive(&0, same, &rec(n), MAX, next()) {
                 Arrival::Joined(j) => j,
                 _ => panic!("a caller of the same thread joins"),
             })
@@ -383,7 +457,7 @@ mod tests {
         // The frame holds the opener's record, then the others in order.
         let reader = Reader::new(&frame).unwrap();
         assert_eq!(reader.records(), 4);
-        assert!(matches!(co.arrive(&0, same, &rec(99), MAX), Arrival::Open(_)), "a closed gathering takes no more");
+        assert!(matches!(co.arrive(&0, same, &rec(99), MAX, next()), Arrival::Open(_)), "a closed gathering takes no more");
         let results = (0..4).map(|i| if i == 2 { Err(Error::Internal("two".into())) } else { Ok(rec(100 + i)) }).collect();
         opened.finish(results);
         let got: Vec<_> = joined.iter_mut().map(poll).collect();
@@ -405,15 +479,15 @@ mod tests {
     fn the_caller_that_completes_the_last_gatherings_count_wakes_the_opener() {
         let co: Coalescer<u8> = Coalescer::new();
         assert_eq!(gather(&co, 2), 3, "a hit of three");
-        let Arrival::Open(opened) = co.arrive(&0, same, &rec(0), MAX) else { panic!("opens") };
+        let Arrival::Open(opened) = co.arrive(&0, same, &rec(0), MAX, next()) else { panic!("opens") };
         let count = Arc::new(Count(AtomicUsize::new(0)));
         let waker = Waker::from(count.clone());
         let mut gathering = Box::pin(opened.gather());
         assert!(gathering.as_mut().poll(&mut Context::from_waker(&waker)).is_pending());
         let before = count.0.load(Ordering::Relaxed);
-        let _one = co.arrive(&0, same, &rec(1), MAX);
+        let _one = co.arrive(&0, same, &rec(1), MAX, next());
         assert_eq!(count.0.load(Ordering::Relaxed), before, "two of three: the opener waits");
-        let _two = co.arrive(&0, same, &rec(2), MAX);
+        let _two = co.arrive(&0, same, &rec(2), MAX, next());
         assert_eq!(count.0.load(Ordering::Relaxed), before + 1, "three of three: the opener is woken");
     }
 
@@ -421,7 +495,7 @@ mod tests {
     fn every_probeth_gathering_waits_for_its_thread_to_find_out_whether_more_come() {
         let co: Coalescer<u8> = Coalescer::new();
         for i in 0..2 * PROBE {
-            let Arrival::Open(mut opened) = co.arrive(&0, same, &rec(0), MAX) else { panic!("opens") };
+            let Arrival::Open(mut opened) = co.arrive(&0, same, &rec(0), MAX, next()) else { panic!("opens") };
             let count = Arc::new(Count(AtomicUsize::new(0)));
             let waker = Waker::from(count.clone());
             {
@@ -429,7 +503,7 @@ mod tests {
                 assert!(gathering.as_mut().poll(&mut Context::from_waker(&waker)).is_pending());
             }
             let before = count.0.load(Ordering::Relaxed);
-            let _joined: Vec<_> = (1..3).map(|n| co.arrive(&0, same, &rec(n), MAX)).collect();
+            let _joined: Vec<_> = (1..3).map(|n| co.arrive(&0, same, &rec(n), MAX, next())).collect();
             let woken = count.0.load(Ordering::Relaxed) > before;
             // The first has no last size to reach; after it, all but every PROBEth.
             assert_eq!(woken, !i.is_multiple_of(PROBE), "gathering {i}");
@@ -441,38 +515,53 @@ mod tests {
     #[test]
     fn a_dropped_opener_sends_its_callers_to_evaluate_alone() {
         let co: Coalescer<u8> = Coalescer::new();
-        let opened = co.arrive(&0, same, &rec(0), MAX);
-        let Arrival::Joined(mut j) = co.arrive(&0, same, &rec(1), MAX) else { panic!("joins") };
+        let opened = co.arrive(&0, same, &rec(0), MAX, next());
+        let Arrival::Joined(mut j) = co.arrive(&0, same, &rec(1), MAX, next()) else { panic!("joins") };
         assert!(poll(&mut j).is_pending());
         drop(opened);
         assert!(matches!(poll(&mut j), Poll::Ready(None)));
     }
 
     #[test]
+    fn a_caller_does_not_join_the_gathering_it_opened() {
+        let co: Coalescer<u8> = Coalescer::new();
+        let me = next();
+        let Arrival::Open(_opened) = co.arrive(&0, same, &rec(0), MAX, &me) else { panic!("opens") };
+        let again = co.arrive(&0, same, &rec(1), MAX, &me);
+        assert!(!matches!(again, Arrival::Joined(_)), "it would wait for itself");
+        assert!(matches!(co.arrive(&0, same, &rec(2), MAX, next()), Arrival::Joined(_)), "another caller joins");
+    }
+
+    #[test]
     fn only_the_same_route_joins() {
         let co: Coalescer<u8> = Coalescer::new();
-        let Arrival::Open(_first) = co.arrive(&0, same, &rec(0), MAX) else { panic!("opens") };
-        assert!(matches!(co.arrive(&1, same, &rec(1), MAX), Arrival::Open(_)), "another route opens its own");
+        let Arrival::Open(_first) = co.arrive(&0, same, &rec(0), MAX, next()) else { panic!("opens") };
+        assert!(matches!(co.arrive(&1, same, &rec(1), MAX, next()), Arrival::Open(_)), "another route opens its own");
     }
 
     #[test]
     fn a_gathering_stops_at_its_record_and_byte_bounds() {
         let co: Coalescer<u8> = Coalescer::new();
-        let Arrival::Open(mut opened) = co.arrive(&0, same, &rec(0), MAX) else { panic!("opens") };
+        let Arrival::Open(mut opened) = co.arrive(&0, same, &rec(0), MAX, next()) else { panic!("opens") };
         let mut joined = Vec::new();
         for i in 1..MAX_GATHER {
-            let Arrival::Joined(j) = co.arrive(&0, same, &rec(i as i64), MAX) else { panic!("record {i} joins") };
+            let Arrival::Joined(j) = co.arrive(&0, same, &rec(i as i64), MAX, next()) else { panic!("record {i} joins") };
             joined.push(j);
         }
-        assert!(!matches!(co.arrive(&0, same, &rec(0), MAX), Arrival::Joined(_)), "full at {MAX_GATHER}");
+        assert!(!matches!(co.arrive(&0, same, &rec(0), MAX, next()), Arrival::Joined(_)), "full at {MAX_GATHER}");
         assert_eq!(opened.close().1, MAX_GATHER);
 
+        // Each `{"n":…}` record takes 22 bytes of a frame, whose head takes 12.
         let co: Coalescer<u8> = Coalescer::new();
-        let small = 40;
-        let Arrival::Open(mut opened) = co.arrive(&0, same, &rec(0), small) else { panic!("opens") };
-        let Arrival::Joined(_j) = co.arrive(&0, same, &rec(1), small) else { panic!("under the bound, joins") };
-        assert!(!matches!(co.arrive(&0, same, &rec(2), small), Arrival::Joined(_)), "past {small} bytes");
-        assert_eq!(opened.close().1, 2);
+        let small = 12 + 2 * 22;
+        let Arrival::Open(mut opened) = co.arrive(&0, same, &rec(0), small, next()) else { panic!("opens") };
+        let Arrival::Joined(_j) = co.arrive(&0, same, &rec(1), small, next()) else { panic!("within the bound, joins") };
+        assert!(
+            !matches!(co.arrive(&0, same, &rec(2), small, next()), Arrival::Joined(_)),
+            "it would take the frame past {small} bytes"
+        );
+        let (frame, n) = opened.close();
+        assert_eq!((frame.len(), n), (small, 2));
     }
 
     #[test]
@@ -480,18 +569,18 @@ mod tests {
         let co: Coalescer<u8> = Coalescer::new();
         // Alone, twice: misses; each makes the next wait twice as long.
         assert_eq!(gather(&co, 0), 1);
-        assert!(matches!(co.arrive(&0, same, &rec(0), MAX), Arrival::Alone));
+        assert!(matches!(co.arrive(&0, same, &rec(0), MAX, next()), Arrival::Alone));
         assert_eq!(gather(&co, 0), 1);
         for _ in 0..2 {
-            assert!(matches!(co.arrive(&0, same, &rec(0), MAX), Arrival::Alone));
+            assert!(matches!(co.arrive(&0, same, &rec(0), MAX, next()), Arrival::Alone));
         }
         assert_eq!(gather(&co, 0), 1);
         for _ in 0..4 {
-            assert!(matches!(co.arrive(&0, same, &rec(0), MAX), Arrival::Alone));
+            assert!(matches!(co.arrive(&0, same, &rec(0), MAX, next()), Arrival::Alone));
         }
         // A pair is a hit: the next call opens a gathering again.
         assert_eq!(gather(&co, MIN_GATHERED - 1), MIN_GATHERED);
-        assert!(matches!(co.arrive(&0, same, &rec(0), MAX), Arrival::Open(_)));
+        assert!(matches!(co.arrive(&0, same, &rec(0), MAX, next()), Arrival::Open(_)));
         // The wait is bounded.
         let co: Coalescer<u8> = Coalescer::new();
         let waits: Vec<u32> = (0..20).map(|_| calls_alone_before_a_lone_gathering(&co)).collect();
@@ -504,7 +593,7 @@ mod tests {
     fn calls_alone_before_a_lone_gathering(co: &Coalescer<u8>) -> u32 {
         let mut alone = 0;
         loop {
-            match co.arrive(&0, same, &rec(0), MAX) {
+            match co.arrive(&0, same, &rec(0), MAX, next()) {
                 Arrival::Alone => alone += 1,
                 Arrival::Open(mut opened) => {
                     opened.close();

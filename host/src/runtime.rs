@@ -9,7 +9,9 @@
 //! The guest's `knowledge.query` and `clock.now` imports are async host
 //! functions served on tokio.
 
+use std::future::Future;
 use std::path::Path;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
@@ -20,7 +22,7 @@ use wasmtime::component::{Component, ComponentExportIndex, HasSelf, InstancePre,
 use wasmtime::{Config, Engine as WtEngine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, UpdateDeadline};
 
 use crate::build::{self, RuleSource};
-use crate::coalesce::{Arrival, Coalescer, Opened};
+use crate::coalesce::{Arrival, Coalescer, Joined, Opened, current_caller};
 use crate::error::Limit;
 use crate::knowledge::{BoundStatement, Knowledge};
 use crate::record::Record;
@@ -132,9 +134,14 @@ pub struct EngineConfig {
     /// lookups of concurrent callers still overlap. The blocking calls
     /// ([`Rule::evaluate_blocking`]) are never coalesced: a thread that waits
     /// for another's batch parks in the kernel, which made them 4× slower.
-    /// On the 2-core machine of BENCHMARKS.md, 64 tasks making one-record
-    /// calls of the pure rule went about 1.5× faster with it, and one task
-    /// a few percent slower; turn it off to rule it out.
+    /// On the 2-core machine of BENCHMARKS.md, 16 to 64 tasks making
+    /// one-record calls went 1.4 to 2.6× faster with it, and one task within
+    /// noise of it off; turn it off to rule it out.
+    ///
+    /// A caller's future that has opened a gathering (its first poll) holds
+    /// up the callers that joined until it is polled again or dropped: keep
+    /// polling an `evaluate` future you have started, or drop it. A task
+    /// never joins a gathering it opened itself.
     pub coalesce: bool,
 }
 
@@ -806,8 +813,8 @@ struct RuleInner {
     idle: Arc<Pool<bindings::Rule>>,
     /// The fiber-less path, for rules that can take it (see `Engine::sync_path`).
     sync: Option<SyncPath>,
-    /// Where one-record calls queue to be coalesced (with a sync path, and
-    /// when the engine's `coalesce` is on).
+    /// Where one-record calls are gathered to be coalesced (with a sync
+    /// path, and when the engine's `coalesce` is on).
     coalescer: Option<Coalescer<ev::Route>>,
 }
 
@@ -907,19 +914,30 @@ impl Rule {
         // Coalesce only calls that will not wait for the host: while the sync
         // path is skipped, lookups are missing the caches, and coalesced
         // records would make their lookups one after another.
-        let Some(co) = self.inner.coalescer.as_ref().filter(|_| self.sync_skipped() == 0) else {
-            return self.evaluate_alone(route, record).await;
-        };
-        let wit = wit_route(route);
-        match co.arrive(&wit, same_route, record, self.inner.engine.config.max_record_bytes) {
-            Arrival::Alone => self.evaluate_alone(route, record).await,
-            Arrival::Joined(joined) => match joined.await {
-                Some(result) => result,
-                None => self.evaluate_alone(route, record).await,
-            },
-            // Boxed, as the async path is: the common call's future stays
-            // small (a future is copied whole when a caller pins or moves it).
-            Arrival::Open(opened) => Box::pin(self.evaluate_gathered(opened, wit, route, record)).await,
+        if let Some(co) = self.inner.coalescer.as_ref().filter(|_| self.sync_skipped() == 0) {
+            match self.step(co, route, record) {
+                Step::Alone => {}
+                Step::Joined(joined) => {
+                    if let Some(result) = joined.await {
+                        return result;
+                    }
+                }
+                Step::Open(gathered) => return gathered.await,
+            }
+        }
+        // One await of this path only: each would take room in the future.
+        self.evaluate_alone(route, record).await
+    }
+
+    /// Where a one-record call goes on its thread (see `coalesce`), as a
+    /// small value: the future of `evaluate` keeps it across its awaits,
+    /// so the route made for `arrive` is dropped here, and an opener's
+    /// call, the larger and rarer path, is boxed.
+    fn step<'a>(&'a self, co: &'a Coalescer<ev::Route>, route: Route<'a>, record: &'a Record) -> Step<'a> {
+        match co.arrive(&wit_route(route), same_route, record, self.inner.engine.config.max_record_bytes, current_caller) {
+            Arrival::Alone => Step::Alone,
+            Arrival::Joined(joined) => Step::Joined(joined),
+            Arrival::Open(opened) => Step::Open(Box::pin(self.evaluate_gathered(opened, route, record))),
         }
     }
 
@@ -927,45 +945,37 @@ impl Rule {
     /// `coalesce::Gathering`): it yields once, so that the thread's other
     /// callers can join, then evaluates every record in one fiber-less batch
     /// call. When that call cannot be made (no sync instance, a lookup that
-    /// misses the caches, a trap, or a frame past the record limit), each
-    /// caller evaluates its record alone, so that only a record that fails
-    /// alone fails.
-    async fn evaluate_gathered(
-        &self,
-        mut opened: Opened<'_, ev::Route>,
-        wit: ev::Route,
-        route: Route<'_>,
-        record: &Record,
-    ) -> Result<Record> {
+    /// misses the caches, a trap or a limit), each caller evaluates its
+    /// record alone, so that only a record that fails alone fails. (The
+    /// gathering's frame is within the record limit: a record that would
+    /// take it past does not join.)
+    async fn evaluate_gathered(&self, mut opened: Opened<'_, ev::Route>, route: Route<'_>, record: &Record) -> Result<Record> {
         opened.gather().await;
+        let wit = wit_route(route);
         let (frame, n) = opened.close();
         if n < 2 {
             drop(opened);
             return self.evaluate_alone(route, record).await;
         }
-        let results = if frame.len() <= self.inner.engine.config.max_record_bytes {
-            match self.call_sync(|calls, store, generation| calls.batch(store, generation, &wit, &frame)) {
-                Some(Ok(out)) => batch_results(n, out).ok(),
-                Some(Err(e)) => {
-                    tracing::debug!("omlet: a gathered batch of {n} failed ({e}); evaluating its records one by one");
-                    None
-                }
-                None => None,
+        let out = match self.call_sync(|calls, store, generation| calls.batch(store, generation, &wit, &frame)) {
+            Some(Ok(out)) => Some(out),
+            Some(Err(e)) => {
+                tracing::debug!("omlet: a gathered batch of {n} failed ({e}); its callers evaluate alone");
+                None
             }
-        } else {
-            None
+            None => None,
         };
-        let Some(results) = results else {
+        // Each caller's error names its own record, as if it had been alone.
+        let results = out.and_then(|out| {
+            let errors = out.errors.into_iter().map(|e| (e.index as usize, record_error(0, e.error)));
+            wire::decode_batch(n, &out.records, errors).ok()
+        });
+        let Some(mut results) = results else {
+            // The next gatherings of this thread would likely fail the same way.
+            opened.failed();
             drop(opened);
             return self.evaluate_alone(route, record).await;
         };
-        let mut results = results;
-        for r in &mut results {
-            // Each caller's error is about its own record, as if alone.
-            if let Err(e) = r {
-                *e = std::mem::replace(e, Error::Internal(String::new())).at_index(0);
-            }
-        }
         let own = match results.first_mut() {
             Some(r) => std::mem::replace(r, Err(Error::Internal(String::new()))),
             None => Err(Error::Internal("a gathered batch gave no result".into())),
@@ -1142,6 +1152,13 @@ impl Rule {
 fn batch_results(n: usize, out: ev::BatchOutput) -> Result<Vec<Result<Record>>> {
     let errors = out.errors.into_iter().map(|e| (e.index as usize, record_error(e.index as usize, e.error)));
     wire::decode_batch(n, &out.records, errors)
+}
+
+/// What a coalescing one-record call does (see [`Rule::step`]).
+enum Step<'a> {
+    Alone,
+    Joined(Joined<ev::Route>),
+    Open(Pin<Box<dyn Future<Output = Result<Record>> + Send + 'a>>),
 }
 
 /// The record an `evaluate` call gave, or its error.

@@ -42,6 +42,14 @@ const ARRAY: u8 = 10;
 /// Deepest nesting a frame may carry (the decoders recurse).
 pub const MAX_DEPTH: u32 = 128;
 
+/// A place in a [`Writer`]'s frame (see [`Writer::mark`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Mark {
+    sizes: usize,
+    nodes: usize,
+    text: usize,
+}
+
 /// Builds a frame record by record.
 #[derive(Default)]
 pub struct Writer {
@@ -142,6 +150,18 @@ impl Writer {
     /// Whether no record has been written.
     pub fn is_empty(&self) -> bool {
         self.sizes.is_empty()
+    }
+
+    /// Where the frame ends now, to go back to with [`Writer::truncate`].
+    pub fn mark(&self) -> Mark {
+        Mark { sizes: self.sizes.len(), nodes: self.nodes.len(), text: self.text.len() }
+    }
+
+    /// Drops the records written since `mark`.
+    pub fn truncate(&mut self, mark: Mark) {
+        self.sizes.truncate(mark.sizes);
+        self.nodes.truncate(mark.nodes);
+        self.text.truncate(mark.text);
     }
 
     /// The frame's bytes.

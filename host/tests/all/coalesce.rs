@@ -118,7 +118,7 @@ async fn coalesced_lookups_each_get_their_own_row() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_record_that_fails_in_a_coalesced_batch_fails_alone() {
     // Every 7th record is too big for the instance's memory: the batch it
-    // joins fails, is retried record by record, and only that record fails.
+    // joins fails, its callers evaluate alone, and only that record fails.
     let rule = engine(|c| {
         c.coalesce = true;
         c.max_memory = 16 << 20;
@@ -234,6 +234,38 @@ async fn the_callers_of_a_cancelled_gathering_evaluate_alone() {
     for (n, r) in (1..4).zip(got) {
         assert_eq!(r.unwrap().to_json(), format!("{{\"n\":{n},\"m\":\"x\"}}"));
     }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_task_does_not_join_the_gathering_it_opened() {
+    // A first call polled once (it opens a gathering and yields) and then
+    // left unpolled: a second call of the same task must not wait for it.
+    let rule = engine(|_| {}).load_source("t.oml", ECHO, &omlet::LoadOptions::new()).await.unwrap();
+    let first = rec(r#"{"n":1,"m":"x"}"#);
+    let mut opener = Box::pin(rule.evaluate(&first));
+    std::future::poll_fn(|cx| {
+        assert!(opener.as_mut().poll(cx).is_pending(), "the first call yields");
+        std::task::Poll::Ready(())
+    })
+    .await;
+    let second = tokio::time::timeout(Duration::from_secs(10), rule.evaluate(&rec(r#"{"n":2,"m":"y"}"#)))
+        .await
+        .expect("the second call waited for the first, which its own task holds");
+    assert_eq!(second.unwrap().to_json(), r#"{"n":2,"m":"y"}"#);
+    assert_eq!(opener.await.unwrap().to_json(), r#"{"n":1,"m":"x"}"#);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_evaluate_future_stays_small() {
+    // A future is copied whole when a caller pins or moves it: the common
+    // call's state is kept small, and the rarer paths are boxed.
+    let rule = engine(|_| {}).load_source("t.oml", ECHO, &omlet::LoadOptions::new()).await.unwrap();
+    let r = rec(r#"{"n":1,"m":"x"}"#);
+    let f = rule.evaluate(&r);
+    let size = std::mem::size_of_val(&f);
+    println!("the evaluate future takes {size} bytes");
+    assert!(size <= 256, "the evaluate future takes {size} bytes");
+    f.await.unwrap();
 }
 
 /// A rule whose regex costs time proportional to the field's length.
