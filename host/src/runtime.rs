@@ -134,9 +134,10 @@ pub struct EngineConfig {
     /// lookups of concurrent callers still overlap. The blocking calls
     /// ([`Rule::evaluate_blocking`]) are never coalesced: a thread that waits
     /// for another's batch parks in the kernel, which made them 4× slower.
-    /// On the 2-core machine of BENCHMARKS.md, 16 to 64 tasks making
-    /// one-record calls went 1.4 to 2.6× faster with it, and one task within
-    /// noise of it off; turn it off to rule it out.
+    /// On the 2-core machine of BENCHMARKS.md, 4 to 64 tasks making
+    /// one-record calls went 0.96 to 3.4 times as fast with it as without
+    /// (the page shows both), and one task within noise of it off; turn it
+    /// off to rule it out.
     ///
     /// A caller's future that has opened a gathering (its first poll) holds
     /// up the callers that joined until it is polled again or dropped: keep
