@@ -569,7 +569,7 @@ def main():
               "A call that computes for more than 20 ms is stopped and made again on the async path, which "
               "yields to the runtime every epoch tick. About +10% on one-record calls, +26% on the empty call.",
               "- **A small future, and no runtime for blocking calls** (kept): `evaluate`'s fast path is "
-              "plain code and its async and coalescing paths are boxed, so its future is 192 bytes (248 with the "
+              "plain code and its async and coalescing paths are boxed, so its future is 192 bytes (272 with the "
               "per-thread coalescing of session 13) instead of "
               "2.5 KB (copied whole on every call); `evaluate_blocking` makes the fiber-less call directly "
               "instead of entering a runtime. About +5% on `pure/wasm_single` and +20% on one-record calls "

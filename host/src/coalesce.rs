@@ -86,6 +86,11 @@ struct Gathered<R> {
     opener: Option<Waker>,
     /// The opener (see [`Caller`]), which must not join its own gathering.
     caller: Caller,
+    /// Whether the opener has closed it (or it was finished without).
+    closed: bool,
+    /// Whether the opener's thread ran out of ready tasks before the opener
+    /// closed it (see [`Release`]).
+    released: bool,
 }
 
 /// One gathering in this many waits for its thread's ready tasks even when
@@ -178,7 +183,7 @@ impl<R: Clone + Send> Coalescer<R> {
         if let Some(g) = open.gathering.as_ref().filter(|_| live)
             && let Some(index) = g.join(route, same, record, max_bytes, &me)
         {
-            return Arrival::Joined(Joined { gathering: g.clone(), index });
+            return Arrival::Joined(Joined { gathering: g.clone(), index: index as u32, yielded: false });
         }
         if slot.skip.load(Ordering::Relaxed) > 0 {
             slot.skip.fetch_sub(1, Ordering::Relaxed);
@@ -201,6 +206,8 @@ impl<R: Clone + Send> Coalescer<R> {
                 },
                 opener: None,
                 caller: me(),
+                closed: false,
+                released: false,
             }),
         });
         open.gathering = Some(g.clone());
@@ -226,7 +233,7 @@ impl<R: Send> Gathering<R> {
     ) -> Option<usize> {
         let mut st = lock(&self.state);
         // A task that joined a gathering it opened would wait for itself.
-        if !st.open || !same(&st.route, route) || st.caller == me() {
+        if !st.open || st.released || !same(&st.route, route) || st.caller == me() {
             return None;
         }
         let mark = st.frame.mark();
@@ -263,6 +270,7 @@ impl<R: Send> Gathering<R> {
         let wakers = {
             let mut st = lock(&self.state);
             st.open = false;
+            st.closed = true;
             st.opener = None;
             st.results = Some(results);
             std::mem::take(&mut st.wakers)
@@ -292,6 +300,7 @@ impl<R: Send> Opened<'_, R> {
         let (frame, n, writer) = {
             let mut st = lock(&self.gathering.state);
             st.open = false;
+            st.closed = true;
             st.opener = None;
             let mut writer = std::mem::take(&mut st.frame);
             (writer.take_frame(), st.n, writer)
@@ -334,8 +343,12 @@ impl<R: Send> Opened<'_, R> {
     /// joined as the thread's last gathering held (except every [`PROBE`]th
     /// gathering, which finds out whether more would come), or until it is
     /// full.
-    pub(crate) async fn gather(&self) {
+    pub(crate) async fn gather(&self)
+    where
+        R: 'static,
+    {
         let mut yielded = std::pin::pin!(tokio::task::yield_now());
+        let mut first = true;
         std::future::poll_fn(|cx| {
             {
                 let mut st = lock(&self.gathering.state);
@@ -345,6 +358,12 @@ impl<R: Send> Opened<'_, R> {
                     // Closed to joins while this caller was away: go on.
                     return Poll::Ready(());
                 }
+            }
+            if std::mem::take(&mut first) {
+                // The yield is deferred with a waker that also releases the
+                // gathering (see `Release`).
+                let release = Waker::from(Arc::new(Release { gathering: self.gathering.clone(), task: cx.waker().clone() }));
+                return yielded.as_mut().poll(&mut Context::from_waker(&release));
             }
             yielded.as_mut().poll(cx)
         })
@@ -375,25 +394,88 @@ impl<R: Send> Drop for Opened<'_, R> {
     }
 }
 
-/// A caller waiting for the gathering it joined: its result, or `None` to
-/// evaluate alone.
+/// The waker an opener's yield is deferred with, woken when its thread has
+/// run its ready tasks. Unless the opener closed the gathering meanwhile
+/// (woken early), it marks the gathering released, wakes the opener's task,
+/// then the callers that joined. A joined caller that finds it released and
+/// still not closed yields once more (by then the opener's task, woken
+/// first, has run), and if it is still not closed, the opener's future is
+/// kept but not polled: the caller withdraws and evaluates alone, so that
+/// nobody waits on a future nobody polls.
+struct Release<R> {
+    gathering: Arc<Gathering<R>>,
+    task: Waker,
+}
+
+impl<R: Send + 'static> std::task::Wake for Release<R> {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let joined = {
+            let mut st = lock(&self.gathering.state);
+            if st.closed {
+                // The opener went on without this wake: nothing to do.
+                return;
+            }
+            st.released = true;
+            st.wakers.iter_mut().filter_map(Option::take).collect::<Vec<_>>()
+        };
+        self.task.wake_by_ref();
+        for w in joined {
+            w.wake();
+        }
+    }
+}
+
+/// A caller waiting for the gathering it joined (see [`Joining`]).
 pub(crate) struct Joined<R> {
     gathering: Arc<Gathering<R>>,
-    index: usize,
+    index: u32,
+    /// Whether it has yielded once since it found the gathering released.
+    yielded: bool,
+}
+
+/// What a joined caller learns.
+pub(crate) enum Joining {
+    /// Its record's result.
+    Got(Result<Record>),
+    /// To evaluate its record alone.
+    Alone,
+    /// To yield once and then ask again: the gathering was released but not
+    /// closed (see [`Release`]).
+    Yield,
+}
+
+impl<R> Joined<R> {
+    /// Notes that the caller yielded after [`Joining::Yield`].
+    pub(crate) fn yielded(&mut self) {
+        self.yielded = true;
+    }
 }
 
 impl<R: Send> Future for Joined<R> {
-    type Output = Option<Result<Record>>;
+    type Output = Joining;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Joining> {
         let mut st = lock(&self.gathering.state);
+        let index = self.index as usize;
         if let Some(results) = st.results.as_mut() {
             // Each index is taken once: a caller's future ends with it.
-            return Poll::Ready(results.get_mut(self.index).map(|r| std::mem::replace(r, Err(Error::Internal(String::new())))));
+            return Poll::Ready(match results.get_mut(index) {
+                Some(r) => Joining::Got(std::mem::replace(r, Err(Error::Internal(String::new())))),
+                None => Joining::Alone,
+            });
         }
-        match st.wakers.get_mut(self.index) {
+        match st.wakers.get_mut(index) {
             Some(w) => *w = Some(cx.waker().clone()),
-            None => return Poll::Ready(None),
+            None => return Poll::Ready(Joining::Alone),
+        }
+        if st.released && !st.closed {
+            // The opener's task has run once since its thread ran out of
+            // ready tasks, and did not close it: its future is not polled.
+            return Poll::Ready(if self.yielded { Joining::Alone } else { Joining::Yield });
         }
         Poll::Pending
     }
@@ -461,10 +543,14 @@ mod tests {
         let results = (0..4).map(|i| if i == 2 { Err(Error::Internal("two".into())) } else { Ok(rec(100 + i)) }).collect();
         opened.finish(results);
         let got: Vec<_> = joined.iter_mut().map(poll).collect();
-        assert!(matches!(&got[0], Poll::Ready(Some(Ok(r))) if r.to_json() == r#"{"n":101}"#));
-        assert!(matches!(&got[1], Poll::Ready(Some(Err(Error::Internal(m)))) if m == "two"));
-        assert!(matches!(&got[2], Poll::Ready(Some(Ok(r))) if r.to_json() == r#"{"n":103}"#));
+        assert!(matches!(&got[0], Poll::Ready(Joining::Got(Ok(r))) if r.to_json() == r#"{"n":101}"#));
+        assert!(matches!(&got[1], Poll::Ready(Joining::Got(Err(Error::Internal(m)))) if m == "two"));
+        assert!(matches!(&got[2], Poll::Ready(Joining::Got(Ok(r))) if r.to_json() == r#"{"n":103}"#));
         assert_eq!(co.coalesced.load(Ordering::Relaxed), 3);
+    }
+
+    fn in_runtime(f: impl FnOnce()) {
+        tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async { f() });
     }
 
     struct Count(AtomicUsize);
@@ -477,39 +563,47 @@ mod tests {
 
     #[test]
     fn the_caller_that_completes_the_last_gatherings_count_wakes_the_opener() {
-        let co: Coalescer<u8> = Coalescer::new();
-        assert_eq!(gather(&co, 2), 3, "a hit of three");
-        let Arrival::Open(opened) = co.arrive(&0, same, &rec(0), MAX, next()) else { panic!("opens") };
-        let count = Arc::new(Count(AtomicUsize::new(0)));
-        let waker = Waker::from(count.clone());
-        let mut gathering = Box::pin(opened.gather());
-        assert!(gathering.as_mut().poll(&mut Context::from_waker(&waker)).is_pending());
-        let before = count.0.load(Ordering::Relaxed);
-        let _one = co.arrive(&0, same, &rec(1), MAX, next());
-        assert_eq!(count.0.load(Ordering::Relaxed), before, "two of three: the opener waits");
-        let _two = co.arrive(&0, same, &rec(2), MAX, next());
-        assert_eq!(count.0.load(Ordering::Relaxed), before + 1, "three of three: the opener is woken");
+        // In a runtime, as the opener's yield is deferred there (outside one it
+        // would wake at once).
+        in_runtime(|| {
+            let co: Coalescer<u8> = Coalescer::new();
+            assert_eq!(gather(&co, 2), 3, "a hit of three");
+            let Arrival::Open(opened) = co.arrive(&0, same, &rec(0), MAX, next()) else { panic!("opens") };
+            let count = Arc::new(Count(AtomicUsize::new(0)));
+            let waker = Waker::from(count.clone());
+            let mut gathering = Box::pin(opened.gather());
+            assert!(gathering.as_mut().poll(&mut Context::from_waker(&waker)).is_pending());
+            let before = count.0.load(Ordering::Relaxed);
+            let _one = co.arrive(&0, same, &rec(1), MAX, next());
+            assert_eq!(count.0.load(Ordering::Relaxed), before, "two of three: the opener waits");
+            let _two = co.arrive(&0, same, &rec(2), MAX, next());
+            assert_eq!(count.0.load(Ordering::Relaxed), before + 1, "three of three: the opener is woken");
+        });
     }
 
     #[test]
     fn every_probeth_gathering_waits_for_its_thread_to_find_out_whether_more_come() {
-        let co: Coalescer<u8> = Coalescer::new();
-        for i in 0..2 * PROBE {
-            let Arrival::Open(mut opened) = co.arrive(&0, same, &rec(0), MAX, next()) else { panic!("opens") };
-            let count = Arc::new(Count(AtomicUsize::new(0)));
-            let waker = Waker::from(count.clone());
-            {
-                let mut gathering = Box::pin(opened.gather());
-                assert!(gathering.as_mut().poll(&mut Context::from_waker(&waker)).is_pending());
+        // In a runtime, as the opener's yield is deferred there (outside one it
+        // would wake at once).
+        in_runtime(|| {
+            let co: Coalescer<u8> = Coalescer::new();
+            for i in 0..2 * PROBE {
+                let Arrival::Open(mut opened) = co.arrive(&0, same, &rec(0), MAX, next()) else { panic!("opens") };
+                let count = Arc::new(Count(AtomicUsize::new(0)));
+                let waker = Waker::from(count.clone());
+                {
+                    let mut gathering = Box::pin(opened.gather());
+                    assert!(gathering.as_mut().poll(&mut Context::from_waker(&waker)).is_pending());
+                }
+                let before = count.0.load(Ordering::Relaxed);
+                let _joined: Vec<_> = (1..3).map(|n| co.arrive(&0, same, &rec(n), MAX, next())).collect();
+                let woken = count.0.load(Ordering::Relaxed) > before;
+                // The first has no last size to reach; after it, all but every PROBEth.
+                assert_eq!(woken, !i.is_multiple_of(PROBE), "gathering {i}");
+                opened.close();
+                opened.finish(Vec::new());
             }
-            let before = count.0.load(Ordering::Relaxed);
-            let _joined: Vec<_> = (1..3).map(|n| co.arrive(&0, same, &rec(n), MAX, next())).collect();
-            let woken = count.0.load(Ordering::Relaxed) > before;
-            // The first has no last size to reach; after it, all but every PROBEth.
-            assert_eq!(woken, !i.is_multiple_of(PROBE), "gathering {i}");
-            opened.close();
-            opened.finish(Vec::new());
-        }
+        });
     }
 
     #[test]
@@ -519,7 +613,7 @@ mod tests {
         let Arrival::Joined(mut j) = co.arrive(&0, same, &rec(1), MAX, next()) else { panic!("joins") };
         assert!(poll(&mut j).is_pending());
         drop(opened);
-        assert!(matches!(poll(&mut j), Poll::Ready(None)));
+        assert!(matches!(poll(&mut j), Poll::Ready(Joining::Alone)));
     }
 
     #[test]

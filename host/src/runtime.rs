@@ -22,7 +22,7 @@ use wasmtime::component::{Component, ComponentExportIndex, HasSelf, InstancePre,
 use wasmtime::{Config, Engine as WtEngine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, UpdateDeadline};
 
 use crate::build::{self, RuleSource};
-use crate::coalesce::{Arrival, Coalescer, Joined, Opened, current_caller};
+use crate::coalesce::{Arrival, Coalescer, Joined, Joining, Opened, current_caller};
 use crate::error::Limit;
 use crate::knowledge::{BoundStatement, Knowledge};
 use crate::record::Record;
@@ -139,10 +139,10 @@ pub struct EngineConfig {
     /// (the page shows both), and one task within noise of it off; turn it
     /// off to rule it out.
     ///
-    /// A caller's future that has opened a gathering (its first poll) holds
-    /// up the callers that joined until it is polled again or dropped: keep
-    /// polling an `evaluate` future you have started, or drop it. A task
-    /// never joins a gathering it opened itself.
+    /// A task never joins a gathering it opened itself, and a caller whose
+    /// gathering's opener is kept but not polled (an `evaluate` future polled
+    /// once and then set aside) evaluates alone once its thread has run out
+    /// of ready tasks twice, so that nobody waits on a future nobody polls.
     pub coalesce: bool,
 }
 
@@ -919,7 +919,7 @@ impl Rule {
             match self.step(co, route, record) {
                 Step::Alone => {}
                 Step::Joined(joined) => {
-                    if let Some(result) = joined.await {
+                    if let Some(result) = wait_joined(joined).await {
                         return result;
                     }
                 }
@@ -1153,6 +1153,20 @@ impl Rule {
 fn batch_results(n: usize, out: ev::BatchOutput) -> Result<Vec<Result<Record>>> {
     let errors = out.errors.into_iter().map(|e| (e.index as usize, record_error(e.index as usize, e.error)));
     wire::decode_batch(n, &out.records, errors)
+}
+
+/// The result of the gathering a caller joined, or `None` to evaluate alone.
+async fn wait_joined(mut joined: Joined<ev::Route>) -> Option<Result<Record>> {
+    loop {
+        match (&mut joined).await {
+            Joining::Got(result) => return Some(result),
+            Joining::Alone => return None,
+            Joining::Yield => {
+                tokio::task::yield_now().await;
+                joined.yielded();
+            }
+        }
+    }
 }
 
 /// What a coalescing one-record call does (see [`Rule::step`]).
