@@ -72,12 +72,12 @@ struct Gathered<R> {
     /// Whether records may still join.
     open: bool,
     frame: Writer,
-    /// Records in `frame` (the opener's is the first).
-    n: usize,
     /// Each record's result once the call is made (none at all: the call
     /// was not made, and each caller evaluates alone).
     results: Option<Vec<Result<Record>>>,
-    /// The wakers of the callers that joined, by index.
+    /// A waker slot for each record in `frame`, by index: the opener's, at
+    /// 0, unused; then those of the callers that joined. Its length is the
+    /// number of records.
     wakers: Vec<Option<Waker>>,
     /// How many records the thread's last gathering held: when as many
     /// have joined, the last to join wakes the opener (`opener`), which
@@ -129,6 +129,17 @@ pub(crate) struct ThreadSlot<R> {
     opened: AtomicU32,
 }
 
+impl<R> ThreadSlot<R> {
+    /// Whether this call is to go alone, counting it if so.
+    fn skips(&self) -> bool {
+        if self.skip.load(Ordering::Relaxed) == 0 {
+            return false;
+        }
+        self.skip.fetch_sub(1, Ordering::Relaxed);
+        true
+    }
+}
+
 impl<R: Send> Default for ThreadSlot<R> {
     fn default() -> Self {
         ThreadSlot {
@@ -175,8 +186,7 @@ impl<R: Clone + Send> Coalescer<R> {
     ) -> Arrival<'_, R> {
         let slot = self.threads.get_or_default();
         let live = slot.live.load(Ordering::Acquire);
-        if !live && slot.skip.load(Ordering::Relaxed) > 0 {
-            slot.skip.fetch_sub(1, Ordering::Relaxed);
+        if !live && slot.skips() {
             return Arrival::Alone;
         }
         let mut open = lock(&slot.open);
@@ -185,8 +195,7 @@ impl<R: Clone + Send> Coalescer<R> {
         {
             return Arrival::Joined(Joined { gathering: g.clone(), index: index as u32, yielded: false });
         }
-        if slot.skip.load(Ordering::Relaxed) > 0 {
-            slot.skip.fetch_sub(1, Ordering::Relaxed);
+        if slot.skips() {
             return Arrival::Alone;
         }
         let mut frame = std::mem::take(&mut open.spare);
@@ -196,7 +205,6 @@ impl<R: Clone + Send> Coalescer<R> {
                 route: route.clone(),
                 open: true,
                 frame,
-                n: 1,
                 results: None,
                 wakers: vec![None],
                 expect: if slot.opened.fetch_add(1, Ordering::Relaxed).is_multiple_of(PROBE) {
@@ -238,30 +246,25 @@ impl<R: Send> Gathering<R> {
         }
         let mark = st.frame.mark();
         st.frame.record(record.fields());
-        if st.frame.len() > max_bytes {
-            // Full: the record goes alone, and the opener need wait no more.
+        let index = if st.frame.len() > max_bytes {
+            // Full: this record goes alone.
             st.frame.truncate(mark);
             st.open = false;
-            let opener = st.opener.take();
-            drop(st);
-            if let Some(o) = opener {
-                o.wake();
+            None
+        } else {
+            st.wakers.push(None);
+            if st.wakers.len() >= MAX_GATHER {
+                st.open = false;
             }
-            return None;
+            Some(st.wakers.len() - 1)
+        };
+        // Full, or as large as the last: the opener need wait no more.
+        let opener = if !st.open || st.wakers.len() == st.expect { st.opener.take() } else { None };
+        drop(st);
+        if let Some(o) = opener {
+            o.wake();
         }
-        st.n += 1;
-        st.wakers.push(None);
-        let index = st.n - 1;
-        if st.n >= MAX_GATHER {
-            st.open = false;
-        }
-        if (st.n == st.expect || !st.open)
-            && let Some(opener) = st.opener.take()
-        {
-            drop(st);
-            opener.wake();
-        }
-        Some(index)
+        index
     }
 
     /// Gives the results (none: each caller is to evaluate alone) and wakes
@@ -303,7 +306,7 @@ impl<R: Send> Opened<'_, R> {
             st.closed = true;
             st.opener = None;
             let mut writer = std::mem::take(&mut st.frame);
-            (writer.take_frame(), st.n, writer)
+            (writer.take_frame(), st.wakers.len(), writer)
         };
         self.n = n;
         self.release(Some(writer), frame.len());

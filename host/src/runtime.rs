@@ -967,10 +967,7 @@ impl Rule {
             None => None,
         };
         // Each caller's error names its own record, as if it had been alone.
-        let results = out.and_then(|out| {
-            let errors = out.errors.into_iter().map(|e| (e.index as usize, record_error(0, e.error)));
-            wire::decode_batch(n, &out.records, errors).ok()
-        });
+        let results = out.and_then(|out| decode_batch_output(n, out, |_| 0).ok());
         let Some(mut results) = results else {
             // The next gatherings of this thread would likely fail the same way.
             opened.failed();
@@ -1151,7 +1148,13 @@ impl Rule {
 
 /// The `n` results of a batch call: its output records, and its errors in their places.
 fn batch_results(n: usize, out: ev::BatchOutput) -> Result<Vec<Result<Record>>> {
-    let errors = out.errors.into_iter().map(|e| (e.index as usize, record_error(e.index as usize, e.error)));
+    decode_batch_output(n, out, |i| i)
+}
+
+/// An `evaluate-batch` output decoded, each record's error naming the record
+/// as `named(its index in the batch)`.
+fn decode_batch_output(n: usize, out: ev::BatchOutput, named: fn(usize) -> usize) -> Result<Vec<Result<Record>>> {
+    let errors = out.errors.into_iter().map(|e| (e.index as usize, record_error(named(e.index as usize), e.error)));
     wire::decode_batch(n, &out.records, errors)
 }
 

@@ -191,6 +191,16 @@ fn blocking_callers_are_never_coalesced() {
     assert_eq!(rule.coalesced_records(), 0);
 }
 
+/// Polls `f` once, in the calling task, and checks that it is pending (a
+/// first call that opened a gathering and yields).
+async fn poll_once_pending<F: std::future::Future + Unpin>(f: &mut F, what: &str) {
+    std::future::poll_fn(|cx| {
+        assert!(std::pin::Pin::new(&mut *f).poll(cx).is_pending(), "{what}");
+        std::task::Poll::Ready(())
+    })
+    .await;
+}
+
 /// On one thread: a first caller that opens a gathering and yields, three
 /// spawned callers that run meanwhile, then the first caller either finishes
 /// (`cancel` false) or is dropped. Each spawned caller's result, and the
@@ -205,11 +215,7 @@ async fn three_join_one(cancel: bool) -> (Vec<omlet::Result<Record>>, u64) {
         .collect();
     let own = rec(r#"{"n":0,"m":"x"}"#);
     let mut opener = Box::pin(rule.evaluate(&own));
-    std::future::poll_fn(|cx| {
-        assert!(opener.as_mut().poll(cx).is_pending(), "the opener yields");
-        std::task::Poll::Ready(())
-    })
-    .await;
+    poll_once_pending(&mut opener, "the opener yields").await;
     // The spawned callers run now, while the opener waits.
     tokio::task::yield_now().await;
     if cancel {
@@ -243,11 +249,7 @@ async fn a_task_does_not_join_the_gathering_it_opened() {
     let rule = engine(|_| {}).load_source("t.oml", ECHO, &omlet::LoadOptions::new()).await.unwrap();
     let first = rec(r#"{"n":1,"m":"x"}"#);
     let mut opener = Box::pin(rule.evaluate(&first));
-    std::future::poll_fn(|cx| {
-        assert!(opener.as_mut().poll(cx).is_pending(), "the first call yields");
-        std::task::Poll::Ready(())
-    })
-    .await;
+    poll_once_pending(&mut opener, "the first call yields").await;
     let second = tokio::time::timeout(Duration::from_secs(10), rule.evaluate(&rec(r#"{"n":2,"m":"y"}"#)))
         .await
         .expect("the second call waited for the first, which its own task holds");
@@ -263,11 +265,7 @@ async fn a_caller_does_not_wait_on_an_opener_nobody_polls() {
     let rule = engine(|_| {}).load_source("t.oml", ECHO, &omlet::LoadOptions::new()).await.unwrap();
     let own = rec(r#"{"n":1,"m":"x"}"#);
     let mut opener = Box::pin(rule.evaluate(&own));
-    std::future::poll_fn(|cx| {
-        assert!(opener.as_mut().poll(cx).is_pending(), "the first call yields");
-        std::task::Poll::Ready(())
-    })
-    .await;
+    poll_once_pending(&mut opener, "the first call yields").await;
     let joiner = {
         let rule = rule.clone();
         tokio::spawn(async move { rule.evaluate(&rec(r#"{"n":2,"m":"y"}"#)).await })
