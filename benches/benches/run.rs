@@ -17,8 +17,8 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// `omlet run`'s throughput: `OMLET_BENCH_RUN_RECORDS` nginx records (1 M;
 /// 100 K in quick mode) streamed from a JSONL file with the code `omlet run`
-/// uses (`stream::read` + `stream::run`, batch 256, as many calls in flight as
-/// the CLI's default, the cores plus one, each output rendered to JSON into a
+/// uses (`stream::read` + `stream::run_json`, batch 256, as many calls in flight as
+/// the CLI's default, the cores plus one, each output a JSON line written into a
 /// sink), through two rules:
 /// - `run/nginx`: the nginx rule and its knowdb, the main job;
 /// - `run/copy`: `* = take() ;`, which copies each record out as it came in:
@@ -72,20 +72,20 @@ fn measure(rt: &tokio::runtime::Runtime, id: &str, rule: omlet::Rule, input: &st
         let mut out = std::io::BufWriter::new(std::io::sink());
         let started = Instant::now();
         let (mut records, mut written, mut failed) = (0u64, 0u64, 0u64);
-        let sink = |d: omlet::stream::Done| -> omlet::Result<()> {
+        let sink = |d: omlet::stream::Done<String>| -> omlet::Result<()> {
             records += 1;
             match d.outcome {
-                Outcome::Ok(rec) => {
+                Outcome::Ok(mut line) => {
                     written += 1;
-                    writeln!(out, "{}", omlet::record::to_json_string(&rec))
-                        .map_err(|e| omlet::Error::Io { path: "output".into(), source: e })?;
+                    line.push('\n');
+                    out.write_all(line.as_bytes()).map_err(|e| omlet::Error::Io { path: "output".into(), source: e })?;
                 }
                 Outcome::Unrouted(_) | Outcome::Failed(_) => failed += 1,
             }
             Ok(())
         };
         let inputs = omlet::stream::read(reader, Format::Jsonl);
-        omlet::stream::run(rule, inputs, RouteBy::Only, batch, concurrency, sink).await.unwrap();
+        omlet::stream::run_json(rule, inputs, RouteBy::Only, batch, concurrency, sink).await.unwrap();
         out.flush().unwrap();
         (records, written, failed, started.elapsed().as_secs_f64())
     });

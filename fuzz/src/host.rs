@@ -12,7 +12,8 @@ use std::path::PathBuf;
 use omlet::stream::{EmptyCell, Format, ReadLimits, read_with};
 
 /// Target `frame_host`: bytes → the host's frame decoder (`decode_record`
-/// for `evaluate` outputs, `decode_batch` for `evaluate-batch` outputs).
+/// for `evaluate` outputs, `decode_batch` for `evaluate-batch` outputs, as
+/// records and as JSON lines).
 ///
 /// The first byte gives the batch's shape: the number of inputs (0–15) and
 /// which of the first four failed in the guest (so have no record in the
@@ -32,9 +33,26 @@ pub fn frame_host(data: &[u8]) {
 
     let n = (head & 0x0f) as usize;
     let failed = (0..4usize).filter(|i| head & (0x10 << i) != 0);
-    let errors = failed.map(|i| (i, omlet::Error::Internal(format!("input {i} failed"))));
-    if let Ok(results) = crate::wire::decode_batch(n, frame, errors) {
+    let errors = || failed.clone().map(|i| (i, omlet::Error::Internal(format!("input {i} failed"))));
+    let records = crate::wire::decode_batch::<crate::record::Record>(n, frame, errors());
+    if let Ok(results) = &records {
         assert_eq!(results.len(), n, "a batch must give one outcome per input");
+    }
+    // The JSON lines of `stream::run_json` come from the same nodes: the same
+    // outcomes, each line the record's own JSON.
+    let lines = crate::wire::decode_batch::<String>(n, frame, errors());
+    match (records, lines) {
+        (Ok(records), Ok(lines)) => {
+            for (record, line) in records.iter().zip(&lines) {
+                match (record, line) {
+                    (Ok(record), Ok(line)) => assert_eq!(&record.to_json(), line),
+                    (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string()),
+                    (a, b) => panic!("a record decoded one way and not the other: {a:?} / {b:?}"),
+                }
+            }
+        }
+        (Err(_), Err(_)) => {}
+        (a, b) => panic!("a frame decoded one way and not the other: {:?} / {:?}", a.is_ok(), b.is_ok()),
     }
 }
 

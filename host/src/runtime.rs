@@ -1045,20 +1045,23 @@ impl Rule {
     /// The outer `Err` is kept for failures that concern no record (no
     /// instance could be made); a trap or a limit in the guest becomes each
     /// affected record's own error.
-    pub(crate) async fn evaluate_batch_iter<'r>(
+    ///
+    /// Each output comes decoded as `T`: a [`Record`], or its JSON line
+    /// (`String`, see [`wire::Decoded`]).
+    pub(crate) async fn evaluate_batch_iter<'r, T: wire::Decoded>(
         &self,
         route: Route<'_>,
         records: impl ExactSizeIterator<Item = &'r Record> + Clone,
-    ) -> Result<Vec<Result<Record>>> {
+    ) -> Result<Vec<Result<T>>> {
         self.batch_iter(&wit_route(route), records).await
     }
 
     /// [`Rule::evaluate_batch_iter`] on a WIT route.
-    async fn batch_iter<'r>(
+    async fn batch_iter<'r, T: wire::Decoded>(
         &self,
         route: &ev::Route,
         records: impl ExactSizeIterator<Item = &'r Record> + Clone,
-    ) -> Result<Vec<Result<Record>>> {
+    ) -> Result<Vec<Result<T>>> {
         let n = records.len();
         if let Some(frame) = self.whole_frame(records.clone()) {
             match self.call_batch(route, &frame, n).await? {
@@ -1095,7 +1098,7 @@ impl Rule {
 
     /// One `evaluate-batch` call: `Ok(Err(_))` when the guest trapped or
     /// reached a limit (the instance is then dropped).
-    async fn call_batch(&self, route: &ev::Route, frame: &Vec<u8>, n: usize) -> Result<Result<Vec<Result<Record>>>> {
+    async fn call_batch<T: wire::Decoded>(&self, route: &ev::Route, frame: &Vec<u8>, n: usize) -> Result<Result<Vec<Result<T>>>> {
         let out = match self.call_sync(|calls, store, generation| calls.batch(store, generation, route, frame)) {
             Some(Ok(out)) => out,
             Some(Err(e)) => return Ok(Err(e)),
@@ -1147,13 +1150,13 @@ impl Rule {
 }
 
 /// The `n` results of a batch call: its output records, and its errors in their places.
-fn batch_results(n: usize, out: ev::BatchOutput) -> Result<Vec<Result<Record>>> {
+fn batch_results<T: wire::Decoded>(n: usize, out: ev::BatchOutput) -> Result<Vec<Result<T>>> {
     decode_batch_output(n, out, |i| i)
 }
 
 /// An `evaluate-batch` output decoded, each record's error naming the record
 /// as `named(its index in the batch)`.
-fn decode_batch_output(n: usize, out: ev::BatchOutput, named: fn(usize) -> usize) -> Result<Vec<Result<Record>>> {
+fn decode_batch_output<T: wire::Decoded>(n: usize, out: ev::BatchOutput, named: fn(usize) -> usize) -> Result<Vec<Result<T>>> {
     let errors = out.errors.into_iter().map(|e| (e.index as usize, record_error(named(e.index as usize), e.error)));
     wire::decode_batch(n, &out.records, errors)
 }

@@ -16,6 +16,7 @@ use omlet_lang::value::{Field, Value};
 use crate::error::Limit;
 use crate::record::{self, Record};
 use crate::runtime::{Route, Rule};
+use crate::wire::Decoded;
 use crate::{Error, Result};
 
 #[cfg(feature = "kafka")]
@@ -388,11 +389,12 @@ pub enum RouteBy {
     Field(String),
 }
 
-/// What became of one input record.
+/// What became of one input record: `T` is its output, a [`Record`] from
+/// [`run`] or its JSON line from [`run_json`].
 #[derive(Debug)]
-pub enum Outcome {
+pub enum Outcome<T = Record> {
     /// The output record.
-    Ok(Record),
+    Ok(T),
     /// No model took the record: an [`Error::Unrouted`].
     Unrouted(Error),
     /// The record could not be read (the error of [`Input::record`]), or its
@@ -401,11 +403,11 @@ pub enum Outcome {
 }
 
 /// One input record and its outcome.
-pub struct Done {
+pub struct Done<T = Record> {
     /// The record as read, with its number and raw text.
     pub input: Input,
     /// What became of it.
-    pub outcome: Outcome,
+    pub outcome: Outcome<T>,
 }
 
 /// Evaluates `inputs` through `rule`, `batch` records (and at most
@@ -433,13 +435,41 @@ pub async fn run(
     route: RouteBy,
     batch: usize,
     concurrency: usize,
-    mut sink: impl FnMut(Done) -> Result<()>,
+    sink: impl FnMut(Done) -> Result<()>,
 ) -> Result<()> {
-    type Task = (Vec<(u64, u64)>, tokio::task::JoinHandle<Vec<Done>>);
+    run_as(rule, inputs, route, batch, concurrency, sink).await
+}
+
+/// [`run`], handing over each output as its JSON line (without the line
+/// end): the text [`Record::to_json`] gives for the record [`run`] would hand
+/// over, rendered straight from the guest's output, so that no [`Record`] is
+/// built and freed for a record that is only written out. `omlet run` writes
+/// its output this way.
+pub async fn run_json(
+    rule: Rule,
+    inputs: impl Iterator<Item = Result<Input>> + Send + 'static,
+    route: RouteBy,
+    batch: usize,
+    concurrency: usize,
+    sink: impl FnMut(Done<String>) -> Result<()>,
+) -> Result<()> {
+    run_as(rule, inputs, route, batch, concurrency, sink).await
+}
+
+/// [`run`] with outputs decoded as `T`.
+async fn run_as<T: Decoded>(
+    rule: Rule,
+    inputs: impl Iterator<Item = Result<Input>> + Send + 'static,
+    route: RouteBy,
+    batch: usize,
+    concurrency: usize,
+    mut sink: impl FnMut(Done<T>) -> Result<()>,
+) -> Result<()> {
+    type Task<T> = (Vec<(u64, u64)>, tokio::task::JoinHandle<Vec<Done<T>>>);
     let concurrency = concurrency.max(1);
     let route = Arc::new(route);
     let mut chunks = read_ahead(inputs, batch.max(1), concurrency)?;
-    let mut inflight: VecDeque<Task> = VecDeque::new();
+    let mut inflight: VecDeque<Task<T>> = VecDeque::new();
     let (mut ended, mut failure) = (false, None);
     loop {
         while !ended && inflight.len() < concurrency {
@@ -572,8 +602,8 @@ fn unrouted(message: String) -> Error {
 }
 
 /// Evaluates one chunk: records grouped by route, one guest call per group.
-async fn evaluate_chunk(rule: &Rule, route: &RouteBy, chunk: Vec<Input>) -> Vec<Done> {
-    let mut outcomes: Vec<Option<Outcome>> = (0..chunk.len()).map(|_| None).collect();
+async fn evaluate_chunk<T: Decoded>(rule: &Rule, route: &RouteBy, chunk: Vec<Input>) -> Vec<Done<T>> {
+    let mut outcomes: Vec<Option<Outcome<T>>> = (0..chunk.len()).map(|_| None).collect();
     // Route key → positions in the chunk of the records that take it.
     let mut groups: Vec<(Option<String>, Vec<usize>)> = Vec::new();
     for (pos, input) in chunk.iter().enumerate() {

@@ -1,6 +1,8 @@
 //! Host records to and from frames, the bytes that cross the boundary
 //! (layout and codec: `omlet_lang::frame`; WIT: `types.frame`).
 
+use std::borrow::Cow;
+
 use omlet_lang::frame::{Raw, Reader, Writer};
 use omlet_lang::value::{Field, Value};
 
@@ -150,40 +152,73 @@ pub(crate) mod names {
     }
 }
 
-/// The next subtree of `r` as an owned field (names shared, see [`names`]).
-/// Object members stay in the order the guest wrote them (name order).
-fn tree(r: &mut Reader<'_>, read: &mut u32, depth: u32) -> Result<Field<'static>, String> {
+/// What the records of a guest's output frame are decoded into: owned
+/// [`Record`]s for the API, or JSON lines for a stream that only writes
+/// them out ([`crate::stream::run_json`]).
+pub(crate) trait Decoded: Sized + Send + 'static {
+    /// The next record of `r`, of `size` nodes.
+    fn decode(r: &mut Reader<'_>, size: u32) -> Result<Self, String>;
+}
+
+impl Decoded for Record {
+    fn decode(r: &mut Reader<'_>, size: u32) -> Result<Record, String> {
+        // Names shared (see [`names`]), text copied out of the frame.
+        record(r, size, names::cow, Value::into_owned).map(Record::from_fields)
+    }
+}
+
+/// A record's JSON line (spec §11): the text [`Record::to_json`] gives for the
+/// record decoded from the same nodes, rendered from the fields as they lie
+/// in the frame, so that no text is copied per field and no record is freed
+/// once the line is written.
+impl Decoded for String {
+    fn decode(r: &mut Reader<'_>, size: u32) -> Result<String, String> {
+        record(r, size, Cow::Borrowed, |v| v).map(|fields| crate::record::fields_json(&fields))
+    }
+}
+
+/// The next subtree of `r` as a field, its name and each leaf made by `name`
+/// and `leaf` (owned or borrowed from the frame). Object members stay in the
+/// order the guest wrote them (name order).
+fn tree<'a, 'b, N, L>(r: &mut Reader<'a>, read: &mut u32, depth: u32, name: N, leaf: L) -> Result<Field<'b>, String>
+where
+    N: Fn(&'a str) -> Cow<'b, str> + Copy,
+    L: Fn(Value<'a>) -> Value<'b> + Copy,
+{
     if depth > omlet_lang::frame::MAX_DEPTH {
         return Err("record nested deeper than 128 levels".into());
     }
-    let (name, raw) = r.node()?;
+    let (text, raw) = r.node()?;
     *read += 1;
-    let name = names::cow(name);
     let value = match raw {
-        Raw::Leaf(v) => v.into_owned(),
+        Raw::Leaf(v) => leaf(v),
         Raw::Obj(n) | Raw::Array(n) => {
             let mut members = Vec::with_capacity((n as usize).min(4096));
             for _ in 0..n {
-                members.push(tree(r, read, depth + 1)?);
+                members.push(tree(r, read, depth + 1, name, leaf)?);
             }
             if matches!(raw, Raw::Obj(_)) { Value::Obj(Box::new(members)) } else { Value::Array(Box::new(members)) }
         }
     };
-    Ok(Field::new(name, value))
+    Ok(Field::new(name(text), value))
 }
 
-/// The next record of `r`, of `size` nodes.
-fn record(r: &mut Reader<'_>, size: u32) -> Result<Record, String> {
+/// The fields of the next record of `r`, of `size` nodes (see [`tree`]).
+fn record<'a, 'b, N, L>(r: &mut Reader<'a>, size: u32, name: N, leaf: L) -> Result<Vec<Field<'b>>, String>
+where
+    N: Fn(&'a str) -> Cow<'b, str> + Copy,
+    L: Fn(Value<'a>) -> Value<'b> + Copy,
+{
     // The count comes from the guest: reserve a little, grow as nodes come.
     let mut out = Vec::with_capacity((size as usize).min(4096));
     let mut read = 0;
     while read < size {
-        out.push(tree(r, &mut read, 0)?);
+        out.push(tree(r, &mut read, 0, name, leaf)?);
     }
     if read != size {
         return Err("a record's subtrees overrun its node count".into());
     }
-    Ok(Record::from_fields(out))
+    Ok(out)
 }
 
 /// The one record of an `evaluate` output.
@@ -193,12 +228,16 @@ pub(crate) fn decode_record(frame: &[u8]) -> Result<Record, String> {
         return Err(format!("expected one output record, the frame has {}", r.records()));
     }
     let size = r.size(0)?;
-    record(&mut r, size)
+    Record::decode(&mut r, size)
 }
 
 /// Re-assembles per-input results from a batch output frame (successes in
 /// order) and its error list.
-pub(crate) fn decode_batch(n: usize, frame: &[u8], errors: impl Iterator<Item = (usize, Error)>) -> Result<Vec<Result<Record>>> {
+pub(crate) fn decode_batch<T: Decoded>(
+    n: usize,
+    frame: &[u8],
+    errors: impl Iterator<Item = (usize, Error)>,
+) -> Result<Vec<Result<T>>> {
     let mut errs: Vec<Option<Error>> = (0..n).map(|_| None).collect();
     for (i, e) in errors {
         if let Some(slot) = errs.get_mut(i) {
@@ -219,7 +258,7 @@ pub(crate) fn decode_batch(n: usize, frame: &[u8], errors: impl Iterator<Item = 
         }
         let size = r.size(next).map_err(bad)?;
         next += 1;
-        out.push(record(&mut r, size).map_err(|m| Error::Internal(format!("the guest's output record {index}: {m}"))));
+        out.push(T::decode(&mut r, size).map_err(|m| Error::Internal(format!("the guest's output record {index}: {m}"))));
     }
     Ok(out)
 }

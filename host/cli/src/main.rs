@@ -886,21 +886,16 @@ async fn run(rule: &Path, knowdb: &[PathBuf], config: Option<&Path>, o: RunOptio
     let source = if o.input == "-" { "stdin".to_string() } else { o.input.clone() };
     let started = Instant::now();
     let (mut records, mut written, mut failed, mut unrouted) = (0u64, 0u64, 0u64, 0u64);
-    let mut line = String::new();
-    let sink = |d: omlet::stream::Done| -> omlet::Result<()> {
+    // Outputs come as their JSON lines, rendered where they were decoded
+    // (`stream::run_json`): no `Record` is built for a line only written out.
+    let sink = |d: omlet::stream::Done<String>| -> omlet::Result<()> {
         records += 1;
         let io = |e: std::io::Error| Error::Io { path: "output".into(), source: e };
         let (kind, message) = match d.outcome {
-            Outcome::Ok(rec) => {
+            Outcome::Ok(mut line) => {
                 written += 1;
-                // One line buffer for the whole run, not a string per record.
-                line.clear();
-                rec.write_json(&mut line);
                 line.push('\n');
                 out.write_all(line.as_bytes()).map_err(io)?;
-                if line.capacity() > 1 << 20 {
-                    line = String::new(); // a huge record's buffer is not kept
-                }
                 (None, String::new())
             }
             Outcome::Unrouted(_) if o.pass_unrouted => {
@@ -951,7 +946,7 @@ async fn run(rule: &Path, knowdb: &[PathBuf], config: Option<&Path>, o: RunOptio
             input
         })
     });
-    let result = omlet::stream::run(rule, inputs, o.route.clone(), o.batch, o.concurrency, sink).await;
+    let result = omlet::stream::run_json(rule, inputs, o.route.clone(), o.batch, o.concurrency, sink).await;
     progress.finish_and_clear();
     let _ = out.flush();
     let _ = err_out.flush();

@@ -171,7 +171,7 @@ pub type ErrorLineSink = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// Records of one evaluation in flight: (partition, offset, epoch) each, and
 /// the task evaluating them.
-type Chunk = (Vec<(i32, i64, u64)>, tokio::task::JoinHandle<Vec<(Meta, Done)>>);
+type Chunk = (Vec<(i32, i64, u64)>, tokio::task::JoinHandle<Vec<(Meta, Done<String>)>>);
 
 /// What a Kafka worker does.
 #[derive(Clone)]
@@ -789,7 +789,7 @@ pub async fn run(rule: Rule, options: KafkaOptions, stats: Arc<KafkaStats>, shut
 /// The first evaluation in flight, once done; never, when there is none.
 async fn front(
     q: &mut VecDeque<Chunk>,
-) -> (Vec<(i32, i64, u64)>, std::result::Result<Vec<(Meta, Done)>, tokio::task::JoinError>) {
+) -> (Vec<(i32, i64, u64)>, std::result::Result<Vec<(Meta, Done<String>)>, tokio::task::JoinError>) {
     let Some((_, task)) = q.front_mut() else { return std::future::pending().await };
     let result = task.await;
     let (names, _) = q.pop_front().expect("the front is there");
@@ -880,7 +880,7 @@ fn spawn_chunk(rule: &Rule, route: &Arc<RouteBy>, chunk: Vec<(Meta, Input)>) -> 
 
 /// Evaluates a chunk: records with a routing header by the rule path it
 /// names, the others by `route`.
-async fn evaluate_routed(rule: &Rule, route: &RouteBy, chunk: Vec<(Meta, Input)>) -> Vec<(Meta, Done)> {
+async fn evaluate_routed(rule: &Rule, route: &RouteBy, chunk: Vec<(Meta, Input)>) -> Vec<(Meta, Done<String>)> {
     // Routing header value → the records (with their positions) that carry it.
     type Group = (Option<String>, Vec<(usize, Input)>);
     let mut groups: Vec<Group> = Vec::new();
@@ -892,7 +892,7 @@ async fn evaluate_routed(rule: &Rule, route: &RouteBy, chunk: Vec<(Meta, Input)>
         }
         metas.push(meta);
     }
-    let mut done: Vec<Option<Done>> = (0..metas.len()).map(|_| None).collect();
+    let mut done: Vec<Option<Done<String>>> = (0..metas.len()).map(|_| None).collect();
     for (key, members) in groups {
         let (positions, inputs): (Vec<usize>, Vec<Input>) = members.into_iter().unzip();
         let by = match key {
@@ -974,7 +974,7 @@ impl Outputs {
     /// Hands a chunk's outputs to the producers, in order, and leaves a task
     /// waiting for their acknowledgements. Records of a partition this worker
     /// no longer holds are dropped (their new owner repeats them).
-    async fn emit(self: &Arc<Self>, results: Vec<(Meta, Done)>, pass_unrouted: bool, shared: &Arc<Shared>) {
+    async fn emit(self: &Arc<Self>, results: Vec<(Meta, Done<String>)>, pass_unrouted: bool, shared: &Arc<Shared>) {
         let mut waits = Vec::with_capacity(results.len());
         let stats = &shared.stats;
         for (meta, done) in results {
@@ -983,7 +983,8 @@ impl Outputs {
                 continue;
             }
             let (mut payload, mut to_errors) = match done.outcome {
-                Outcome::Ok(rec) => (rec.to_json(), false),
+                // Rendered where the batch was decoded (`Done<String>`, as `stream::run_json`).
+                Outcome::Ok(line) => (line, false),
                 Outcome::Unrouted(_) if pass_unrouted => {
                     stats.unrouted.fetch_add(1, Ordering::Relaxed);
                     (done.input.raw.clone(), false)

@@ -124,3 +124,88 @@ async fn a_rule_without_knowledge_gets_absent_lookups() {
     let out = rule.evaluate(&records(r#"{"id":1}"#)[0]).await.unwrap();
     assert_eq!(omlet::record::to_json_string(&out), r#"{"k":"k"}"#);
 }
+
+/// `stream::run_json` renders each output from the guest's frame; `run` builds
+/// the `Record`. A stream's consumer must not be able to tell them apart: every
+/// outcome in the same order, each line the text of the `Record`'s `to_json`,
+/// each error the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_json_writes_the_lines_run_s_records_render_to() {
+    use omlet::stream::{self, Format, Outcome, RouteBy};
+    let rule_text = r#"name : kinds
+---
+ip : ip = take(ip) ;
+when : time = take(when) ;
+ratio : float = take(ratio) ;
+n : digit = take(n) ;
+ok = bool(true) ;
+tags = collect read(keys:[tag1, tag2]) ;
+nested = object {
+    text = read(text) ;
+    n : digit = read(n) ;
+    zero : float = float(0) ;
+} ;
+line = fmt("{text}|{n}", @text, @n) ;
+__hidden = take(secret) ;
+* = take() ;
+"#;
+    let input = concat!(
+        r#"{"ip":"10.0.0.7","when":"2024-03-01 12:30:45","ratio":"0.25","n":"42","tag1":"a","tag2":"b","text":"quote \" backslash \\ tab \t é ✓ \u0001","secret":"s","extra":null,"deep":{"z":[1,2.5,{"y":"x"}],"a":false}}"#,
+        "\n",
+        "not json\n",
+        r#"{"ip":"2001:db8::1","n":"-7","text":"","ratio":"1e300"}"#,
+        "\n",
+        r#"{}"#,
+        "\n",
+    );
+    let knowledge = example_knowledge().await;
+    let engine = Engine::new().unwrap();
+    let options = omlet::LoadOptions::new().knowledge(knowledge);
+    for (file, text) in [
+        ("kinds.oml", rule_text.to_string()),
+        ("nginx.oml", std::fs::read_to_string(root().join("examples/nginx/nginx.oml")).unwrap()),
+    ] {
+        let mut jsonl = input.to_string();
+        if file == "nginx.oml" {
+            jsonl.push_str(&std::fs::read_to_string(root().join("examples/nginx/access.jsonl")).unwrap());
+        }
+        let rule = engine.load_source(file, &text, &options).await.unwrap();
+        let reader = |t: &str| -> Box<dyn std::io::BufRead + Send> { Box::new(std::io::Cursor::new(t.as_bytes().to_vec())) };
+        let mut built = Vec::new();
+        stream::run(rule.clone(), stream::read(reader(&jsonl), Format::Jsonl), RouteBy::Only, 2, 2, |d| {
+            built.push(match d.outcome {
+                Outcome::Ok(r) => Ok(r.to_json()),
+                Outcome::Failed(e) | Outcome::Unrouted(e) => Err(e.to_string()),
+            });
+            Ok(())
+        })
+        .await
+        .unwrap();
+        let mut rendered = Vec::new();
+        stream::run_json(rule, stream::read(reader(&jsonl), Format::Jsonl), RouteBy::Only, 2, 2, |d| {
+            rendered.push(match d.outcome {
+                Outcome::Ok(line) => Ok(line),
+                Outcome::Failed(e) | Outcome::Unrouted(e) => Err(e.to_string()),
+            });
+            Ok(())
+        })
+        .await
+        .unwrap();
+        assert_eq!(rendered, built, "{file}");
+        let oks = built.iter().filter(|r| r.is_ok()).count();
+        assert!(oks >= 3 && built.len() > oks, "{file}: the input must give outputs and errors: {built:?}");
+        if file == "kinds.oml" {
+            let first = built[0].as_ref().unwrap();
+            for part in [
+                r#""ip":"10.0.0.7""#,
+                r#""tags":["a","b"]"#,
+                r#""nested":{"n":42,"#,
+                r#""deep":{"a":false,"z":[1,2.5,{"y":"x"}]}"#,
+                r#""extra":null"#,
+            ] {
+                assert!(first.contains(part), "{part} missing from {first}");
+            }
+            assert!(!first.contains("hidden"), "{first}");
+        }
+    }
+}
