@@ -20,7 +20,7 @@ use omlet::{Error, Result};
 
 #[cfg(feature = "host")]
 mod record {
-    pub use omlet::record::{Record, fields_json};
+    pub use omlet::record::Record;
 }
 
 #[cfg(feature = "host")]

@@ -1,8 +1,6 @@
 //! Host records to and from frames, the bytes that cross the boundary
 //! (layout and codec: `omlet_lang::frame`; WIT: `types.frame`).
 
-use std::borrow::Cow;
-
 use omlet_lang::frame::{Raw, Reader, Writer};
 use omlet_lang::value::{Field, Value};
 
@@ -162,63 +160,120 @@ pub(crate) trait Decoded: Sized + Send + 'static {
 
 impl Decoded for Record {
     fn decode(r: &mut Reader<'_>, size: u32) -> Result<Record, String> {
-        // Names shared (see [`names`]), text copied out of the frame.
-        record(r, size, names::cow, Value::into_owned).map(Record::from_fields)
+        record(r, size)
     }
 }
 
 /// A record's JSON line (spec §11): the text [`Record::to_json`] gives for the
-/// record decoded from the same nodes, rendered from the fields as they lie
-/// in the frame, so that no text is copied per field and no record is freed
-/// once the line is written.
+/// record decoded from the same nodes, rendered node by node as the frame is
+/// read, so that no field is built, copied or freed for a line that is only
+/// written out.
 impl Decoded for String {
     fn decode(r: &mut Reader<'_>, size: u32) -> Result<String, String> {
-        record(r, size, Cow::Borrowed, |v| v).map(|fields| crate::record::fields_json(&fields))
+        // The count comes from the guest: room for a usual record, grown as needed.
+        let mut line = String::with_capacity(64 + (size as usize).min(256) * 24);
+        line.push('{');
+        let (mut read, mut first) = (0, true);
+        while read < size {
+            json_tree(r, &mut read, 0, &mut line, At::Field(&mut first))?;
+        }
+        if read != size {
+            return Err("a record's subtrees overrun its node count".into());
+        }
+        line.push('}');
+        Ok(line)
     }
 }
 
-/// The next subtree of `r` as a field, its name and each leaf made by `name`
-/// and `leaf` (owned or borrowed from the frame). Object members stay in the
-/// order the guest wrote them (name order).
-fn tree<'a, 'b, N, L>(r: &mut Reader<'a>, read: &mut u32, depth: u32, name: N, leaf: L) -> Result<Field<'b>, String>
-where
-    N: Fn(&'a str) -> Cow<'b, str> + Copy,
-    L: Fn(Value<'a>) -> Value<'b> + Copy,
-{
+/// Where a node renders in [`json_tree`].
+enum At<'f> {
+    /// A top-level field (false once one has been written): an ignored one
+    /// is left out, as `Record::to_json` leaves it out.
+    Field(&'f mut bool),
+    /// The `i`th member of an object.
+    Member(u32),
+    /// The `i`th element of an array (an ignored one renders as `""`).
+    Element(u32),
+}
+
+/// Renders the next subtree of `r` into `out` as [`tree`] reads it (the same
+/// checks, in the same order, so the same errors), and as `Record::to_json`
+/// renders the field [`tree`] would make (leaves through the same
+/// `write_json`).
+fn json_tree(r: &mut Reader<'_>, read: &mut u32, depth: u32, out: &mut String, at: At<'_>) -> Result<(), String> {
     if depth > omlet_lang::frame::MAX_DEPTH {
         return Err("record nested deeper than 128 levels".into());
     }
-    let (text, raw) = r.node()?;
+    let (name, raw) = r.node()?;
     *read += 1;
+    let (comma, named, in_array) = match at {
+        At::Field(_) if matches!(raw, Raw::Leaf(Value::Ignore)) => return Ok(()),
+        At::Field(first) => (!std::mem::replace(first, false), true, false),
+        At::Member(i) => (i > 0, true, false),
+        At::Element(i) => (i > 0, false, true),
+    };
+    if comma {
+        out.push(',');
+    }
+    if named {
+        out.push('"');
+        omlet_lang::pipes::json_escape_into(name, out);
+        out.push_str("\":");
+    }
+    match raw {
+        Raw::Leaf(v) => omlet_lang::pipes::write_json(&v, out, in_array),
+        Raw::Obj(n) => {
+            out.push('{');
+            for i in 0..n {
+                json_tree(r, read, depth + 1, out, At::Member(i))?;
+            }
+            out.push('}');
+        }
+        Raw::Array(n) => {
+            out.push('[');
+            for i in 0..n {
+                json_tree(r, read, depth + 1, out, At::Element(i))?;
+            }
+            out.push(']');
+        }
+    }
+    Ok(())
+}
+
+/// The next subtree of `r` as an owned field (names shared, see [`names`]).
+/// Object members stay in the order the guest wrote them (name order).
+fn tree(r: &mut Reader<'_>, read: &mut u32, depth: u32) -> Result<Field<'static>, String> {
+    if depth > omlet_lang::frame::MAX_DEPTH {
+        return Err("record nested deeper than 128 levels".into());
+    }
+    let (name, raw) = r.node()?;
+    *read += 1;
+    let name = names::cow(name);
     let value = match raw {
-        Raw::Leaf(v) => leaf(v),
+        Raw::Leaf(v) => v.into_owned(),
         Raw::Obj(n) | Raw::Array(n) => {
             let mut members = Vec::with_capacity((n as usize).min(4096));
             for _ in 0..n {
-                members.push(tree(r, read, depth + 1, name, leaf)?);
+                members.push(tree(r, read, depth + 1)?);
             }
             if matches!(raw, Raw::Obj(_)) { Value::Obj(Box::new(members)) } else { Value::Array(Box::new(members)) }
         }
     };
-    Ok(Field::new(name(text), value))
+    Ok(Field::new(name, value))
 }
 
-/// The fields of the next record of `r`, of `size` nodes (see [`tree`]).
-fn record<'a, 'b, N, L>(r: &mut Reader<'a>, size: u32, name: N, leaf: L) -> Result<Vec<Field<'b>>, String>
-where
-    N: Fn(&'a str) -> Cow<'b, str> + Copy,
-    L: Fn(Value<'a>) -> Value<'b> + Copy,
-{
+/// The next record of `r`, of `size` nodes.
+fn record(r: &mut Reader<'_>, size: u32) -> Result<Record, String> {
     // The count comes from the guest: reserve a little, grow as nodes come.
     let mut out = Vec::with_capacity((size as usize).min(4096));
     let mut read = 0;
     while read < size {
-        out.push(tree(r, &mut read, 0, name, leaf)?);
+        out.push(tree(r, &mut read, 0)?);
     }
     if read != size {
         return Err("a record's subtrees overrun its node count".into());
     }
-    Ok(out)
+    Ok(Record::from_fields(out))
 }
 
 /// The one record of an `evaluate` output.

@@ -20,7 +20,7 @@ mod sandbox;
 use omlet::{Error, Result};
 
 mod record {
-    pub use omlet::record::{Record, fields_json};
+    pub use omlet::record::Record;
 }
 
 #[path = "../../src/wire.rs"]
