@@ -265,22 +265,28 @@ def main():
             f"{run_desc['records']:,} nginx records ({run_desc['input_bytes'] / 1e6:.0f} MB of JSONL, generated from "
             "examples/nginx/access.jsonl with client addresses drawn from 4096, in and out of the knowdb's "
             "zones) streamed through examples/nginx/nginx.oml and its knowdb with the code of `omlet run` "
-            f"(`omlet::stream::read` + `omlet::stream::run`, batch {run_desc['batch']}, concurrency "
-            f"{run_desc['concurrency']}, each output rendered with `omlet::record::to_json_string` into a sink), "
+            f"(`omlet::stream::read` + `omlet::stream::run_json`, batch {run_desc['batch']}, concurrency "
+            f"{run_desc['concurrency']}, each output a JSON line rendered from the guest's output frame by the "
+            "task that made the call, written into a sink), "
             "in a bench binary of its own (`benches/benches/run.rs`) with the CLI's allocator, mimalloc; "
             "input is read and parsed on its own thread, as in the CLI. "
-            "Timed once, from opening the input to the last output, as `omlet run` times itself. "
+            + (f"Timed {len(run_desc['runs_seconds'])} times, from opening the input to the last output, as "
+               "`omlet run` times itself; the table gives the median run, and the seconds of every run. "
+               if run_desc.get('runs_seconds') else
+               "Timed once, from opening the input to the last output, as `omlet run` times itself. ") +
             "`run/copy` streams the same records through `* = take() ;`, which copies each record out as "
             "it came in: reading, parsing, the crossings into the guest and back and the rendering, with "
             "next to no evaluation: roughly the ceiling of `omlet run` on this machine for records of this "
             "size (a rule with smaller outputs renders less; the CLI also writes its output to a file, where "
             "this bench writes into a sink).", "",
-            "| cell | rule | records | seconds | records/s | failed |", "|---|---|---:|---:|---:|---:|"]
+            "| cell | rule | records | seconds | records/s | failed | every run (s) |",
+            "|---|---|---:|---:|---:|---:|---|"]
         for cell, what in (("run/nginx", "examples/nginx/nginx.oml"), ("run/copy", "`* = take() ;`")):
             cell_run = side.get(cell)
             if cell_run:
+                every = ", ".join(f"{x:.2f}" for x in cell_run.get("runs_seconds", [cell_run["seconds"]]))
                 lines.append(f"| `{cell}` | {what} | {cell_run['records']:,} | {cell_run['seconds']:.2f} | "
-                             f"{fmt_rps(cell_run['records_per_second'])} | {cell_run['failed']} |")
+                             f"{fmt_rps(cell_run['records_per_second'])} | {cell_run['failed']} | {every} |")
         lines.append("")
     else:
         lines += ["Not measured in this run.", ""]
@@ -655,10 +661,12 @@ def main():
                "the CPU. In alternating runs of the CLI that took 138–155 K to 155–187 K records/s. Then "
                "`--concurrency` became the cores plus one (3 here; it was 2): the task that writes the "
                "outputs in order left a core idle while it wrote, and 3 calls gave 211–215 K against "
-               "176–186 K. The CLI also writes through one reused line buffer (`Record::write_json`), takes "
-               "JSON keys from the shared table of field names, and escapes JSON text eight bytes at a "
-               "time (a few % together, within this VM's noise run to run). This bench renders with "
-               "`to_json_string`, a string per record, as a library user would. On session 12's machine the "
+               "176–186 K. The CLI also takes JSON keys from the shared table of field names, and escapes "
+               "JSON text eight bytes at a time (a few % together, within this VM's noise run to run). Session 14 stopped building output "
+               "records at all: `stream::run_json`, which the CLI and this bench use, renders each output's "
+               "JSON line from the guest's output frame on the task that made the call, so the task that "
+               "writes outputs in order, which runs alone, no longer frees them (1 M records, CLI, alternating "
+               "runs: 284–367 K records/s before, 443–470 K after). On session 12's machine the "
                "CLI writing a file took about 5.8 µs of CPU per record with the nginx rule and 2.4 µs with "
                "the rule that only copies (`/usr/bin/time`, 1 M records); in session 10's profile the guest "
                "was ~51% of the samples, the host's frames and calls on the workers ~16%, reading and "

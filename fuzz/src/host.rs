@@ -51,7 +51,7 @@ pub fn frame_host(data: &[u8]) {
                 }
             }
         }
-        (Err(_), Err(_)) => {}
+        (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string()),
         (a, b) => panic!("a frame decoded one way and not the other: {:?} / {:?}", a.is_ok(), b.is_ok()),
     }
 }

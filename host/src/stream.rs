@@ -393,7 +393,7 @@ pub enum RouteBy {
 /// [`run`] or its JSON line from [`run_json`].
 #[derive(Debug)]
 pub enum Outcome<T = Record> {
-    /// The output record.
+    /// The output: the record ([`run`]), or its JSON line ([`run_json`]).
     Ok(T),
     /// No model took the record: an [`Error::Unrouted`].
     Unrouted(Error),

@@ -892,10 +892,10 @@ async fn run(rule: &Path, knowdb: &[PathBuf], config: Option<&Path>, o: RunOptio
         records += 1;
         let io = |e: std::io::Error| Error::Io { path: "output".into(), source: e };
         let (kind, message) = match d.outcome {
-            Outcome::Ok(mut line) => {
+            Outcome::Ok(line) => {
                 written += 1;
-                line.push('\n');
                 out.write_all(line.as_bytes()).map_err(io)?;
+                out.write_all(b"\n").map_err(io)?;
                 (None, String::new())
             }
             Outcome::Unrouted(_) if o.pass_unrouted => {

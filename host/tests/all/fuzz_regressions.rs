@@ -99,6 +99,12 @@ fn hostile_frames_do_not_panic_on_the_host() {
         Field::new("v6", Value::Ip("2001:db8::1".parse().unwrap())),
         Field::new("n", Value::Null),
         Field::new("o", Value::Obj(Box::new(vec![Field::new("z", Value::Null), Field::new("z", Value::Digit(2))]))),
+        Field::new("i", Value::Ignore),
+        // Ignored values inside containers render as `""` (array) and `null` (object).
+        Field::new("a", Value::Array(Box::new(vec![Field::new("", Value::Ignore), Field::new("", Value::Digit(1))]))),
+        Field::new("oi", Value::Obj(Box::new(vec![Field::new("g", Value::Ignore)]))),
+        Field::new("t", Value::Time(1_700_000_000_123_456_789)),
+        Field::new("v4", Value::Ip("10.0.0.7".parse().unwrap())),
     ];
     let mut w = Writer::default();
     w.record(&sample);
@@ -114,7 +120,7 @@ fn hostile_frames_do_not_panic_on_the_host() {
                 survives("truncated frame", &[&[head][..], &good[..cut]].concat(), harness::frame_host);
             }
             for i in 0..good.len() {
-                for b in [0u8, 9, 10, 0xff] {
+                for b in [0u8, 8, 9, 10, 0xff] {
                     let mut bad = good.clone();
                     bad[i] = b;
                     survives("damaged frame", &[&[head][..], &bad[..]].concat(), harness::frame_host);
