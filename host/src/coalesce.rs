@@ -91,6 +91,13 @@ struct Gathered<R> {
     /// Whether the opener's thread ran out of ready tasks before the opener
     /// closed it (see [`Release`]).
     released: bool,
+    /// The first caller that joined (index 1), which watches a released
+    /// gathering for the others, was dropped before it closed: each caller
+    /// then watches for itself.
+    watcher_gone: bool,
+    /// A watcher found the gathering released and, after one more yield,
+    /// still not closed: every caller that joined evaluates alone.
+    abandoned: bool,
 }
 
 /// One gathering in this many waits for its thread's ready tasks even when
@@ -193,7 +200,7 @@ impl<R: Clone + Send> Coalescer<R> {
         if let Some(g) = open.gathering.as_ref().filter(|_| live)
             && let Some(index) = g.join(route, same, record, max_bytes, &me)
         {
-            return Arrival::Joined(Joined { gathering: g.clone(), index: index as u32, yielded: false });
+            return Arrival::Joined(Joined { gathering: g.clone(), index: index as u32, yielded: false, done: false });
         }
         if slot.skips() {
             return Arrival::Alone;
@@ -216,6 +223,8 @@ impl<R: Clone + Send> Coalescer<R> {
                 caller: me(),
                 closed: false,
                 released: false,
+                watcher_gone: false,
+                abandoned: false,
             }),
         });
         open.gathering = Some(g.clone());
@@ -400,11 +409,18 @@ impl<R: Send> Drop for Opened<'_, R> {
 /// The waker an opener's yield is deferred with, woken when its thread has
 /// run its ready tasks. Unless the opener closed the gathering meanwhile
 /// (woken early), it marks the gathering released, wakes the opener's task,
-/// then the callers that joined. A joined caller that finds it released and
-/// still not closed yields once more (by then the opener's task, woken
-/// first, has run), and if it is still not closed, the opener's future is
-/// kept but not polled: the caller withdraws and evaluates alone, so that
-/// nobody waits on a future nobody polls.
+/// then the first caller that joined, the watcher. A watcher that finds it
+/// released and still not closed yields once more (by then the opener's
+/// task, woken first, has run), and if it is still not closed, the opener's
+/// future is kept but not polled: the watcher marks the gathering abandoned,
+/// wakes the other callers, and they all evaluate alone, so that nobody
+/// waits on a future nobody polls.
+///
+/// Only the watcher is woken, not every caller: each woken caller is polled
+/// for nothing when the opener does close (the usual case), and waking them
+/// all cost 10-30% of one-record calls at c = 16 to 64
+/// (`profile_concurrent`). A watcher dropped before the gathering closes
+/// hands the watch to every caller (see `Joined`'s drop).
 struct Release<R> {
     gathering: Arc<Gathering<R>>,
     task: Waker,
@@ -423,7 +439,11 @@ impl<R: Send + 'static> std::task::Wake for Release<R> {
                 return;
             }
             st.released = true;
-            st.wakers.iter_mut().filter_map(Option::take).collect::<Vec<_>>()
+            if st.watcher_gone {
+                st.wakers.iter_mut().skip(1).filter_map(Option::take).collect::<Vec<_>>()
+            } else {
+                st.wakers.get_mut(1).and_then(Option::take).into_iter().collect()
+            }
         };
         self.task.wake_by_ref();
         for w in joined {
@@ -438,6 +458,8 @@ pub(crate) struct Joined<R> {
     index: u32,
     /// Whether it has yielded once since it found the gathering released.
     yielded: bool,
+    /// Whether it has given its answer (a result, or to go alone).
+    done: bool,
 }
 
 /// What a joined caller learns.
@@ -461,26 +483,70 @@ impl<R> Joined<R> {
 impl<R: Send> Future for Joined<R> {
     type Output = Joining;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Joining> {
-        let mut st = lock(&self.gathering.state);
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Joining> {
+        let gathering = self.gathering.clone();
+        let mut st = lock(&gathering.state);
         let index = self.index as usize;
         if let Some(results) = st.results.as_mut() {
+            self.done = true;
             // Each index is taken once: a caller's future ends with it.
             return Poll::Ready(match results.get_mut(index) {
                 Some(r) => Joining::Got(std::mem::replace(r, Err(Error::Internal(String::new())))),
                 None => Joining::Alone,
             });
         }
+        if st.abandoned {
+            self.done = true;
+            return Poll::Ready(Joining::Alone);
+        }
         match st.wakers.get_mut(index) {
             Some(w) => *w = Some(cx.waker().clone()),
-            None => return Poll::Ready(Joining::Alone),
+            None => {
+                self.done = true;
+                return Poll::Ready(Joining::Alone);
+            }
         }
-        if st.released && !st.closed {
+        if st.released && !st.closed && (index == 1 || st.watcher_gone) {
+            if !self.yielded {
+                return Poll::Ready(Joining::Yield);
+            }
             // The opener's task has run once since its thread ran out of
             // ready tasks, and did not close it: its future is not polled.
-            return Poll::Ready(if self.yielded { Joining::Alone } else { Joining::Yield });
+            st.abandoned = true;
+            let others: Vec<Waker> = st.wakers.iter_mut().skip(1).filter_map(Option::take).collect();
+            drop(st);
+            for w in others {
+                w.wake();
+            }
+            self.done = true;
+            return Poll::Ready(Joining::Alone);
         }
         Poll::Pending
+    }
+}
+
+impl<R> Drop for Joined<R> {
+    /// A watcher dropped before the gathering closed hands the watch to
+    /// every caller: woken now if the gathering is released already, else
+    /// by the release.
+    fn drop(&mut self) {
+        if self.done || self.index != 1 {
+            return;
+        }
+        let others = {
+            let mut st = lock(&self.gathering.state);
+            if st.closed || st.abandoned || st.watcher_gone {
+                return;
+            }
+            st.watcher_gone = true;
+            if !st.released {
+                return;
+            }
+            st.wakers.iter_mut().skip(1).filter_map(Option::take).collect::<Vec<_>>()
+        };
+        for w in others {
+            w.wake();
+        }
     }
 }
 
@@ -607,6 +673,103 @@ mod tests {
                 opened.finish(Vec::new());
             }
         });
+    }
+
+    /// An opened gathering that three callers joined, each polled once with
+    /// a waker that counts its wakes; and its release, woken as the opener's
+    /// thread would wake it (the opener's task counted too).
+    #[allow(clippy::type_complexity)]
+    fn released(co: &Coalescer<u8>) -> (Opened<'_, u8>, Vec<(Joined<u8>, Arc<Count>)>, Arc<Count>, Waker) {
+        let Arrival::Open(opened) = co.arrive(&0, same, &rec(0), MAX, next()) else { panic!("opens") };
+        let mut joined: Vec<_> = (1..4)
+            .map(|n| match co.arrive(&0, same, &rec(n), MAX, next()) {
+                Arrival::Joined(j) => (j, Arc::new(Count(AtomicUsize::new(0)))),
+                _ => panic!("joins"),
+            })
+            .collect();
+        for (j, c) in &mut joined {
+            assert!(poll_with(j, c).is_pending());
+        }
+        let task = Arc::new(Count(AtomicUsize::new(0)));
+        let release = Waker::from(Arc::new(Release { gathering: opened.gathering.clone(), task: Waker::from(task.clone()) }));
+        (opened, joined, task, release)
+    }
+
+    fn poll_with(j: &mut Joined<u8>, c: &Arc<Count>) -> Poll<Joining> {
+        Pin::new(j).poll(&mut Context::from_waker(&Waker::from(c.clone())))
+    }
+
+    fn wakes(c: &Arc<Count>) -> usize {
+        c.0.load(Ordering::Relaxed)
+    }
+
+    #[test]
+    fn a_release_wakes_the_opener_and_one_watcher_who_sends_the_others_alone() {
+        let co: Coalescer<u8> = Coalescer::new();
+        let (_opened, mut joined, task, release) = released(&co);
+        release.wake_by_ref();
+        assert_eq!(wakes(&task), 1, "the opener's task is woken");
+        let woken: Vec<usize> = joined.iter().map(|(_, c)| wakes(c)).collect();
+        assert_eq!(woken, [1, 0, 0], "of the callers, only the watcher");
+        let (w, wc) = &mut joined[0];
+        assert!(matches!(poll_with(w, wc), Poll::Ready(Joining::Yield)), "the watcher yields once");
+        w.yielded();
+        let (other, oc) = &mut joined[1];
+        assert!(poll_with(other, oc).is_pending(), "the others wait for the watcher");
+        // The opener was kept but not polled: still not closed.
+        let (w, wc) = &mut joined[0];
+        assert!(matches!(poll_with(w, wc), Poll::Ready(Joining::Alone)));
+        for (j, c) in &mut joined[1..] {
+            assert_eq!(wakes(c), 1, "the watcher wakes the others");
+            assert!(matches!(poll_with(j, c), Poll::Ready(Joining::Alone)));
+        }
+    }
+
+    #[test]
+    fn a_released_gathering_that_closes_answers_everyone() {
+        let co: Coalescer<u8> = Coalescer::new();
+        let (mut opened, mut joined, _task, release) = released(&co);
+        release.wake_by_ref();
+        let (w, wc) = &mut joined[0];
+        assert!(matches!(poll_with(w, wc), Poll::Ready(Joining::Yield)));
+        w.yielded();
+        // The opener's task runs, as it was woken first.
+        let (_, n) = opened.close();
+        assert_eq!(n, 4);
+        opened.finish((0..4).map(|i| Ok(rec(100 + i))).collect());
+        for (i, (j, c)) in joined.iter_mut().enumerate() {
+            let want = format!("{{\"n\":{}}}", 101 + i);
+            assert!(matches!(poll_with(j, c), Poll::Ready(Joining::Got(Ok(r))) if r.to_json() == want), "caller {i}");
+        }
+    }
+
+    #[test]
+    fn a_dropped_watcher_hands_the_watch_to_every_caller() {
+        let co: Coalescer<u8> = Coalescer::new();
+        // Dropped before the release: the release wakes every caller.
+        let (_opened, mut joined, _task, release) = released(&co);
+        drop(joined.remove(0));
+        release.wake_by_ref();
+        assert!(joined.iter().all(|(_, c)| wakes(c) == 1), "each is woken to watch for itself");
+        let (j, c) = &mut joined[0];
+        assert!(matches!(poll_with(j, c), Poll::Ready(Joining::Yield)));
+        j.yielded();
+        assert!(matches!(poll_with(j, c), Poll::Ready(Joining::Alone)));
+        // The first to find the opener still away sends the rest alone.
+        let (j, c) = &mut joined[1];
+        assert!(matches!(poll_with(j, c), Poll::Ready(Joining::Alone)));
+        // Dropped after the release: it wakes every caller itself.
+        let co: Coalescer<u8> = Coalescer::new();
+        let (_opened, mut joined, _task, release) = released(&co);
+        release.wake_by_ref();
+        drop(joined.remove(0));
+        assert!(joined.iter().all(|(_, c)| wakes(c) == 1), "the dropped watcher wakes the others");
+        let (j, c) = &mut joined[0];
+        assert!(matches!(poll_with(j, c), Poll::Ready(Joining::Yield)));
+        j.yielded();
+        assert!(matches!(poll_with(j, c), Poll::Ready(Joining::Alone)));
+        let (j, c) = &mut joined[1];
+        assert!(matches!(poll_with(j, c), Poll::Ready(Joining::Alone)));
     }
 
     #[test]

@@ -266,15 +266,20 @@ async fn a_caller_does_not_wait_on_an_opener_nobody_polls() {
     let own = rec(r#"{"n":1,"m":"x"}"#);
     let mut opener = Box::pin(rule.evaluate(&own));
     poll_once_pending(&mut opener, "the first call yields").await;
-    let joiner = {
-        let rule = rule.clone();
-        tokio::spawn(async move { rule.evaluate(&rec(r#"{"n":2,"m":"y"}"#)).await })
-    };
-    let got = tokio::time::timeout(Duration::from_secs(10), joiner)
-        .await
-        .expect("the other call waited on a gathering nobody closes")
-        .unwrap();
-    assert_eq!(got.unwrap().to_json(), r#"{"n":2,"m":"y"}"#);
+    // Three other calls join it: the first watches it for the others.
+    let joiners: Vec<_> = (2..5)
+        .map(|n| {
+            let rule = rule.clone();
+            tokio::spawn(async move { rule.evaluate(&rec(&format!(r#"{{"n":{n},"m":"y"}}"#))).await })
+        })
+        .collect();
+    for (n, joiner) in (2..5).zip(joiners) {
+        let got = tokio::time::timeout(Duration::from_secs(10), joiner)
+            .await
+            .expect("another call waited on a gathering nobody closes")
+            .unwrap();
+        assert_eq!(got.unwrap().to_json(), format!(r#"{{"n":{n},"m":"y"}}"#));
+    }
     // Polled again, the first call still gives its own result.
     assert_eq!(opener.await.unwrap().to_json(), r#"{"n":1,"m":"x"}"#);
 }
