@@ -594,7 +594,10 @@ def main():
               "brought nobody makes 1, 2, 4 … up to 4096 calls alone before it tries again. It replaced a "
               "queue that formed only when more threads called than a rule had lanes, which never happened "
               "on a runtime of as many workers as cores and did not pay where it did (the copy of each "
-              "record, a reply channel per record, wakes across threads).",
+              "record, a reply channel per record, wakes across threads). Session 14: a gathering that "
+              "its thread's running out of tasks releases (so that nobody waits on an opener nobody polls) "
+              "wakes its opener and one watcher, not every caller that joined; waking them all cost 10–30% "
+              "of these calls at c = 16 to 64 in alternating `profile_concurrent` runs.",
               "- Where a one-record call goes (perf, `host/examples/profile_single.rs`): about a third in the "
               "guest (decoding the frame, evaluating, encoding the output, its allocator), the rest spread "
               "over wasmtime's call path (entering the instance, lowering the frame through `cabi_realloc`, "

@@ -135,9 +135,9 @@ pub struct EngineConfig {
     /// ([`Rule::evaluate_blocking`]) are never coalesced: a thread that waits
     /// for another's batch parks in the kernel, which made them 4× slower.
     /// On the 2-core machine of BENCHMARKS.md, 4 to 64 tasks making
-    /// one-record calls went 0.96 to 3.4 times as fast with it as without
-    /// (the page shows both), and one task within noise of it off; turn it
-    /// off to rule it out.
+    /// one-record calls went 1.08 to 1.95 times as fast with it as without
+    /// (the page shows both; 0.96 to 3.4 in an earlier run), and one task
+    /// within noise of it off; turn it off to rule it out.
     ///
     /// A task never joins a gathering it opened itself, and a caller whose
     /// gathering's opener is kept but not polled (an `evaluate` future polled
