@@ -100,6 +100,16 @@ struct Gathered<R> {
     abandoned: bool,
 }
 
+impl<R> Gathered<R> {
+    /// The wakers of the callers that joined, but that of caller `except`
+    /// (the watcher that wakes the others, or the one that is gone), taken
+    /// to be woken.
+    fn joined_wakers(&mut self, except: usize) -> Vec<Waker> {
+        let others = self.wakers.iter_mut().enumerate().skip(1).filter(|(i, _)| *i != except);
+        others.filter_map(|(_, w)| w.take()).collect()
+    }
+}
+
 /// One gathering in this many waits for its thread's ready tasks even when
 /// it reaches the size of the last one: the early wake (see
 /// [`Opened::gather`]) would otherwise keep gatherings from growing when
@@ -439,11 +449,7 @@ impl<R: Send + 'static> std::task::Wake for Release<R> {
                 return;
             }
             st.released = true;
-            if st.watcher_gone {
-                st.wakers.iter_mut().skip(1).filter_map(Option::take).collect::<Vec<_>>()
-            } else {
-                st.wakers.get_mut(1).and_then(Option::take).into_iter().collect()
-            }
+            if st.watcher_gone { st.joined_wakers(1) } else { st.wakers.get_mut(1).and_then(Option::take).into_iter().collect() }
         };
         self.task.wake_by_ref();
         for w in joined {
@@ -513,7 +519,7 @@ impl<R: Send> Future for Joined<R> {
             // The opener's task has run once since its thread ran out of
             // ready tasks, and did not close it: its future is not polled.
             st.abandoned = true;
-            let others: Vec<Waker> = st.wakers.iter_mut().skip(1).filter_map(Option::take).collect();
+            let others = st.joined_wakers(index);
             drop(st);
             for w in others {
                 w.wake();
@@ -542,7 +548,7 @@ impl<R> Drop for Joined<R> {
             if !st.released {
                 return;
             }
-            st.wakers.iter_mut().skip(1).filter_map(Option::take).collect::<Vec<_>>()
+            st.joined_wakers(1)
         };
         for w in others {
             w.wake();
@@ -745,31 +751,27 @@ mod tests {
 
     #[test]
     fn a_dropped_watcher_hands_the_watch_to_every_caller() {
-        let co: Coalescer<u8> = Coalescer::new();
-        // Dropped before the release: the release wakes every caller.
-        let (_opened, mut joined, _task, release) = released(&co);
-        drop(joined.remove(0));
-        release.wake_by_ref();
-        assert!(joined.iter().all(|(_, c)| wakes(c) == 1), "each is woken to watch for itself");
-        let (j, c) = &mut joined[0];
-        assert!(matches!(poll_with(j, c), Poll::Ready(Joining::Yield)));
-        j.yielded();
-        assert!(matches!(poll_with(j, c), Poll::Ready(Joining::Alone)));
-        // The first to find the opener still away sends the rest alone.
-        let (j, c) = &mut joined[1];
-        assert!(matches!(poll_with(j, c), Poll::Ready(Joining::Alone)));
-        // Dropped after the release: it wakes every caller itself.
-        let co: Coalescer<u8> = Coalescer::new();
-        let (_opened, mut joined, _task, release) = released(&co);
-        release.wake_by_ref();
-        drop(joined.remove(0));
-        assert!(joined.iter().all(|(_, c)| wakes(c) == 1), "the dropped watcher wakes the others");
-        let (j, c) = &mut joined[0];
-        assert!(matches!(poll_with(j, c), Poll::Ready(Joining::Yield)));
-        j.yielded();
-        assert!(matches!(poll_with(j, c), Poll::Ready(Joining::Alone)));
-        let (j, c) = &mut joined[1];
-        assert!(matches!(poll_with(j, c), Poll::Ready(Joining::Alone)));
+        // Dropped before the release, the release wakes every caller; dropped
+        // after it, the watcher wakes them itself.
+        for released_first in [false, true] {
+            let co: Coalescer<u8> = Coalescer::new();
+            let (_opened, mut joined, _task, release) = released(&co);
+            if released_first {
+                release.wake_by_ref();
+            }
+            drop(joined.remove(0));
+            if !released_first {
+                release.wake_by_ref();
+            }
+            assert!(joined.iter().all(|(_, c)| wakes(c) == 1), "each is woken to watch for itself ({released_first})");
+            let (j, c) = &mut joined[0];
+            assert!(matches!(poll_with(j, c), Poll::Ready(Joining::Yield)));
+            j.yielded();
+            assert!(matches!(poll_with(j, c), Poll::Ready(Joining::Alone)));
+            // The first to find the opener still away sends the rest alone.
+            let (j, c) = &mut joined[1];
+            assert!(matches!(poll_with(j, c), Poll::Ready(Joining::Alone)));
+        }
     }
 
     #[test]

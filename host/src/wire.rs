@@ -150,6 +150,12 @@ pub(crate) mod names {
     }
 }
 
+/// The errors both decoders below give, in the same places, so that a
+/// frame fails the same way as records and as JSON lines (the guest's
+/// reader, `omlet_lang::frame`, says the same).
+const TOO_DEEP: &str = "record nested deeper than 128 levels";
+const OVERRUN: &str = "a record's subtrees overrun its node count";
+
 /// What the records of a guest's output frame are decoded into: owned
 /// [`Record`]s for the API, or JSON lines for a stream that only writes
 /// them out ([`crate::stream::run_json`]).
@@ -178,7 +184,7 @@ impl Decoded for String {
             json_tree(r, &mut read, 0, &mut line, At::Field(&mut first))?;
         }
         if read != size {
-            return Err("a record's subtrees overrun its node count".into());
+            return Err(OVERRUN.into());
         }
         line.push('}');
         Ok(line)
@@ -202,7 +208,7 @@ enum At<'f> {
 /// `write_json`).
 fn json_tree(r: &mut Reader<'_>, read: &mut u32, depth: u32, out: &mut String, at: At<'_>) -> Result<(), String> {
     if depth > omlet_lang::frame::MAX_DEPTH {
-        return Err("record nested deeper than 128 levels".into());
+        return Err(TOO_DEEP.into());
     }
     let (name, raw) = r.node()?;
     *read += 1;
@@ -244,7 +250,7 @@ fn json_tree(r: &mut Reader<'_>, read: &mut u32, depth: u32, out: &mut String, a
 /// Object members stay in the order the guest wrote them (name order).
 fn tree(r: &mut Reader<'_>, read: &mut u32, depth: u32) -> Result<Field<'static>, String> {
     if depth > omlet_lang::frame::MAX_DEPTH {
-        return Err("record nested deeper than 128 levels".into());
+        return Err(TOO_DEEP.into());
     }
     let (name, raw) = r.node()?;
     *read += 1;
@@ -271,7 +277,7 @@ fn record(r: &mut Reader<'_>, size: u32) -> Result<Record, String> {
         out.push(tree(r, &mut read, 0)?);
     }
     if read != size {
-        return Err("a record's subtrees overrun its node count".into());
+        return Err(OVERRUN.into());
     }
     Ok(Record::from_fields(out))
 }
