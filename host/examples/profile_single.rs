@@ -1,6 +1,7 @@
 //! Profiling aid: one-record calls of the pure rule from `THREADS` plain
 //! threads (`evaluate_blocking`), for `perf record`.
-//! Usage: profile_single [CALLS] [THREADS]; `OMLET_COALESCE=0` turns coalescing off.
+//! Usage: profile_single [CALLS] [THREADS]; `OMLET_COALESCE=0` turns coalescing off,
+//! `OMLET_EMPTY=1` calls with empty records.
 fn main() {
     let n: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(2_000_000);
     let threads: usize = std::env::args().nth(2).and_then(|s| s.parse().ok()).unwrap_or(1);
@@ -10,6 +11,8 @@ fn main() {
     let rule = omlet::block_on(engine.load_source("p.oml", "name : p\n---\nV = read(id) ;\n", &Default::default())).unwrap();
     let recs: Vec<omlet::Record> =
         (0..64).map(|i| omlet::Record::from_json(&format!("{{\"id\":{i},\"msg\":\"hello world\"}}")).unwrap()).collect();
+    // `OMLET_EMPTY=1`: empty records, the shape of `baseline/empty_guest_call`.
+    let recs = if std::env::var("OMLET_EMPTY").is_ok_and(|v| v == "1") { vec![omlet::Record::new(); 64] } else { recs };
     let t = std::time::Instant::now();
     std::thread::scope(|s| {
         for w in 0..threads {
