@@ -995,15 +995,28 @@ impl Rule {
 
     /// One record in its own call.
     async fn evaluate_alone(&self, route: Route<'_>, record: &Record) -> Result<Record> {
-        let input = wire::encode_record(record);
-        self.check_size(&input)?;
         let route = wit_route(route);
-        if let Some(result) = self.evaluate_sync(&route, &input) {
-            return result;
+        match self.alone_sync(&route, record) {
+            Alone::Done(result) => result,
+            // The sync path could not answer: the async one, on a fiber
+            // (boxed: see `evaluate_on`).
+            Alone::Async(input) => Box::pin(self.evaluate_async(route, input)).await,
         }
-        // The sync path could not answer: the async one, on a fiber (boxed:
-        // see `evaluate_on`).
-        Box::pin(self.evaluate_async(route, input)).await
+    }
+
+    /// A one-record call on the fiber-less path, its frame written in the
+    /// thread's buffer (no allocation); the frame as its own bytes when the
+    /// call must be made on the async path.
+    fn alone_sync(&self, route: &ev::Route, record: &Record) -> Alone {
+        wire::with_record_frame(record, |input| {
+            if let Err(e) = self.check_size(input) {
+                return Alone::Done(Err(e));
+            }
+            match self.evaluate_sync(route, input) {
+                Some(result) => Alone::Done(result),
+                None => Alone::Async(input.to_vec()),
+            }
+        })
     }
 
     /// One encoded record on the async path, on a fiber.
@@ -1129,13 +1142,11 @@ impl Rule {
         // the kernel, which costs more than the batch saves (see
         // `EngineConfig::coalesce`). A call the sync path answers needs no
         // runtime at all.
-        let input = wire::encode_record(record);
-        self.check_size(&input)?;
         let route = wit_route(route);
-        if let Some(result) = self.evaluate_sync(&route, &input) {
-            return result;
+        match self.alone_sync(&route, record) {
+            Alone::Done(result) => result,
+            Alone::Async(input) => block_on(self.evaluate_async(route, input)),
         }
-        block_on(self.evaluate_async(route, input))
     }
 
     /// [`Rule::evaluate_batch`] for programs without an async runtime.
@@ -1183,6 +1194,14 @@ enum Step<'a> {
 }
 
 /// The record an `evaluate` call gave, or its error.
+/// Where a one-record call stands after the fiber-less path.
+enum Alone {
+    /// Answered (or refused: a record over the size limit).
+    Done(Result<Record>),
+    /// To be made on the async path, with this frame.
+    Async(Vec<u8>),
+}
+
 fn single_output(out: Result<Vec<u8>, ev::EvalError>) -> Result<Record> {
     let frame = out.map_err(|e| record_error(0, e))?;
     wire::decode_record(&frame).map_err(|m| Error::Internal(format!("the guest's output record: {m}")))

@@ -7,20 +7,43 @@ use omlet_lang::value::{Field, Value};
 use crate::record::Record;
 use crate::{Error, Result};
 
-/// One record as a frame, for `evaluate`.
+thread_local! {
+    /// One writer per thread, and one frame buffer, reused from call to call.
+    static FRAME: std::cell::RefCell<(Writer, Vec<u8>)> = const { std::cell::RefCell::new((Writer::new(), Vec::new())) };
+}
+
+/// One record as a frame, for `evaluate`: the thread's writer is reused, so
+/// only the frame is allocated.
 pub(crate) fn encode_record(r: &Record) -> Vec<u8> {
-    // One writer per thread, reused: a one-record call allocates only its frame.
-    thread_local! {
-        static WRITER: std::cell::RefCell<Writer> = std::cell::RefCell::new(Writer::default());
-    }
-    WRITER.with(|w| {
-        let Ok(mut w) = w.try_borrow_mut() else {
+    FRAME.with(|cell| {
+        let Ok(mut b) = cell.try_borrow_mut() else {
             let mut w = Writer::with_capacity(1, r.fields().len());
             w.record(r.fields());
             return w.finish();
         };
+        b.0.record(r.fields());
+        b.0.take_frame()
+    })
+}
+
+/// `f` on one record's frame, written into the thread's own buffer: a
+/// one-record call that is made while `f` runs (the fiber-less path)
+/// allocates no frame. A buffer one huge record grew past
+/// [`omlet_lang::frame::KEEP_BYTES`] is let go after the call.
+pub(crate) fn with_record_frame<T>(r: &Record, f: impl FnOnce(&[u8]) -> T) -> T {
+    FRAME.with(|cell| {
+        // Taken while another `f` of this thread runs: a frame of its own.
+        let Ok(mut b) = cell.try_borrow_mut() else {
+            return f(&encode_record(r));
+        };
+        let (w, frame) = &mut *b;
         w.record(r.fields());
-        w.take_frame()
+        w.take_frame_into(frame);
+        let out = f(frame);
+        if frame.capacity() > omlet_lang::frame::KEEP_BYTES {
+            *frame = Vec::new();
+        }
+        out
     })
 }
 
@@ -328,6 +351,29 @@ pub(crate) fn decode_batch<T: Decoded>(
 mod tests {
     use super::*;
     use std::borrow::Cow;
+
+    /// A one-record frame is written into the thread's buffer: the same
+    /// bytes as `encode_record`, the same buffer call after call, a buffer a
+    /// huge record grew let go after its call, and a frame asked for while
+    /// the buffer is in use is a frame of its own.
+    #[test]
+    fn one_record_frames_reuse_the_threads_buffer() {
+        let small = Record::from_json(r#"{"id":1,"msg":"hello"}"#).unwrap();
+        let (at, bytes) = with_record_frame(&small, |f| (f.as_ptr() as usize, f.to_vec()));
+        assert_eq!(bytes, encode_record(&small));
+        assert_eq!(with_record_frame(&small, |f| f.as_ptr() as usize), at, "the buffer was not reused");
+        let mut big = Record::new();
+        big.insert("text", "x".repeat(omlet_lang::frame::KEEP_BYTES));
+        let inner = with_record_frame(&small, |outer| {
+            with_record_frame(&big, |inner| {
+                assert_ne!(outer.as_ptr(), inner.as_ptr());
+                inner.to_vec()
+            })
+        });
+        assert_eq!(inner, encode_record(&big));
+        with_record_frame(&big, |f| assert!(f.len() > omlet_lang::frame::KEEP_BYTES));
+        FRAME.with(|c| assert_eq!(c.borrow().1.capacity(), 0, "a huge record's buffer was kept"));
+    }
 
     #[test]
     fn output_names_are_shared_and_bounded() {

@@ -80,6 +80,8 @@ struct State {
     /// The output frame's buffers, reused from call to call
     /// (`Writer::take_frame`, which lets a huge output's buffers go).
     writer: Writer,
+    /// The records' field vectors, reused from record to record.
+    spare: eval::Spare,
 }
 
 static mut STATE: State = State {
@@ -90,6 +92,7 @@ static mut STATE: State = State {
     routes: BTreeMap::new(),
     key: Vec::new(),
     writer: Writer::new(),
+    spare: eval::Spare::new(),
 };
 
 /// The guest is single-threaded and calls do not nest: one `&mut` at a time.
@@ -160,26 +163,30 @@ impl exports::omlet::rule::evaluator::Guest for Guest {
         let st = state();
         refresh(st, generation);
         let mut w = core::mem::take(&mut st.writer);
+        let mut spare = core::mem::take(&mut st.spare);
         let result = (|| {
             let (prog, model, mut host) = split(st, &route)?;
             let mut reader = Reader::new(&input).map_err(|e| failed(e.to_string()))?;
             if reader.records() != 1 {
                 return Err(failed("`evaluate` takes a frame of exactly one record".to_string()));
             }
-            let fields = reader.size(0).and_then(|n| reader.fields(n)).map_err(|e| failed(e.to_string()))?;
-            let out = eval::evaluate(prog, model, fields, &mut host).map_err(eval_error)?;
+            let fields = reader.size(0).and_then(|n| reader.fields_in(n, spare.fields())).map_err(|e| failed(e.to_string()))?;
+            let out = eval::evaluate_with(prog, model, fields, &mut host, &mut spare).map_err(eval_error)?;
             w.record(&out);
+            spare.give_back(out);
             Ok(w.take_frame())
         })();
         st.writer = w;
+        st.spare = spare;
         result
     }
 
     fn evaluate_batch(generation: u64, route: WRoute, input: Vec<u8>) -> BatchOutput {
         let st = state();
         refresh(st, generation);
-        // Taken before `split` borrows the state; an early return drops it.
+        // Taken before `split` borrows the state; an early return drops them.
         let mut w = core::mem::take(&mut st.writer);
+        let mut spare = core::mem::take(&mut st.spare);
         let mut reader = match Reader::new(&input) {
             Ok(r) => r,
             // Without a readable header the records cannot even be counted.
@@ -200,7 +207,7 @@ impl exports::omlet::rule::evaluator::Guest for Guest {
         };
         let mut errors = Vec::new();
         for index in 0..n {
-            let fields = match reader.size(index).and_then(|size| reader.fields(size)) {
+            let fields = match reader.size(index).and_then(|size| reader.fields_in(size, spare.fields())) {
                 Ok(f) => f,
                 // Nodes have no fixed size: past a damaged record, none can be found.
                 Err(e) => {
@@ -210,13 +217,18 @@ impl exports::omlet::rule::evaluator::Guest for Guest {
                     break;
                 }
             };
-            match eval::evaluate(prog, model, fields, &mut host) {
-                Ok(out) => w.record(&out),
+            match eval::evaluate_with(prog, model, fields, &mut host, &mut spare) {
+                Ok(out) => {
+                    w.record(&out);
+                    spare.give_back(out);
+                }
                 Err(e) => errors.push(RecordError { index: index as u32, error: eval_error(e) }),
             }
         }
         let records = w.take_frame();
-        state().writer = w;
+        let st = state();
+        st.writer = w;
+        st.spare = spare;
         BatchOutput { records, errors }
     }
 }

@@ -68,12 +68,68 @@ pub fn evaluate<'a>(
     input: Vec<Field<'a>>,
     host: &mut dyn Host,
 ) -> Result<Vec<Field<'a>>, EvalError> {
+    evaluate_with(program, model, input, host, &mut Spare::new())
+}
+
+/// The field vectors one evaluation leaves for the next, so that a caller
+/// evaluating record after record (the guest) allocates them once, not once
+/// per record. Between evaluations it holds only empty buffers; one that
+/// grew past [`Spare::KEEP_FIELDS`] is let go, so that one huge record does
+/// not hold its memory for good.
+#[derive(Default)]
+pub struct Spare {
+    src: Vec<Option<Field<'static>>>,
+    dst: Vec<Field<'static>>,
+}
+
+impl Spare {
+    /// The most fields a kept buffer may have room for.
+    pub const KEEP_FIELDS: usize = 4096;
+
+    pub const fn new() -> Spare {
+        Spare { src: Vec::new(), dst: Vec::new() }
+    }
+
+    /// An empty vector for the next record's input fields: the buffer the
+    /// last evaluation's input left.
+    pub fn fields<'a>(&mut self) -> Vec<Field<'a>> {
+        recycle(core::mem::take(&mut self.src))
+    }
+
+    /// Takes back an output the caller is done with: its fields are dropped,
+    /// its buffer kept for the next evaluation's output.
+    pub fn give_back(&mut self, out: Vec<Field<'_>>) {
+        self.dst = recycle(out);
+    }
+}
+
+/// `v` emptied and re-typed, keeping its buffer when `T` and `U` have the
+/// same layout (as a field and an optional field have): an empty vector
+/// collected in place. A buffer past [`Spare::KEEP_FIELDS`] is freed.
+fn recycle<T, U>(mut v: Vec<T>) -> Vec<U> {
+    if v.capacity() > Spare::KEEP_FIELDS {
+        return Vec::new();
+    }
+    v.clear();
+    v.into_iter().map(|_| -> U { unreachable!("the vector is empty") }).collect()
+}
+
+/// [`evaluate`], taking its field vectors from `spare` and leaving the
+/// input's there (call [`Spare::give_back`] with the output once done).
+pub fn evaluate_with<'a>(
+    program: &'a Program,
+    model: usize,
+    input: Vec<Field<'a>>,
+    host: &mut dyn Host,
+    spare: &mut Spare,
+) -> Result<Vec<Field<'a>>, EvalError> {
     let m = program.models.get(model).ok_or(EvalError::NoSuchModel(model))?;
     let mut input = input;
     for f in &mut input {
         f.sym = program.resolve(&f.name);
     }
     let mut ctx = Ctx::new(program, input, host);
+    ctx.dst = recycle(core::mem::take(&mut spare.dst));
     // Most statements write one field: one allocation for the output.
     ctx.dst.reserve(m.stmts.len());
     for stmt in &m.stmts {
@@ -82,6 +138,7 @@ pub fn evaluate<'a>(
             return Err(EvalError::Lookup(e));
         }
     }
+    spare.src = recycle(core::mem::take(&mut ctx.src));
     let mut out = ctx.dst;
     for f in &mut out {
         if f.name.starts_with("__") {
@@ -621,6 +678,39 @@ mod tests {
     fn run<'a>(program: &'a Program, input: Vec<Field<'a>>) -> Vec<(String, Value<'a>)> {
         let out = evaluate(program, 0, input, &mut NoHost).unwrap();
         out.into_iter().map(|f| (f.name.into_owned(), f.value)).collect()
+    }
+
+    /// A `Spare` carries the field vectors from record to record: the same
+    /// outputs as `evaluate`, with the input's and the output's buffers kept
+    /// (so the next record allocates neither), and a buffer past
+    /// `KEEP_FIELDS` let go.
+    #[test]
+    fn a_spare_keeps_the_field_vectors_between_records() {
+        let src = "name : t\n---\nV = read(id) ;\nW = read(x) ;\n* = take() ;\n";
+        let program = compile(&[Source { file: "t.oml", text: src }], (0, 0)).unwrap();
+        let record =
+            |i: i64| vec![Field::new("id", Value::Digit(i)), Field::new("x", Value::chars("a")), Field::new("y", Value::Null)];
+        let mut spare = Spare::new();
+        for i in 0..3 {
+            let mut input = spare.fields();
+            assert!(i == 0 || input.capacity() >= 3, "record {i}: the input's buffer was not kept");
+            input.extend(record(i));
+            let out = evaluate_with(&program, 0, input, &mut NoHost, &mut spare).unwrap();
+            assert_eq!(out, evaluate(&program, 0, record(i), &mut NoHost).unwrap());
+            let at = out.as_ptr() as usize;
+            spare.give_back(out);
+            // The output's buffer is the next output's.
+            let next = evaluate_with(&program, 0, record(i), &mut NoHost, &mut spare).unwrap();
+            assert_eq!(next.as_ptr() as usize, at, "record {i}: the output's buffer was not kept");
+            spare.give_back(next);
+        }
+        let names: Vec<String> = (0..=Spare::KEEP_FIELDS).map(|i| format!("f{i}")).collect();
+        let mut big = spare.fields();
+        big.extend(names.iter().map(|n| Field::new(n.as_str(), Value::Digit(1))));
+        let out = evaluate_with(&program, 0, big, &mut NoHost, &mut spare).unwrap();
+        assert_eq!(spare.fields().capacity(), 0, "a huge input's buffer is let go");
+        spare.give_back(out);
+        assert_eq!(spare.dst.capacity(), 0, "a huge output's buffer is let go");
     }
 
     /// 200 000 top-level fields. Each lookup is O(1) amortised (a slot index

@@ -175,6 +175,21 @@ impl Writer {
     /// go, so that one huge frame does not hold its memory for good.
     pub fn take_frame(&mut self) -> Vec<u8> {
         let out = self.bytes();
+        self.reset();
+        out
+    }
+
+    /// [`Writer::take_frame`] into `out`, which is cleared first and whose
+    /// buffer is reused: a caller that keeps `out` allocates no frame at all.
+    pub fn take_frame_into(&mut self, out: &mut Vec<u8>) {
+        out.clear();
+        self.bytes_into(out);
+        self.reset();
+    }
+
+    /// Empties the writer for the next frame, letting go of buffers past
+    /// [`KEEP_BYTES`].
+    fn reset(&mut self) {
         if self.sizes.capacity() * 4 + self.nodes.capacity() + self.text.capacity() > KEEP_BYTES {
             *self = Writer::new();
         } else {
@@ -183,11 +198,16 @@ impl Writer {
             self.text.clear();
             self.count = 0;
         }
-        out
     }
 
     fn bytes(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(12 + self.sizes.len() * 4 + self.nodes.len() + self.text.len());
+        let mut out = Vec::new();
+        self.bytes_into(&mut out);
+        out
+    }
+
+    fn bytes_into(&self, out: &mut Vec<u8>) {
+        out.reserve(12 + self.sizes.len() * 4 + self.nodes.len() + self.text.len());
         out.extend_from_slice(&(self.sizes.len() as u32).to_le_bytes());
         out.extend_from_slice(&(self.nodes.len() as u32).to_le_bytes());
         out.extend_from_slice(&(self.text.len() as u32).to_le_bytes());
@@ -196,7 +216,6 @@ impl Writer {
         }
         out.extend_from_slice(&self.nodes);
         out.extend_from_slice(&self.text);
-        out
     }
 }
 
@@ -307,7 +326,14 @@ impl<'a> Reader<'a> {
     /// The next `count` top-level fields, borrowing their text from the
     /// frame; object members are put in name order, as OML keeps them.
     pub fn fields(&mut self, count: u32) -> Result<Vec<Field<'a>>, FrameError> {
-        let mut out = Vec::with_capacity((count as usize).min(self.nodes.len()));
+        self.fields_in(count, Vec::new())
+    }
+
+    /// [`Reader::fields`] into `out`, whose buffer is reused (it is cleared
+    /// first).
+    pub fn fields_in(&mut self, count: u32, mut out: Vec<Field<'a>>) -> Result<Vec<Field<'a>>, FrameError> {
+        out.clear();
+        out.reserve((count as usize).min(self.nodes.len()));
         let mut read = 0u32;
         while read < count {
             out.push(self.tree(&mut read, 0)?);
