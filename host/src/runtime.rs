@@ -134,10 +134,11 @@ pub struct EngineConfig {
     /// lookups of concurrent callers still overlap. The blocking calls
     /// ([`Rule::evaluate_blocking`]) are never coalesced: a thread that waits
     /// for another's batch parks in the kernel, which made them 4× slower.
-    /// On the 2-core machine of BENCHMARKS.md, 4 to 64 tasks making
-    /// one-record calls went 1.08 to 1.95 times as fast with it as without
-    /// (the page shows both; 0.96 to 3.4 in an earlier run), and one task
-    /// within noise of it off; turn it off to rule it out.
+    /// On the 2-core machine of BENCHMARKS.md, 16 and 64 tasks making
+    /// one-record calls went 1.39 to 1.61 times as fast with it as without,
+    /// 4 tasks (two per thread) 1.00 to 1.07 (the page shows both; earlier
+    /// runs gave 0.96 to 3.4), and one task within noise of it off; turn it
+    /// off to rule it out.
     ///
     /// A task never joins a gathering it opened itself, and a caller whose
     /// gathering's opener is kept but not polled (an `evaluate` future polled
@@ -996,12 +997,14 @@ impl Rule {
     /// One record in its own call.
     async fn evaluate_alone(&self, route: Route<'_>, record: &Record) -> Result<Record> {
         let route = wit_route(route);
-        match self.alone_sync(&route, record) {
-            Alone::Done(result) => result,
-            // The sync path could not answer: the async one, on a fiber
-            // (boxed: see `evaluate_on`).
-            Alone::Async(input) => Box::pin(self.evaluate_async(route, input)).await,
-        }
+        // Matched before the await, so that the future keeps no room for it.
+        let input = match self.alone_sync(&route, record) {
+            Alone::Done(result) => return result,
+            Alone::Async(input) => input,
+        };
+        // The sync path could not answer: the async one, on a fiber (boxed:
+        // see `evaluate_on`).
+        Box::pin(self.evaluate_async(route, input)).await
     }
 
     /// A one-record call on the fiber-less path, its frame written in the

@@ -293,7 +293,8 @@ async fn the_evaluate_future_stays_small() {
     let f = rule.evaluate(&r);
     let size = std::mem::size_of_val(&f);
     println!("the evaluate future takes {size} bytes");
-    assert!(size <= 320, "the evaluate future takes {size} bytes");
+    // 272 bytes on rustc 1.95; a match kept across the await once made it 304.
+    assert!(size <= 280, "the evaluate future takes {size} bytes");
     f.await.unwrap();
 }
 
