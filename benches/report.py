@@ -582,7 +582,11 @@ def main():
               "from a plain thread (`host/examples/profile_single.rs`: 0.54 → 0.65 M/s).",
               "- **Reused frame writers** (kept): the guest keeps its output writer's buffers between calls, "
               "and the host one writer per thread for one-record frames, so a call allocates only the frames "
-              "it hands over (three allocations fewer on each side): `profile_single` 0.65 → 0.78 M/s.",
+              "it hands over (three allocations fewer on each side): `profile_single` 0.65 → 0.78 M/s. "
+              "Session 15: the guest also keeps each record's input and output field vectors for the next "
+              "(`eval::Spare`), and the fiber-less path writes the host's frame into the thread's own buffer, "
+              "so a one-record call allocates neither (`profile_single`, alternating, medians 1.335 → "
+              "1.405 M/s).",
               "- **Coalescing, per thread** (kept, on by default, `EngineConfig::coalesce`; never for "
               "`evaluate_blocking`, whose waiting threads would park): the first one-record caller on a "
               "thread opens a gathering and yields once; the thread's other callers encode their records "
@@ -602,7 +606,9 @@ def main():
               "guest (decoding the frame, evaluating, encoding the output, its allocator), the rest spread "
               "over wasmtime's call path (entering the instance, lowering the frame through `cabi_realloc`, "
               "lifting the result, the post-return), the instance pool, malloc and the host's frame code, "
-              "none above 4%.",
+              "none above 4%. The largest single item (session 15, ~3–4%) is wasmtime's lookup of the "
+              "export's function reference on every call (`CompiledFunctionsTable::func_loc`), out of "
+              "omlet's reach.",
               ""]
 
     # --- where the time goes ----------------------------------------------------------
