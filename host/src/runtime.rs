@@ -1196,7 +1196,6 @@ enum Step<'a> {
     Open(Pin<Box<dyn Future<Output = Result<Record>> + Send + 'a>>),
 }
 
-/// The record an `evaluate` call gave, or its error.
 /// Where a one-record call stands after the fiber-less path.
 enum Alone {
     /// Answered (or refused: a record over the size limit).
@@ -1205,6 +1204,7 @@ enum Alone {
     Async(Vec<u8>),
 }
 
+/// The record an `evaluate` call gave, or its error.
 fn single_output(out: Result<Vec<u8>, ev::EvalError>) -> Result<Record> {
     let frame = out.map_err(|e| record_error(0, e))?;
     wire::decode_record(&frame).map_err(|m| Error::Internal(format!("the guest's output record: {m}")))
