@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use omlet_lang::Cell;
+use thread_local::ThreadLocal;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use wasmtime::component::{Component, ComponentExportIndex, HasSelf, InstancePre, Linker, TypedFunc};
 use wasmtime::{Config, Engine as WtEngine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, UpdateDeadline};
@@ -185,17 +186,62 @@ struct Slots {
     pools: Mutex<Vec<Weak<dyn Idle>>>,
 }
 
-/// The idle instances of one rule, of one kind (async or sync).
-type Pool<C> = Mutex<Vec<Instance<C>>>;
+/// The idle instances of one rule, of one kind (async or sync): the last
+/// one each thread gave back, which that thread's next call takes under a
+/// lock no other thread touches (save the budget's, below), and the rest in
+/// a list the threads share.
+struct Pool<T: Send> {
+    hot: ThreadLocal<Mutex<Option<T>>>,
+    shared: Mutex<Vec<T>>,
+}
+
+impl<T: Send> Pool<T> {
+    fn new(first: Option<T>) -> Pool<T> {
+        Pool { hot: ThreadLocal::new(), shared: Mutex::new(first.into_iter().collect()) }
+    }
+
+    /// An idle instance: this thread's own, else any other, so that a new
+    /// one is made only when none is idle (the pool grows to the calls in
+    /// flight at once, not to the threads that ever called).
+    fn take(&self) -> Option<T> {
+        if let Some(inst) = self.hot.get().and_then(|slot| slot.lock().ok()?.take()) {
+            return Some(inst);
+        }
+        self.take_elsewhere()
+    }
+
+    /// One from the shared list, else another thread's own (unless that
+    /// thread is taking it right now).
+    fn take_elsewhere(&self) -> Option<T> {
+        if let Some(inst) = self.shared.lock().ok().and_then(|mut v| v.pop()) {
+            return Some(inst);
+        }
+        self.hot.iter().find_map(|slot| slot.try_lock().ok()?.take())
+    }
+
+    /// Gives an instance back: as this thread's own if it has none.
+    fn put(&self, inst: T) {
+        let inst = match self.hot.get_or_default().lock() {
+            Ok(mut slot) if slot.is_none() => {
+                *slot = Some(inst);
+                return;
+            }
+            _ => inst,
+        };
+        if let Ok(mut v) = self.shared.lock() {
+            v.push(inst);
+        }
+    }
+}
 
 /// An idle pool seen from the engine's budget: something to drop an instance from.
 trait Idle: Send + Sync {
     fn drop_one(&self) -> bool;
 }
 
-impl<C: Send> Idle for Pool<C> {
+impl<T: Send> Idle for Pool<T> {
     fn drop_one(&self) -> bool {
-        self.lock().ok().and_then(|mut v| v.pop()).is_some()
+        self.take_elsewhere().is_some()
     }
 }
 
@@ -359,7 +405,7 @@ impl Engine {
         };
         let shared = Arc::new(Shared { knowledge: shared.knowledge.clone(), statements });
         inst.store.data_mut().shared = shared.clone();
-        let idle: Arc<Pool<bindings::Rule>> = Arc::new(Mutex::new(vec![inst]));
+        let idle: Arc<Pool<Instance<bindings::Rule>>> = Arc::new(Pool::new(Some(inst)));
         self.slots.register(Arc::downgrade(&idle) as Weak<dyn Idle>);
         let sync = self.sync_path(&component, &shared)?;
         if let Some(path) = &sync {
@@ -386,7 +432,7 @@ impl Engine {
         let evaluator = component.get_export_index(None, EVALUATOR).ok_or_else(missing)?;
         let evaluate = component.get_export_index(Some(&evaluator), "evaluate").ok_or_else(missing)?;
         let batch = component.get_export_index(Some(&evaluator), "evaluate-batch").ok_or_else(missing)?;
-        Ok(Some(SyncPath { pre, evaluate, batch, idle: Arc::new(Mutex::new(Vec::new())), skip: AtomicU32::new(0) }))
+        Ok(Some(SyncPath { pre, evaluate, batch, idle: Arc::new(Pool::new(None)), skip: AtomicU32::new(0) }))
     }
 }
 
@@ -660,7 +706,7 @@ struct SyncPath {
     pre: InstancePre<StoreState>,
     evaluate: ComponentExportIndex,
     batch: ComponentExportIndex,
-    idle: Arc<Pool<SyncCalls>>,
+    idle: Arc<Pool<Instance<SyncCalls>>>,
     /// Calls left to make on the async path after a lookup missed the
     /// shared cache: where misses are common, a fiber-less try that is then
     /// made again would double their cost.
@@ -812,7 +858,7 @@ struct RuleInner {
     pre: bindings::RulePre<StoreState>,
     shared: Arc<Shared>,
     info: RuleInfo,
-    idle: Arc<Pool<bindings::Rule>>,
+    idle: Arc<Pool<Instance<bindings::Rule>>>,
     /// The fiber-less path, for rules that can take it (see `Engine::sync_path`).
     sync: Option<SyncPath>,
     /// Where one-record calls are gathered to be coalesced (with a sync
@@ -832,8 +878,7 @@ impl Rule {
 
     /// An instance armed for one call at knowledge `generation`.
     async fn checkout(&self, generation: u64) -> Result<Instance<bindings::Rule>> {
-        let idle = self.inner.idle.lock().ok().and_then(|mut v| v.pop());
-        let mut inst = match idle {
+        let mut inst = match self.inner.idle.take() {
             Some(i) => i,
             None => Instance::new(&self.inner.engine, &self.inner.pre, self.inner.shared.clone()).await?,
         };
@@ -841,10 +886,8 @@ impl Rule {
         Ok(inst)
     }
 
-    fn checkin<C>(&self, pool: &Pool<C>, inst: Instance<C>) {
-        if let Ok(mut v) = pool.lock() {
-            v.push(inst);
-        }
+    fn checkin<C: Send>(&self, pool: &Pool<Instance<C>>, inst: Instance<C>) {
+        pool.put(inst);
         // Only a call that found no permit waits for a returned instance; while
         // permits are left, waking anyone costs a lock per call for nothing.
         let slots = &self.inner.engine.slots;
@@ -874,8 +917,7 @@ impl Rule {
             return None;
         }
         let generation = self.generation();
-        let idle = path.idle.lock().ok().and_then(|mut v| v.pop());
-        let mut inst = match idle {
+        let mut inst = match path.idle.take() {
             Some(i) => i,
             None => match Instance::new_sync(&self.inner.engine, path, self.inner.shared.clone())? {
                 Ok(i) => i,
@@ -1372,3 +1414,36 @@ fn sync_imports(engine: &WtEngine) -> wasmtime::Result<Linker<StoreState>> {
 }
 
 impl types::Host for StoreState {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A thread takes back the instance it gave back; a thread with none
+    /// takes one from the shared list first, then another thread's, so that
+    /// a new instance is made only when none is idle; the budget reaches
+    /// every thread's.
+    #[test]
+    fn an_idle_pool_keeps_one_per_thread_and_lends_it_to_others() {
+        let pool: Pool<u32> = Pool::new(Some(1));
+        assert_eq!(pool.take(), Some(1), "the first instance is in the shared list");
+        assert_eq!(pool.take(), None);
+        pool.put(2);
+        pool.put(3);
+        assert_eq!(pool.take(), Some(2), "this thread's own comes first");
+        pool.put(2);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                assert_eq!(pool.take(), Some(3), "another thread takes the shared one first");
+                assert_eq!(pool.take(), Some(2), "then the other thread's own");
+                assert_eq!(pool.take(), None);
+                pool.put(4);
+            });
+        });
+        assert_eq!(pool.take(), Some(4), "the other thread's own, lent back");
+        pool.put(5);
+        assert!(pool.drop_one(), "the budget reaches a thread's own");
+        assert!(!pool.drop_one());
+        assert_eq!(pool.take(), None);
+    }
+}
