@@ -188,8 +188,8 @@ struct Slots {
 
 /// The idle instances of one rule, of one kind (async or sync): the last
 /// one each thread gave back, which that thread's next call takes under a
-/// lock no other thread touches (save the budget's, below), and the rest in
-/// a list the threads share.
+/// lock of its own (other threads only try it, when they find no instance
+/// of theirs), and the rest in a list the threads share.
 struct Pool<T: Send> {
     hot: ThreadLocal<Mutex<Option<T>>>,
     shared: Mutex<Vec<T>>,
@@ -202,7 +202,10 @@ impl<T: Send> Pool<T> {
 
     /// An idle instance: this thread's own, else any other, so that a new
     /// one is made only when none is idle (the pool grows to the calls in
-    /// flight at once, not to the threads that ever called).
+    /// flight at once, not to the threads that ever called; a slot its owner
+    /// holds at that moment is passed over, which can cost one instance
+    /// more, within the engine's budget). With no own instance and none
+    /// shared, this tries every thread's slot: a lock attempt per thread.
     fn take(&self) -> Option<T> {
         if let Some(inst) = self.hot.get().and_then(|slot| slot.lock().ok()?.take()) {
             return Some(inst);

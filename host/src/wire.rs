@@ -15,15 +15,20 @@ thread_local! {
 /// One record as a frame, for `evaluate`: the thread's writer is reused, so
 /// only the frame is allocated.
 pub(crate) fn encode_record(r: &Record) -> Vec<u8> {
-    FRAME.with(|cell| {
-        let Ok(mut b) = cell.try_borrow_mut() else {
-            let mut w = Writer::with_capacity(1, r.fields().len());
-            w.record(r.fields());
-            return w.finish();
-        };
-        b.0.record(r.fields());
-        b.0.take_frame()
-    })
+    let fresh = || {
+        let mut w = Writer::with_capacity(1, r.fields().len());
+        w.record(r.fields());
+        w.finish()
+    };
+    // A fresh writer while the thread's is in use, or gone (the thread is
+    // ending).
+    FRAME
+        .try_with(|cell| {
+            let Ok(mut b) = cell.try_borrow_mut() else { return fresh() };
+            b.0.record(r.fields());
+            b.0.take_frame()
+        })
+        .unwrap_or_else(|_| fresh())
 }
 
 /// `f` on one record's frame, written into the thread's own buffer: a
@@ -31,6 +36,10 @@ pub(crate) fn encode_record(r: &Record) -> Vec<u8> {
 /// allocates no frame. A buffer one huge record grew past
 /// [`omlet_lang::frame::KEEP_BYTES`] is let go after the call.
 pub(crate) fn with_record_frame<T>(r: &Record, f: impl FnOnce(&[u8]) -> T) -> T {
+    // The thread is ending and its buffer is gone: a frame of its own.
+    if FRAME.try_with(|_| ()).is_err() {
+        return f(&encode_record(r));
+    }
     FRAME.with(|cell| {
         // Taken while another `f` of this thread runs: a frame of its own.
         let Ok(mut b) = cell.try_borrow_mut() else {
@@ -361,6 +370,8 @@ mod tests {
         let small = Record::from_json(r#"{"id":1,"msg":"hello"}"#).unwrap();
         let (at, bytes) = with_record_frame(&small, |f| (f.as_ptr() as usize, f.to_vec()));
         assert_eq!(bytes, encode_record(&small));
+        // The frame was the thread's own buffer, and it is kept.
+        FRAME.with(|c| assert_eq!(c.borrow().1.as_ptr() as usize, at, "the frame was not the thread's buffer"));
         assert_eq!(with_record_frame(&small, |f| f.as_ptr() as usize), at, "the buffer was not reused");
         let mut big = Record::new();
         big.insert("text", "x".repeat(omlet_lang::frame::KEEP_BYTES));
