@@ -99,7 +99,6 @@ fn timed_run(
     input: &std::path::Path,
     concurrency: usize,
 ) -> (u64, u64, u64, f64) {
-    let batch = BATCH;
     let (records, written, failed, secs) = rt.block_on(async {
         let f = std::fs::File::open(input).unwrap();
         let reader: Box<dyn BufRead + Send> = Box::new(BufReader::with_capacity(1 << 16, f));
@@ -122,7 +121,7 @@ fn timed_run(
             Ok(())
         };
         let inputs = omlet::stream::read(reader, Format::Jsonl);
-        omlet::stream::run_json(rule, inputs, RouteBy::Only, batch, concurrency, sink).await.unwrap();
+        omlet::stream::run_json(rule, inputs, RouteBy::Only, BATCH, concurrency, sink).await.unwrap();
         out.flush().unwrap();
         (records, written, failed, started.elapsed().as_secs_f64())
     });

@@ -489,12 +489,15 @@ impl<R> Joined<R> {
 impl<R: Send> Future for Joined<R> {
     type Output = Joining;
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Joining> {
-        let gathering = self.gathering.clone();
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Joining> {
+        // Borrowed field by field (`Joined` is `Unpin`), so that `done` can be
+        // set while the gathering's lock is held, without a clone of its `Arc`
+        // on every poll.
+        let Joined { gathering, index, yielded, done } = self.get_mut();
         let mut st = lock(&gathering.state);
-        let index = self.index as usize;
+        let index = *index as usize;
         if let Some(results) = st.results.as_mut() {
-            self.done = true;
+            *done = true;
             // Each index is taken once: a caller's future ends with it.
             return Poll::Ready(match results.get_mut(index) {
                 Some(r) => Joining::Got(std::mem::replace(r, Err(Error::Internal(String::new())))),
@@ -502,18 +505,18 @@ impl<R: Send> Future for Joined<R> {
             });
         }
         if st.abandoned {
-            self.done = true;
+            *done = true;
             return Poll::Ready(Joining::Alone);
         }
         match st.wakers.get_mut(index) {
             Some(w) => *w = Some(cx.waker().clone()),
             None => {
-                self.done = true;
+                *done = true;
                 return Poll::Ready(Joining::Alone);
             }
         }
         if st.released && !st.closed && (index == 1 || st.watcher_gone) {
-            if !self.yielded {
+            if !*yielded {
                 return Poll::Ready(Joining::Yield);
             }
             // The opener's task has run once since its thread ran out of
@@ -524,7 +527,7 @@ impl<R: Send> Future for Joined<R> {
             for w in others {
                 w.wake();
             }
-            self.done = true;
+            *done = true;
             return Poll::Ready(Joining::Alone);
         }
         Poll::Pending

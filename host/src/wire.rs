@@ -12,23 +12,18 @@ thread_local! {
     static FRAME: std::cell::RefCell<(Writer, Vec<u8>)> = const { std::cell::RefCell::new((Writer::new(), Vec::new())) };
 }
 
-/// One record as a frame, for `evaluate`: the thread's writer is reused, so
-/// only the frame is allocated.
+/// One record as a frame of its own, for `evaluate` (the thread's buffers
+/// do the writing, see [`with_record_frame`]).
 pub(crate) fn encode_record(r: &Record) -> Vec<u8> {
-    let fresh = || {
-        let mut w = Writer::with_capacity(1, r.fields().len());
-        w.record(r.fields());
-        w.finish()
-    };
-    // A fresh writer while the thread's is in use, or gone (the thread is
-    // ending).
-    FRAME
-        .try_with(|cell| {
-            let Ok(mut b) = cell.try_borrow_mut() else { return fresh() };
-            b.0.record(r.fields());
-            b.0.take_frame()
-        })
-        .unwrap_or_else(|_| fresh())
+    with_record_frame(r, <[u8]>::to_vec)
+}
+
+/// One record as a frame from a writer of its own: while the thread's
+/// buffers are in use, or gone (the thread is ending).
+fn fresh_frame(r: &Record) -> Vec<u8> {
+    let mut w = Writer::with_capacity(1, r.fields().len());
+    w.record(r.fields());
+    w.finish()
 }
 
 /// `f` on one record's frame, written into the thread's own buffer: a
@@ -38,12 +33,12 @@ pub(crate) fn encode_record(r: &Record) -> Vec<u8> {
 pub(crate) fn with_record_frame<T>(r: &Record, f: impl FnOnce(&[u8]) -> T) -> T {
     // The thread is ending and its buffer is gone: a frame of its own.
     if FRAME.try_with(|_| ()).is_err() {
-        return f(&encode_record(r));
+        return f(&fresh_frame(r));
     }
     FRAME.with(|cell| {
         // Taken while another `f` of this thread runs: a frame of its own.
         let Ok(mut b) = cell.try_borrow_mut() else {
-            return f(&encode_record(r));
+            return f(&fresh_frame(r));
         };
         let (w, frame) = &mut *b;
         w.record(r.fields());
@@ -362,14 +357,15 @@ mod tests {
     use std::borrow::Cow;
 
     /// A one-record frame is written into the thread's buffer: the same
-    /// bytes as `encode_record`, the same buffer call after call, a buffer a
+    /// bytes as a writer of its own gives, the same buffer call after call, a buffer a
     /// huge record grew let go after its call, and a frame asked for while
     /// the buffer is in use is a frame of its own.
     #[test]
     fn one_record_frames_reuse_the_threads_buffer() {
         let small = Record::from_json(r#"{"id":1,"msg":"hello"}"#).unwrap();
         let (at, bytes) = with_record_frame(&small, |f| (f.as_ptr() as usize, f.to_vec()));
-        assert_eq!(bytes, encode_record(&small));
+        assert_eq!(bytes, fresh_frame(&small));
+        assert_eq!(encode_record(&small), bytes);
         // The frame was the thread's own buffer, and it is kept.
         FRAME.with(|c| assert_eq!(c.borrow().1.as_ptr() as usize, at, "the frame was not the thread's buffer"));
         assert_eq!(with_record_frame(&small, |f| f.as_ptr() as usize), at, "the buffer was not reused");
@@ -381,7 +377,7 @@ mod tests {
                 inner.to_vec()
             })
         });
-        assert_eq!(inner, encode_record(&big));
+        assert_eq!(inner, fresh_frame(&big));
         with_record_frame(&big, |f| assert!(f.len() > omlet_lang::frame::KEEP_BYTES));
         FRAME.with(|c| assert_eq!(c.borrow().1.capacity(), 0, "a huge record's buffer was kept"));
     }
