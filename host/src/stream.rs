@@ -115,11 +115,14 @@ pub fn read_with(
         Format::Csv => Box::new(Csv {
             lines,
             pending: VecDeque::new(),
-            names: None,
+            split: VecDeque::new(),
+            header: None,
+            ended: false,
             number: 0,
             max_lines: limits.csv_max_record_lines.max(1),
             max_bytes: limits.max_line_bytes,
             empty: limits.csv_empty_cell,
+            scan: CsvScan::default(),
         }),
     }
 }
@@ -187,6 +190,11 @@ impl Iterator for Lines {
             }
         }
         self.number += 1;
+        if self.number == 1 && buf.starts_with(b"\xEF\xBB\xBF") {
+            // A byte-order mark opens some files written on Windows: it is
+            // not part of the first record.
+            buf.drain(..3);
+        }
         if total > self.max {
             return Some(Ok((self.number, Line::TooLong(total, String::from_utf8_lossy(&buf).into_owned()))));
         }
@@ -226,7 +234,7 @@ fn jsonl(lines: Lines) -> impl Iterator<Item = Result<Input>> + Send {
             Err(e) => return Some(Err(Error::io("input", e))),
         };
         if let Line::Text(t) = &line
-            && t.trim().is_empty()
+            && blank(t)
         {
             return None;
         }
@@ -246,20 +254,120 @@ fn jsonl(lines: Lines) -> impl Iterator<Item = Result<Input>> + Send {
 /// field, up to `max_lines` lines and `max_bytes` bytes; a quote still open
 /// past that (or at the end of input) makes the record's first line one
 /// error, and the lines after it are read again as records of their own.
+///
+/// Quotes are read as the `csv` crate reads them (through `csv-core`, the
+/// crate's own state machine): a `"` opens a quoted field only at the start
+/// of a field, so `1,5" screen` is one record with a quote in its value. A
+/// bare CR ends a record, as it does for the crate: a line holding one is
+/// several records, each handed over (numbered by the line they are on).
 struct Csv {
     lines: Lines,
     /// Lines read ahead and given back after an unbalanced quote.
     pending: VecDeque<(u64, Line)>,
-    /// The header's names once read, or why it could not be read.
-    names: Option<std::result::Result<Vec<String>, Error>>,
+    /// Records of one text after its first (the text held a bare CR).
+    split: VecDeque<(u64, Parsed)>,
+    /// The header once read: each column's slot among the record's fields
+    /// (a repeated name shares its first column's slot), and the names.
+    header: Option<Header>,
+    /// The header could not be read: the run has ended with that error.
+    ended: bool,
     number: u64,
     max_lines: usize,
     max_bytes: usize,
     empty: EmptyCell,
+    scan: CsvScan,
 }
 
-/// A CSV record's text, or why its lines are no record and its first line.
-type RecordText = std::result::Result<String, (Error, String)>;
+/// The columns of a CSV header.
+struct Header {
+    names: Vec<String>,
+    /// For each column, the index in `names` of its field.
+    slots: Vec<usize>,
+}
+
+/// One record of a CSV text: its fields, and the text they came from.
+type Parsed = (Vec<String>, String);
+
+/// A CSV text's records, or why its lines are no record and its first line.
+type Texts = std::result::Result<Vec<Parsed>, (Error, String)>;
+
+/// What [`CsvScan::scan`] found in a text.
+enum Scan {
+    /// Whole records, each with its fields and raw text.
+    Records(Vec<Parsed>),
+    /// A quoted field is still open at the end of the text.
+    Open,
+    /// The record's bytes are not text (cannot happen for text input, kept
+    /// as an error rather than a panic).
+    NotText,
+}
+
+/// `csv-core`'s reader, and buffers kept from one record to the next.
+#[derive(Default)]
+struct CsvScan {
+    out: Vec<u8>,
+    ends: Vec<usize>,
+    input: Vec<u8>,
+}
+
+impl CsvScan {
+    /// Reads `text` as CSV the way the `csv` crate does: its records, or
+    /// that a quoted field is still open at its end.
+    fn scan(&mut self, text: &str) -> Scan {
+        // A line end after the text closes its last record, unless a quoted
+        // field is still open, which then holds it.
+        self.input.clear();
+        self.input.extend_from_slice(text.as_bytes());
+        self.input.push(b'\n');
+        self.out.clear();
+        self.out.resize(self.input.len(), 0);
+        self.ends.clear();
+        self.ends.resize(self.input.len() + 1, 0);
+        let mut reader = csv_core::Reader::new();
+        let (mut at, mut records) = (0usize, Vec::new());
+        loop {
+            let (result, nin, _, nend) = reader.read_record(&self.input[at..], &mut self.out, &mut self.ends);
+            let start = at;
+            at += nin;
+            match result {
+                csv_core::ReadRecordResult::Record => {
+                    let mut fields = Vec::with_capacity(nend);
+                    let mut from = 0;
+                    for &end in &self.ends[..nend] {
+                        match std::str::from_utf8(&self.out[from..end]) {
+                            Ok(f) => fields.push(f.to_string()),
+                            Err(_) => return Scan::NotText,
+                        }
+                        from = end;
+                    }
+                    let raw = text.get(start.min(text.len())..(at - 1).min(text.len())).unwrap_or("");
+                    records.push((fields, raw.trim_start_matches(['\r', '\n']).to_string()));
+                }
+                csv_core::ReadRecordResult::InputEmpty => {
+                    // All taken. A record still in progress can only be a
+                    // quoted field holding the final line end.
+                    let (last, _, _, _) = reader.read_record(&[], &mut self.out, &mut self.ends);
+                    return match last {
+                        csv_core::ReadRecordResult::Record => Scan::Open,
+                        _ => Scan::Records(records),
+                    };
+                }
+                csv_core::ReadRecordResult::End => return Scan::Records(records),
+                // The buffers hold the whole text: they cannot fill.
+                csv_core::ReadRecordResult::OutputFull | csv_core::ReadRecordResult::OutputEndsFull => {
+                    return Scan::NotText;
+                }
+            }
+        }
+    }
+}
+
+/// Whether a line holds nothing to read: empty, or spaces and tabs only
+/// (a line of other white space, such as NBSP or a form feed, is a record,
+/// and an error when it is no record).
+fn blank(text: &str) -> bool {
+    text.bytes().all(|b| b == b' ' || b == b'\t')
+}
 
 impl Csv {
     fn next_line(&mut self) -> Option<std::io::Result<(u64, Line)>> {
@@ -269,8 +377,9 @@ impl Csv {
         }
     }
 
-    /// The next record's text (lines joined), or a line that is no record.
-    fn next_text(&mut self) -> Option<std::io::Result<(u64, RecordText)>> {
+    /// The next text's records (lines joined while a quoted field is open),
+    /// or a line that is no record.
+    fn next_text(&mut self) -> Option<std::io::Result<(u64, Texts)>> {
         loop {
             let (at, first) = match self.next_line()? {
                 Ok(l) => l,
@@ -280,11 +389,20 @@ impl Csv {
                 return Some(Ok((at, Err((e, first.raw().to_string())))));
             }
             let Line::Text(mut text) = first else { unreachable!("line_error covers the other kinds") };
-            if text.trim().is_empty() {
+            if blank(&text) {
                 continue;
             }
             let mut taken: Vec<(u64, Line)> = Vec::new();
-            while quote_open(&text) {
+            loop {
+                match self.scan.scan(&text) {
+                    Scan::Records(records) if records.is_empty() => break,
+                    Scan::Records(records) => return Some(Ok((at, Ok(records)))),
+                    Scan::NotText => {
+                        let first = text.split('\n').next().unwrap_or("").to_string();
+                        return Some(Ok((at, Err((bad_line(at, "a CSV record that is not text".into()), first)))));
+                    }
+                    Scan::Open => {}
+                }
                 let next = if taken.len() + 1 < self.max_lines && text.len() <= self.max_bytes { self.next_line() } else { None };
                 match next {
                     Some(Ok((n, Line::Text(t)))) => {
@@ -299,36 +417,66 @@ impl Csv {
                         if let Some(Ok(l)) = other {
                             taken.push(l);
                         }
+                        let last = taken.last().map_or(at, |l| l.0);
                         for l in taken.into_iter().rev() {
                             self.pending.push_front(l);
                         }
                         let first = text.split('\n').next().unwrap_or("").to_string();
                         let message = format!(
-                            "unbalanced quote: a quoted field is still open after {} lines (the limit is {})",
-                            self.max_lines, self.max_lines
+                            "unbalanced quote: a quoted field opened on line {at} is still open at line {last} (a record \
+                             may span at most {} lines); the lines after line {at} are read again as records",
+                            self.max_lines
                         );
                         return Some(Ok((at, Err((bad_line(at, message), first)))));
                     }
                 }
             }
-            return Some(Ok((at, Ok(text))));
         }
     }
-}
 
-/// Whether a quoted field is still open at the end of `text` (every `"`
-/// toggles; a doubled `""` inside a field toggles twice).
-fn quote_open(text: &str) -> bool {
-    text.bytes().filter(|&b| b == b'"').count() % 2 == 1
-}
+    /// Reads the header: its names, each repeated name sharing the slot of
+    /// its first column (its last cell gives the value, as a repeated JSON
+    /// key's last value does).
+    fn read_header(&mut self) -> Option<Result<()>> {
+        let (at, texts) = match self.next_text()? {
+            Ok(t) => t,
+            Err(e) => return Some(Err(Error::io("input", e))),
+        };
+        let mut records = match texts {
+            Ok(records) => records.into_iter(),
+            Err((e, _)) => return Some(Err(e)),
+        };
+        let (names, _) = records.next().unwrap_or_default();
+        for r in records {
+            self.split.push_back((at, r));
+        }
+        let (mut unique, mut slots) = (Vec::<String>::new(), Vec::with_capacity(names.len()));
+        for name in names {
+            match unique.iter().position(|n| *n == name) {
+                Some(slot) => slots.push(slot),
+                None => {
+                    slots.push(unique.len());
+                    unique.push(name);
+                }
+            }
+        }
+        self.header = Some(Header { names: unique, slots });
+        Some(Ok(()))
+    }
 
-/// One CSV record's fields, parsed by the `csv` crate.
-fn csv_fields(text: &str) -> std::result::Result<Vec<String>, String> {
-    let mut rdr = csv::ReaderBuilder::new().has_headers(false).flexible(true).from_reader(text.as_bytes());
-    match rdr.records().next() {
-        Some(Ok(row)) => Ok(row.iter().map(str::to_string).collect()),
-        Some(Err(e)) => Err(e.to_string()),
-        None => Err("an empty record".to_string()),
+    fn record(&self, header: &Header, values: Vec<String>) -> Record {
+        let mut cells: Vec<Option<String>> = vec![None; header.names.len()];
+        for (&slot, v) in header.slots.iter().zip(values) {
+            cells[slot] = if v.is_empty() && self.empty == EmptyCell::Absent { None } else { Some(v) };
+        }
+        Record::from_fields(
+            header
+                .names
+                .iter()
+                .zip(cells)
+                .filter_map(|(n, v)| Some(Field::new(Cow::Owned(n.clone()), Value::Chars(Cow::Owned(v?)))))
+                .collect(),
+        )
     }
 }
 
@@ -336,42 +484,50 @@ impl Iterator for Csv {
     type Item = Result<Input>;
 
     fn next(&mut self) -> Option<Result<Input>> {
-        if self.names.is_none() {
-            let names = match self.next_text()? {
-                Err(e) => return Some(Err(Error::io("input", e))),
-                Ok((_, Err((e, _)))) => Err(e),
-                Ok((at, Ok(text))) => csv_fields(&text).map_err(|m| bad_line(at, m)),
-            };
-            self.names = Some(names);
+        if self.ended {
+            return None;
         }
-        let (at, text) = match self.next_text()? {
-            Ok(t) => t,
-            Err(e) => return Some(Err(Error::io("input", e))),
-        };
-        self.number += 1;
-        let (raw, record) = match text {
-            Err((e, raw)) => (raw, Err(e)),
-            Ok(text) => {
-                let record = match (self.names.as_ref(), csv_fields(&text)) {
-                    (Some(Err(e)), _) => Err(bad_line(at, format!("the CSV header cannot be read: {e}"))),
-                    (_, Err(e)) => Err(bad_line(at, e)),
-                    (Some(Ok(names)), Ok(values)) if values.len() != names.len() => {
-                        Err(bad_line(at, format!("{} values for {} columns", values.len(), names.len())))
+        if self.header.is_none() {
+            // A header that cannot be read ends the run with one error: every
+            // row would fail the same way (an error line per row).
+            if let Err(e) = self.read_header()? {
+                self.ended = true;
+                return Some(Err(match e {
+                    Error::Input { what, message } => {
+                        Error::Input { what, message: format!("the CSV header cannot be read: {message}") }
                     }
-                    (Some(Ok(names)), Ok(values)) => Ok(Record::from_fields(
-                        names
-                            .iter()
-                            .zip(values)
-                            .filter(|(_, v)| !(v.is_empty() && self.empty == EmptyCell::Absent))
-                            .map(|(n, v)| Field::new(Cow::Owned(n.clone()), Value::Chars(Cow::Owned(v))))
-                            .collect(),
-                    )),
-                    (None, _) => Err(bad_line(at, "no CSV header".to_string())),
+                    e => e,
+                }));
+            }
+        }
+        let (at, texts) = match self.split.pop_front() {
+            Some((at, r)) => (at, Ok(vec![r])),
+            None => match self.next_text()? {
+                Ok(t) => t,
+                Err(e) => return Some(Err(Error::io("input", e))),
+            },
+        };
+        let (raw, record) = match texts {
+            Err((e, raw)) => (raw, Err(e)),
+            Ok(records) => {
+                let mut records = records.into_iter();
+                let (values, text) = records.next().unwrap_or_default();
+                for r in records {
+                    self.split.push_back((at, r));
+                }
+                let Some(header) = self.header.as_ref() else {
+                    return Some(Err(Error::Internal("the CSV header was not read".into())));
+                };
+                let record = if values.len() != header.slots.len() {
+                    Err(bad_line(at, format!("{} values for {} columns", values.len(), header.slots.len())))
+                } else {
+                    Ok(self.record(header, values))
                 };
                 let raw = if record.is_ok() { text } else { text.chars().take(4096).collect() };
                 (raw, record)
             }
         };
+        self.number += 1;
         Some(Ok(Input { number: self.number, line: at, raw, record }))
     }
 }
@@ -408,6 +564,10 @@ pub struct Done<T = Record> {
     pub input: Input,
     /// What became of it.
     pub outcome: Outcome<T>,
+    /// No other outcome is ready after this one for now (the input is idle,
+    /// or slower than the evaluation): a sink that buffers its writes
+    /// flushes them here, so that a trickle of records is not held back.
+    pub idle: bool,
 }
 
 /// Evaluates `inputs` through `rule`, `batch` records (and at most
@@ -472,25 +632,54 @@ async fn run_as<T: Decoded>(
     let mut inflight: VecDeque<Task<T>> = VecDeque::new();
     let (mut ended, mut failure) = (false, None);
     loop {
-        while !ended && inflight.len() < concurrency {
-            match chunks.recv().await {
-                Some(Chunk::Records(work)) => {
-                    let (rule, route) = (rule.clone(), route.clone());
-                    let names = work.iter().map(|i| (i.number, i.line)).collect();
-                    inflight.push_back((names, tokio::spawn(async move { evaluate_chunk(&rule, &route, work).await })));
-                }
-                Some(Chunk::Failed(e)) => {
-                    failure = Some(e);
-                    ended = true;
-                }
-                Some(Chunk::End) => ended = true,
-                // The thread is gone without saying the input ended: it
-                // panicked, and the records it held are lost with it.
-                None => {
-                    failure = Some(Error::Internal("the input's reading thread failed before the end of the input".into()));
-                    ended = true;
+        // A chunk is taken as soon as it is handed over while there is room,
+        // and the first task's outcomes as soon as they are ready: waiting
+        // for the one would hold back the other (a partial chunk handed over
+        // when the input went idle must not wait for more chunks).
+        let next = if ended || inflight.len() >= concurrency {
+            None
+        } else if let Some((_, front)) = inflight.front_mut() {
+            let first = tokio::select! {
+                biased;
+                c = chunks.recv() => Ok(c),
+                r = front => Err(r),
+            };
+            match first {
+                Ok(c) => Some(c),
+                Err(r) => {
+                    let names = inflight.pop_front().map(|t| t.0).unwrap_or_default();
+                    let idle = inflight.is_empty();
+                    hand_over(names, r, idle, &mut sink)?;
+                    continue;
                 }
             }
+        } else {
+            Some(chunks.recv().await)
+        };
+        match next {
+            Some(Some(Chunk::Records(work))) => {
+                let (rule, route) = (rule.clone(), route.clone());
+                let names = work.iter().map(|i| (i.number, i.line)).collect();
+                inflight.push_back((names, tokio::spawn(async move { evaluate_chunk(&rule, &route, work).await })));
+                continue;
+            }
+            Some(Some(Chunk::Failed(e))) => {
+                failure = Some(e);
+                ended = true;
+                continue;
+            }
+            Some(Some(Chunk::End)) => {
+                ended = true;
+                continue;
+            }
+            // The thread is gone without saying the input ended: it
+            // panicked, and the records it held are lost with it.
+            Some(None) => {
+                failure = Some(Error::Internal("the input's reading thread failed before the end of the input".into()));
+                ended = true;
+                continue;
+            }
+            None => {}
         }
         let Some((names, task)) = inflight.pop_front() else {
             return match failure {
@@ -498,21 +687,39 @@ async fn run_as<T: Decoded>(
                 None => Ok(()),
             };
         };
-        let done = match task.await {
-            Ok(done) => done,
-            // The task's records are gone with it: each still gets its line.
-            Err(e) => names
-                .into_iter()
-                .map(|(number, line)| Done {
-                    input: Input { number, line, raw: String::new(), record: Err(task_failed(&e)) },
-                    outcome: Outcome::Failed(task_failed(&e)),
-                })
-                .collect(),
-        };
-        for d in done {
-            sink(d)?;
-        }
+        let r = task.await;
+        let idle = inflight.is_empty();
+        hand_over(names, r, idle, &mut sink)?;
     }
+}
+
+/// Gives a finished task's outcomes to `sink`; the last is marked `idle`
+/// when no other task is in flight.
+fn hand_over<T>(
+    names: Vec<(u64, u64)>,
+    result: std::result::Result<Vec<Done<T>>, tokio::task::JoinError>,
+    idle: bool,
+    sink: &mut impl FnMut(Done<T>) -> Result<()>,
+) -> Result<()> {
+    let mut done = match result {
+        Ok(done) => done,
+        // The task's records are gone with it: each still gets its line.
+        Err(e) => names
+            .into_iter()
+            .map(|(number, line)| Done {
+                input: Input { number, line, raw: String::new(), record: Err(task_failed(&e)) },
+                outcome: Outcome::Failed(task_failed(&e)),
+                idle: false,
+            })
+            .collect(),
+    };
+    if let Some(last) = done.last_mut() {
+        last.idle = idle;
+    }
+    for d in done {
+        sink(d)?;
+    }
+    Ok(())
 }
 
 /// What the reading thread hands over.
@@ -530,6 +737,10 @@ enum Chunk {
 /// is [`Chunk::End`] or [`Chunk::Failed`]; a channel that closes without one
 /// means the thread failed. The thread ends there, or at its next chunk once
 /// the receiver is gone.
+///
+/// A [`Pipe`] read on this thread that waits [`Pipe`]'s idle time for bytes
+/// hands over the records read so far (`idle_hand_over`), so that a producer
+/// that stalls does not hold a partial chunk back.
 fn read_ahead(
     inputs: impl Iterator<Item = Result<Input>> + Send + 'static,
     batch: usize,
@@ -541,7 +752,23 @@ fn read_ahead(
     std::thread::Builder::new()
         .name("omlet-read".into())
         .spawn(move || {
-            let (mut chunk, mut bytes, mut last) = (Vec::with_capacity(room), 0usize, Chunk::End);
+            let pending = std::rc::Rc::new(std::cell::RefCell::new(Pending { chunk: Vec::with_capacity(room), bytes: 0 }));
+            let hook = {
+                let (pending, tx) = (pending.clone(), tx.clone());
+                move || {
+                    if let Ok(mut p) = pending.try_borrow_mut()
+                        && !p.chunk.is_empty()
+                    {
+                        p.bytes = 0;
+                        let part = std::mem::replace(&mut p.chunk, Vec::with_capacity(room));
+                        // A closed channel: the run is over, and the loop
+                        // below finds it so at its next chunk.
+                        let _ = tx.blocking_send(Chunk::Records(part));
+                    }
+                }
+            };
+            IDLE_HAND_OVER.with(|h| *h.borrow_mut() = Some(Box::new(hook)));
+            let mut last = Chunk::End;
             for item in inputs {
                 let input = match item {
                     Ok(input) => input,
@@ -550,24 +777,173 @@ fn read_ahead(
                         break;
                     }
                 };
-                bytes += input.raw.len();
-                chunk.push(input);
-                if chunk.len() >= batch || bytes >= MAX_BATCH_BYTES {
-                    bytes = 0;
-                    let full = std::mem::replace(&mut chunk, Vec::with_capacity(room));
-                    if tx.blocking_send(Chunk::Records(full)).is_err() {
-                        return;
+                let full = {
+                    let mut p = pending.borrow_mut();
+                    p.bytes += input.raw.len();
+                    p.chunk.push(input);
+                    if p.chunk.len() >= batch || p.bytes >= MAX_BATCH_BYTES {
+                        p.bytes = 0;
+                        Some(std::mem::replace(&mut p.chunk, Vec::with_capacity(room)))
+                    } else {
+                        None
                     }
+                };
+                if let Some(full) = full
+                    && tx.blocking_send(Chunk::Records(full)).is_err()
+                {
+                    return;
                 }
             }
+            IDLE_HAND_OVER.with(|h| h.borrow_mut().take());
             // The records read since the last full chunk, then how the input ended.
-            if !chunk.is_empty() && tx.blocking_send(Chunk::Records(chunk)).is_err() {
+            let rest = std::mem::take(&mut pending.borrow_mut().chunk);
+            if !rest.is_empty() && tx.blocking_send(Chunk::Records(rest)).is_err() {
                 return;
             }
             let _ = tx.blocking_send(last);
         })
         .map_err(|e| Error::io("the input's reading thread", e))?;
     Ok(rx)
+}
+
+/// The chunk the reading thread is filling.
+struct Pending {
+    chunk: Vec<Input>,
+    bytes: usize,
+}
+
+thread_local! {
+    /// On a reading thread of [`run`], hands over the records read so far.
+    static IDLE_HAND_OVER: std::cell::RefCell<Option<Box<dyn FnMut()>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Hands over the records the current thread has read so far, when it is a
+/// reading thread of [`run`]; does nothing elsewhere.
+fn idle_hand_over() {
+    IDLE_HAND_OVER.with(|h| {
+        if let Ok(mut h) = h.try_borrow_mut()
+            && let Some(f) = h.as_mut()
+        {
+            f();
+        }
+    });
+}
+
+/// Asks the readers of a run to stop: a [`Pipe`] that sees it ends its
+/// input once it has given out the bytes it already read, so that the run
+/// finishes the records it read, hands every outcome to its sink and
+/// returns. `omlet run` stops this way on SIGTERM and SIGINT.
+#[derive(Debug, Clone, Default)]
+pub struct Stop(Arc<std::sync::atomic::AtomicBool>);
+
+impl Stop {
+    /// A stop not yet asked for.
+    pub fn new() -> Stop {
+        Stop::default()
+    }
+
+    /// Asks for the stop; every clone sees it.
+    pub fn stop(&self) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Whether the stop was asked for.
+    pub fn is_stopped(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// How long a [`Pipe`] waits for bytes before the records read so far are
+/// handed over for evaluation (default of [`Pipe::spawn`]'s `idle`).
+pub const DEFAULT_IDLE: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// How often a waiting [`Pipe`] looks at its [`Stop`].
+const STOP_POLL: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// Bytes read from a source on a thread of their own (`omlet-pipe`), so that
+/// the reader of a run never blocks for long on a source that stalls (a pipe
+/// from `tail -F`, a socket, a terminal):
+/// - after `idle` without bytes, the records read so far are handed over for
+///   evaluation (when the pipe is read on a [`run`]'s reading thread), so a
+///   producer that pauses does not hold a partial chunk back;
+/// - once its [`Stop`] is asked for, the pipe gives out the bytes its thread
+///   has already read and then ends, as a source at its end does. A line cut
+///   there is read as it stands (and is an error line when it is no record).
+///
+/// At most 4 buffers of 64 KiB wait between the two threads. A source stuck
+/// in a read keeps its thread until the process ends.
+pub struct Pipe {
+    rx: std::sync::mpsc::Receiver<std::io::Result<Vec<u8>>>,
+    buf: Vec<u8>,
+    at: usize,
+    stop: Stop,
+    idle: std::time::Duration,
+}
+
+impl Pipe {
+    /// Starts reading `source` on a thread of its own.
+    pub fn spawn(mut source: impl Read + Send + 'static, stop: Stop, idle: std::time::Duration) -> Result<Pipe> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(4);
+        std::thread::Builder::new()
+            .name("omlet-pipe".into())
+            .spawn(move || {
+                loop {
+                    let mut buf = vec![0u8; 64 << 10];
+                    match source.read(&mut buf) {
+                        Ok(0) => return,
+                        Ok(n) => {
+                            buf.truncate(n);
+                            if tx.send(Ok(buf)).is_err() {
+                                return;
+                            }
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Err(e) => {
+                            let _ = tx.send(Err(e));
+                            return;
+                        }
+                    }
+                }
+            })
+            .map_err(|e| Error::io("the input's pipe thread", e))?;
+        Ok(Pipe { rx, buf: Vec::new(), at: 0, stop, idle })
+    }
+}
+
+impl Read for Pipe {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        use std::sync::mpsc::{RecvTimeoutError, TryRecvError};
+        let slice = STOP_POLL.min(self.idle).max(std::time::Duration::from_millis(1));
+        let mut waited = std::time::Duration::ZERO;
+        let mut handed = false;
+        while self.at >= self.buf.len() {
+            if self.stop.is_stopped() {
+                // What the thread already read is given out; then the end.
+                match self.rx.try_recv() {
+                    Ok(Ok(b)) => (self.buf, self.at) = (b, 0),
+                    Ok(Err(e)) => return Err(e),
+                    Err(TryRecvError::Empty | TryRecvError::Disconnected) => return Ok(0),
+                }
+                continue;
+            }
+            match self.rx.recv_timeout(slice) {
+                Ok(Ok(b)) => (self.buf, self.at) = (b, 0),
+                Ok(Err(e)) => return Err(e),
+                Err(RecvTimeoutError::Disconnected) => return Ok(0),
+                Err(RecvTimeoutError::Timeout) => {
+                    waited += slice;
+                    if !handed && waited >= self.idle {
+                        handed = true;
+                        idle_hand_over();
+                    }
+                }
+            }
+        }
+        let n = out.len().min(self.buf.len() - self.at);
+        out[..n].copy_from_slice(&self.buf[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
 }
 
 /// How much of a failed record's input its error line repeats.
@@ -666,6 +1042,7 @@ async fn evaluate_chunk<T: Decoded>(rule: &Rule, route: &RouteBy, chunk: Vec<Inp
         .map(|(input, o)| Done {
             input,
             outcome: o.unwrap_or_else(|| Outcome::Failed(Error::Internal("the record was not evaluated".into()))),
+            idle: false,
         })
         .collect()
 }
@@ -730,5 +1107,167 @@ mod tests {
             .map(|r| r.unwrap())
             .collect();
         assert_eq!(got[0].record.as_ref().unwrap().to_json(), r#"{"a":"x","b":"","c":"z"}"#);
+    }
+
+    fn csv(text: &str) -> Vec<Input> {
+        all(text, Format::Csv)
+    }
+
+    fn json_of(i: &Input) -> String {
+        match &i.record {
+            Ok(r) => r.to_json(),
+            Err(e) => format!("error: {e}"),
+        }
+    }
+
+    #[test]
+    fn a_quote_inside_an_unquoted_csv_field_is_a_character() {
+        // Two stray quotes used to join the rows between them into one text,
+        // of which only the first record was kept.
+        let got = csv("id,name\n1,5\" screen\n2,keyboard\n3,mouse\n4,10\" panel\n5,cable\n");
+        let seen: Vec<String> = got.iter().map(json_of).collect();
+        assert_eq!(
+            seen,
+            [
+                r#"{"id":"1","name":"5\" screen"}"#,
+                r#"{"id":"2","name":"keyboard"}"#,
+                r#"{"id":"3","name":"mouse"}"#,
+                r#"{"id":"4","name":"10\" panel"}"#,
+                r#"{"id":"5","name":"cable"}"#,
+            ]
+        );
+        assert_eq!(got.iter().map(|i| i.line).collect::<Vec<_>>(), [2, 3, 4, 5, 6]);
+    }
+
+    #[test]
+    fn a_quoted_csv_field_may_span_lines_and_hold_quotes_and_crs() {
+        let got = csv("id,note\n1,\"two\nlines\"\n2,\"say \"\"hi\"\"\"\n3,\"a\rb\"\n");
+        let seen: Vec<String> = got.iter().map(json_of).collect();
+        assert_eq!(
+            seen,
+            [r#"{"id":"1","note":"two\nlines"}"#, r#"{"id":"2","note":"say \"hi\""}"#, r#"{"id":"3","note":"a\rb"}"#]
+        );
+        assert_eq!(got.iter().map(|i| (i.number, i.line)).collect::<Vec<_>>(), [(1, 2), (2, 4), (3, 5)]);
+    }
+
+    #[test]
+    fn a_bare_cr_ends_a_csv_record() {
+        // Old Mac line ends: the whole file is one line.
+        let got = csv("id,name\r1,a\r2,b\r");
+        assert_eq!(got.iter().map(json_of).collect::<Vec<_>>(), [r#"{"id":"1","name":"a"}"#, r#"{"id":"2","name":"b"}"#]);
+        // A bare CR inside a line: two records, none lost.
+        let got = csv("id,name\n1,a\r2,b\n3,c\n");
+        assert_eq!(
+            got.iter().map(json_of).collect::<Vec<_>>(),
+            [r#"{"id":"1","name":"a"}"#, r#"{"id":"2","name":"b"}"#, r#"{"id":"3","name":"c"}"#]
+        );
+        assert_eq!(got.iter().map(|i| i.number).collect::<Vec<_>>(), [1, 2, 3]);
+    }
+
+    #[test]
+    fn an_open_quote_is_one_error_and_the_rows_after_it_are_read() {
+        let got = csv("id,name\n1,\"open\n2,b\n3,c\n");
+        assert_eq!(got.len(), 3);
+        assert!(json_of(&got[0]).contains("unbalanced quote"), "{}", json_of(&got[0]));
+        assert_eq!(json_of(&got[1]), r#"{"id":"2","name":"b"}"#);
+        assert_eq!(json_of(&got[2]), r#"{"id":"3","name":"c"}"#);
+    }
+
+    #[test]
+    fn a_repeated_csv_column_keeps_its_first_place_and_last_value_as_json_does() {
+        let got = csv("a,b,a\n1,2,3\n");
+        assert_eq!(json_of(&got[0]), r#"{"a":"3","b":"2"}"#);
+        let json = all("{\"a\":\"1\",\"b\":\"2\",\"a\":\"3\"}\n", Format::Jsonl);
+        assert_eq!(json_of(&json[0]), json_of(&got[0]));
+    }
+
+    #[test]
+    fn a_csv_header_that_cannot_be_read_ends_the_input_with_one_error() {
+        let reader: Box<dyn BufRead + Send> = Box::new(std::io::Cursor::new(b"id,\"name\n1,a\n2,b\n".to_vec()));
+        let items: Vec<Result<Input>> = read(reader, Format::Csv).collect();
+        assert_eq!(items.len(), 1, "one error, not one per row");
+        let e = items[0].as_ref().unwrap_err().to_string();
+        assert!(e.contains("the CSV header cannot be read"), "{e}");
+    }
+
+    #[test]
+    fn a_byte_order_mark_is_not_part_of_the_first_record() {
+        let got = all("\u{feff}{\"a\":1}\n", Format::Jsonl);
+        assert_eq!(json_of(&got[0]), r#"{"a":1}"#);
+        let got = csv("\u{feff}id,name\n1,a\n");
+        assert_eq!(json_of(&got[0]), r#"{"id":"1","name":"a"}"#);
+    }
+
+    #[test]
+    fn lines_of_other_white_space_are_records_not_blank_lines() {
+        let got = all("{\"a\":1}\n\u{a0}\n\u{c}\n \t\n", Format::Jsonl);
+        assert_eq!(got.len(), 3, "NBSP and form-feed lines get error lines; spaces and tabs are blank");
+        assert!(got[1].record.is_err() && got[2].record.is_err());
+        let got = csv("id,name\n\u{a0}\n1,a\n");
+        assert_eq!(got.len(), 2);
+        assert!(got[0].record.is_err());
+    }
+
+    /// A source that gives its bytes, then stalls until told to go on.
+    struct Stalling {
+        first: Option<Vec<u8>>,
+        go: std::sync::mpsc::Receiver<Vec<u8>>,
+    }
+
+    impl Read for Stalling {
+        fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+            let bytes = match self.first.take() {
+                Some(b) => b,
+                None => match self.go.recv() {
+                    Ok(b) => b,
+                    Err(_) => return Ok(0),
+                },
+            };
+            out[..bytes.len()].copy_from_slice(&bytes);
+            Ok(bytes.len())
+        }
+    }
+
+    #[test]
+    fn a_stop_ends_a_stalled_pipe_after_the_bytes_it_read() {
+        let (tx, go) = std::sync::mpsc::channel();
+        let stop = Stop::new();
+        let pipe =
+            Pipe::spawn(Stalling { first: Some(b"{\"a\":1}\n{\"a\":2}\n".to_vec()), go }, stop.clone(), DEFAULT_IDLE).unwrap();
+        let mut inputs = read(Box::new(std::io::BufReader::new(pipe)), Format::Jsonl);
+        assert_eq!(json_of(&inputs.next().unwrap().unwrap()), r#"{"a":1}"#);
+        assert_eq!(json_of(&inputs.next().unwrap().unwrap()), r#"{"a":2}"#);
+        // The source now stalls: a stop ends the input although it never ends.
+        stop.stop();
+        assert!(inputs.next().is_none());
+        drop(tx);
+    }
+
+    #[test]
+    fn a_stalled_pipe_hands_over_the_records_read_so_far() {
+        let (tx, go) = std::sync::mpsc::channel();
+        let stop = Stop::new();
+        let pipe =
+            Pipe::spawn(Stalling { first: Some(b"{\"a\":1}\n{\"a\":2}\n".to_vec()), go }, stop.clone(), DEFAULT_IDLE).unwrap();
+        let inputs = read(Box::new(std::io::BufReader::new(pipe)), Format::Jsonl);
+        let mut chunks = read_ahead(inputs, 256, 2).unwrap();
+        // Two records of a chunk of 256 arrive although the source stalls.
+        let first = chunks.blocking_recv();
+        match first {
+            Some(Chunk::Records(r)) => assert_eq!(r.len(), 2),
+            _ => panic!("expected the two records read"),
+        }
+        tx.send(b"{\"a\":3}\n".to_vec()).unwrap();
+        stop.stop();
+        let mut rest = 0;
+        loop {
+            match chunks.blocking_recv() {
+                Some(Chunk::Records(r)) => rest += r.len(),
+                Some(Chunk::End) => break,
+                _ => panic!("the input ends without failing"),
+            }
+        }
+        assert!(rest <= 1);
+        drop(tx);
     }
 }

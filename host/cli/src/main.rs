@@ -1,6 +1,6 @@
 //! The omlet CLI: build, check and run OML rules.
 
-use std::io::{BufRead, BufWriter, IsTerminal, Read, Write};
+use std::io::{BufRead, IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -768,7 +768,113 @@ struct RunOptions {
 
 fn create(path: &Path) -> omlet::Result<Box<dyn Write + Send>> {
     let f = std::fs::File::create(path).map_err(|e| Error::Io { path: path.into(), source: e })?;
-    Ok(Box::new(BufWriter::new(f)))
+    Ok(Box::new(f))
+}
+
+/// Lines to the output or the errors file, each write and flush checked.
+/// It buffers lines itself, rather than through a `BufWriter`, so that when
+/// a write fails (a full disk, a closed pipe) it can say which records'
+/// lines may be missing: those buffered since the last write that went
+/// through, and every record after them.
+struct LineOut {
+    inner: Box<dyn Write + Send>,
+    /// What the lines go to, to name it in an error.
+    name: String,
+    buf: Vec<u8>,
+    /// The first record whose line is in `buf`, and how many lines it holds.
+    held_from: Option<u64>,
+    held: u64,
+}
+
+/// Bytes of lines [`LineOut`] gathers before it writes them.
+const LINE_OUT_BUFFER: usize = 64 << 10;
+
+impl LineOut {
+    fn new(inner: Box<dyn Write + Send>, name: String) -> LineOut {
+        LineOut { inner, name, buf: Vec::with_capacity(LINE_OUT_BUFFER), held_from: None, held: 0 }
+    }
+
+    /// Adds record `record`'s line (`line` and a line end).
+    fn line(&mut self, record: u64, line: &[u8]) -> omlet::Result<()> {
+        if !self.buf.is_empty() && self.buf.len() + line.len() + 1 > LINE_OUT_BUFFER {
+            self.write_held(false)?;
+        }
+        self.buf.extend_from_slice(line);
+        self.buf.push(b'\n');
+        self.held_from.get_or_insert(record);
+        self.held += 1;
+        Ok(())
+    }
+
+    /// Writes the lines held, and flushes the writer, while the run goes on.
+    fn flush(&mut self) -> omlet::Result<()> {
+        self.write_held(false)?;
+        self.inner.flush().map_err(|e| self.failed(e, false))
+    }
+
+    /// Writes the lines held, and flushes the writer, at the end of the run.
+    fn finish(&mut self) -> omlet::Result<()> {
+        self.write_held(true)?;
+        self.inner.flush().map_err(|e| self.failed(e, true))
+    }
+
+    fn write_held(&mut self, last: bool) -> omlet::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        if let Err(e) = self.inner.write_all(&self.buf) {
+            return Err(self.failed(e, last));
+        }
+        self.buf.clear();
+        (self.held_from, self.held) = (None, 0);
+        Ok(())
+    }
+
+    /// The error of a failed write: what the system said, and which lines
+    /// may be missing (`last`: at the end of the run, or else mid-run, which
+    /// stops the run).
+    fn failed(&self, e: std::io::Error, last: bool) -> Error {
+        let mut missing = match self.held_from {
+            Some(first) => format!("the lines of {} records, from record {first} on, may be missing", self.held),
+            None => "lines written before may be missing".to_string(),
+        };
+        if !last {
+            missing.push_str("; the run stops here, and the records after them get no line");
+        }
+        Error::Io { path: self.name.clone().into(), source: std::io::Error::new(e.kind(), format!("{e}: {missing}")) }
+    }
+}
+
+/// Which signal stopped a run, once one has.
+#[derive(Default)]
+struct Stopped(std::sync::Mutex<Option<&'static str>>);
+
+/// On SIGTERM or SIGINT, asks `stop` to stop reading, so that the run
+/// finishes the records it read, flushes and prints its summary; a second
+/// signal ends the process at once (exit status 130).
+fn stop_on_signals(stop: omlet::stream::Stop) -> omlet::Result<Arc<Stopped>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let handler = |kind| signal(kind).map_err(|e| Error::Config(format!("cannot handle signals: {e}")));
+    let (mut term, mut int) = (handler(SignalKind::terminate())?, handler(SignalKind::interrupt())?);
+    let stopped = Arc::new(Stopped::default());
+    let seen = stopped.clone();
+    tokio::spawn(async move {
+        let name = tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        };
+        if let Ok(mut s) = seen.0.lock() {
+            *s = Some(name);
+        }
+        stop.stop();
+        tokio::select! {
+            _ = term.recv() => {},
+            _ = int.recv() => {},
+        }
+        let _ = writeln!(std::io::stderr(), "omlet: a second signal: exiting without finishing the records read");
+        std::process::exit(130);
+    });
+    Ok(stopped)
 }
 
 /// The knowledge of `--knowdb` files (in-memory SQLite, their tables only)
@@ -839,15 +945,21 @@ async fn run(rule: &Path, knowdb: &[PathBuf], config: Option<&Path>, o: RunOptio
     }
 
     // Input, with a byte count for the progress bar when it is a file.
-    let (reader, total): (Box<dyn BufRead + Send>, Option<u64>) = if o.input == "-" {
-        (Box::new(std::io::BufReader::new(std::io::stdin())), None)
+    // The input is read on a thread of its own (`stream::Pipe`): a stalled
+    // producer does not hold back the records read so far, and SIGTERM or
+    // SIGINT end the input where it stands.
+    let (source, total): (Box<dyn Read + Send>, Option<u64>) = if o.input == "-" {
+        (Box::new(std::io::stdin()), None)
     } else {
         let f = std::fs::File::open(&o.input).map_err(|e| Error::Io { path: o.input.clone().into(), source: e })?;
-        let len = f.metadata().ok().map(|m| m.len());
-        (Box::new(std::io::BufReader::with_capacity(1 << 16, f)), len)
+        let len = f.metadata().ok().filter(|m| m.is_file()).map(|m| m.len());
+        (Box::new(f), len)
     };
-    let (reader, read_bytes) = Counting::new(reader);
-    let mut reader: Box<dyn BufRead + Send> = Box::new(std::io::BufReader::new(reader));
+    let stop = omlet::stream::Stop::new();
+    let stopped = stop_on_signals(stop.clone())?;
+    let (source, read_bytes) = Counting::new(source);
+    let pipe = omlet::stream::Pipe::spawn(source, stop, omlet::stream::DEFAULT_IDLE)?;
+    let mut reader: Box<dyn BufRead + Send> = Box::new(std::io::BufReader::with_capacity(1 << 16, pipe));
     if o.format == Format::Jsonl && !o.format_given {
         // CSV read as JSONL would give an error line per record: one hint instead.
         let head = reader.fill_buf().map_err(|e| Error::Io { path: o.input.clone().into(), source: e })?;
@@ -875,13 +987,13 @@ async fn run(rule: &Path, knowdb: &[PathBuf], config: Option<&Path>, o: RunOptio
         _ => indicatif::ProgressBar::hidden(),
     };
 
-    let mut out: Box<dyn Write + Send> = match &o.output {
-        Some(p) if p != Path::new("-") => create(p)?,
-        _ => Box::new(BufWriter::new(std::io::stdout())),
+    let mut out = match &o.output {
+        Some(p) if p != Path::new("-") => LineOut::new(create(p)?, p.display().to_string()),
+        _ => LineOut::new(Box::new(std::io::stdout()), "standard output".into()),
     };
-    let mut err_out: Box<dyn Write + Send> = match &o.errors {
-        Some(p) => create(p)?,
-        None => Box::new(std::io::stderr()),
+    let mut err_out = match &o.errors {
+        Some(p) => LineOut::new(create(p)?, p.display().to_string()),
+        None => LineOut::new(Box::new(std::io::stderr()), "standard error".into()),
     };
     let source = if o.input == "-" { "stdin".to_string() } else { o.input.clone() };
     let started = Instant::now();
@@ -890,19 +1002,18 @@ async fn run(rule: &Path, knowdb: &[PathBuf], config: Option<&Path>, o: RunOptio
     // (`stream::run_json`): no `Record` is built for a line only written out.
     let sink = |d: omlet::stream::Done<String>| -> omlet::Result<()> {
         records += 1;
-        let io = |e: std::io::Error| Error::Io { path: "output".into(), source: e };
+        let number = d.input.number;
         let (kind, message) = match d.outcome {
             Outcome::Ok(line) => {
                 written += 1;
-                out.write_all(line.as_bytes()).map_err(io)?;
-                out.write_all(b"\n").map_err(io)?;
+                out.line(number, line.as_bytes())?;
                 (None, String::new())
             }
             Outcome::Unrouted(_) if o.pass_unrouted => {
                 unrouted += 1;
                 match &d.input.record {
-                    Ok(rec) => writeln!(out, "{}", rec.to_json()).map_err(io)?,
-                    Err(_) => writeln!(out, "{}", d.input.raw).map_err(io)?,
+                    Ok(rec) => out.line(number, rec.to_json().as_bytes())?,
+                    Err(_) => out.line(number, d.input.raw.as_bytes())?,
                 }
                 (None, String::new())
             }
@@ -922,7 +1033,13 @@ async fn run(rule: &Path, knowdb: &[PathBuf], config: Option<&Path>, o: RunOptio
                 "source": source, "record": d.input.number, "line": d.input.line,
                 "kind": kind, "error": message, "input": input,
             });
-            writeln!(err_out, "{line}").map_err(io)?;
+            err_out.line(number, line.to_string().as_bytes())?;
+        }
+        if d.idle {
+            // Nothing else is ready: a trickle of records (a pipe from
+            // `tail -F`) gets its lines now, not when the buffer fills.
+            out.flush()?;
+            err_out.flush()?;
         }
         if records % 4096 == 0 {
             progress.set_position(read_bytes.load(Ordering::Relaxed));
@@ -948,9 +1065,13 @@ async fn run(rule: &Path, knowdb: &[PathBuf], config: Option<&Path>, o: RunOptio
     });
     let result = omlet::stream::run_json(rule, inputs, o.route.clone(), o.batch, o.concurrency, sink).await;
     progress.finish_and_clear();
-    let _ = out.flush();
-    let _ = err_out.flush();
+    // Every line must have been written before the summary says so: a
+    // failed flush fails the run, naming the records whose lines may be
+    // missing. The run's own error, when it has one, comes first.
+    let flushed = out.finish().and(err_out.finish());
     result?;
+    flushed?;
+    let stopped_by = stopped.0.lock().ok().and_then(|s| *s);
 
     let secs = started.elapsed().as_secs_f64();
     let k = knowledge.as_ref().map(|k| k.stats().to_json());
@@ -969,22 +1090,36 @@ async fn run(rule: &Path, knowdb: &[PathBuf], config: Option<&Path>, o: RunOptio
         "shared_cache_hit_rate": hit_rate,
         "knowledge": k,
     });
+    let mut summary = summary;
+    if let Some(signal) = stopped_by {
+        summary["stopped_by"] = serde_json::json!(signal);
+    }
+    let mut stderr = std::io::stderr();
     if o.stats.as_deref() == Some("json") {
-        eprintln!("{summary}");
+        let _ = writeln!(stderr, "{summary}");
     } else {
-        eprintln!(
+        if let Some(signal) = stopped_by {
+            let _ = writeln!(stderr, "stopped by {signal}: the input was read up to there, every record read has its line");
+        }
+        let _ = writeln!(
+            stderr,
             "{records} records in {secs:.2} s ({:.0} records/s): {written} written, {failed} errors, {unrouted} unrouted",
             records as f64 / secs.max(1e-9)
         );
         if let Some(j) = &k {
             let rate = hit_rate.map(|r| format!("{:.1}%", r * 100.0)).unwrap_or_else(|| "n/a".into());
-            eprintln!(
+            let _ = writeln!(
+                stderr,
                 "lookups reaching the host: {} (guest-cache hits not counted), shared-cache hit rate: {rate}, database queries: {}, lookup errors: {}",
                 j["lookups"], j["queries"], j["errors"]
             );
             if o.stats.is_some() {
                 for s in j["statements"].as_array().into_iter().flatten() {
-                    eprintln!("  {}: {} queries, p50 ≤ {} µs, p95 ≤ {} µs", s["sql"], s["queries"], s["p50_us"], s["p95_us"]);
+                    let _ = writeln!(
+                        stderr,
+                        "  {}: {} queries, p50 ≤ {} µs, p95 ≤ {} µs",
+                        s["sql"], s["queries"], s["p50_us"], s["p95_us"]
+                    );
                 }
             }
         }

@@ -707,7 +707,7 @@ pub async fn run(rule: Rule, options: KafkaOptions, stats: Arc<KafkaStats>, shut
                         .map(|(partition, offset, epoch)| {
                             let err = super::task_failed(&e);
                             let input = Input { number: offset as u64, line: 0, raw: String::new(), record: Err(err.duplicate()) };
-                            (Meta { partition, offset, epoch, key: None, route: None }, Done { input, outcome: Outcome::Failed(err) })
+                            (Meta { partition, offset, epoch, key: None, route: None }, Done { input, outcome: Outcome::Failed(err), idle: false })
                         })
                         .collect(),
                 };
@@ -915,6 +915,7 @@ async fn evaluate_routed(rule: &Rule, route: &RouteBy, chunk: Vec<(Meta, Input)>
                     record: Err(Error::Internal("lost".into())),
                 },
                 outcome: Outcome::Failed(Error::Internal("the record was not evaluated".into())),
+                idle: false,
             });
             (meta, d)
         })

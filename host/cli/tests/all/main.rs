@@ -8,6 +8,7 @@ mod cli;
 mod conformance;
 mod databases;
 mod differential;
+mod trust;
 mod docs;
 #[cfg(feature = "kafka")]
 mod kafka;
