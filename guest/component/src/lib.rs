@@ -63,8 +63,65 @@ static mut IR_SLOT: IrSlot = IrSlot { magic: IR_SLOT_MAGIC, ptr: 0, len: 0 };
 /// Most entries the guest cache holds before it starts over.
 const CACHE_CAPACITY: usize = 4096;
 
-/// The guest's lookup cache: a lookup's key (`cache_key`) → its row, or none.
-type Cache = hashbrown::HashMap<Vec<u8>, Option<Vec<Cell>>, FnvBuild>;
+/// Most bytes (keys and rows, roughly as held) the guest cache holds before
+/// it starts over: a bound in bytes as well as entries, since a few large
+/// rows would otherwise fill the instance's memory (64 MiB by default), and
+/// fail records that pass alone.
+const CACHE_BYTES: usize = 8 << 20;
+
+/// A row larger than this is never kept in the guest cache (the host's
+/// shared cache may still hold it).
+const CACHE_ENTRY_BYTES: usize = 256 << 10;
+
+/// The guest's lookup cache: a lookup's key (`cache_key`) → its row, or
+/// none, and the bytes it holds.
+struct Cache {
+    map: hashbrown::HashMap<Vec<u8>, Option<Vec<Cell>>, FnvBuild>,
+    bytes: usize,
+}
+
+impl Cache {
+    const fn new() -> Cache {
+        Cache { map: hashbrown::HashMap::with_hasher(FnvBuild), bytes: 0 }
+    }
+
+    fn clear(&mut self) {
+        self.map.clear();
+        self.bytes = 0;
+    }
+
+    /// Keeps `row` under `key`, unless it is too large; starts over when the
+    /// cache is full in entries or bytes.
+    fn keep(&mut self, key: &[u8], row: &Option<Vec<Cell>>) {
+        let size = entry_bytes(key, row);
+        if size > CACHE_ENTRY_BYTES {
+            return;
+        }
+        if self.map.len() >= CACHE_CAPACITY || self.bytes + size > CACHE_BYTES {
+            self.clear();
+        }
+        if self.map.insert(key.to_vec(), row.clone()).is_none() {
+            self.bytes += size;
+        }
+    }
+}
+
+/// About what one cache entry holds in memory.
+fn entry_bytes(key: &[u8], row: &Option<Vec<Cell>>) -> usize {
+    let cells = row.as_ref().map_or(0, |r| {
+        r.iter()
+            .map(|c| {
+                core::mem::size_of::<Cell>()
+                    + match c {
+                        Cell::Text(t) => t.len(),
+                        Cell::Blob(b) => b.len(),
+                        _ => 0,
+                    }
+            })
+            .sum()
+    });
+    key.len() + cells + 64
+}
 
 /// Most rule paths the guest remembers the model of.
 const ROUTE_CAPACITY: usize = 1024;
@@ -87,7 +144,7 @@ struct State {
 static mut STATE: State = State {
     program: None,
     generation: 0,
-    cache: Cache::with_hasher(FnvBuild),
+    cache: Cache::new(),
     columns: BTreeMap::new(),
     routes: BTreeMap::new(),
     key: Vec::new(),
@@ -318,7 +375,7 @@ fn from_wit(c: knowledge::Cell) -> Cell {
 impl eval::Host for WitHost<'_> {
     fn query(&mut self, statement: u32, params: &[Cell]) -> Result<Option<Vec<Cell>>, QueryError> {
         cache_key(statement, params, self.key);
-        if let Some(hit) = self.cache.get(self.key.as_slice()) {
+        if let Some(hit) = self.cache.map.get(self.key.as_slice()) {
             return Ok(hit.clone());
         }
         let wit: Vec<knowledge::Cell> = params.iter().map(to_wit).collect();
@@ -326,10 +383,7 @@ impl eval::Host for WitHost<'_> {
             Ok(answer) => {
                 let row = answer.row.map(|r| r.into_iter().map(from_wit).collect::<Vec<_>>());
                 if answer.cacheable {
-                    if self.cache.len() >= CACHE_CAPACITY {
-                        self.cache.clear();
-                    }
-                    self.cache.insert(self.key.clone(), row.clone());
+                    self.cache.keep(self.key, &row);
                 }
                 Ok(row)
             }

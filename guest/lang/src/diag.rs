@@ -50,7 +50,25 @@ impl Diagnostic {
     pub fn render(&self, file: &str, src: &str) -> String {
         let mut out = String::new();
         let _ = writeln!(out, "{file}:{}:{}: error: {}", self.line, self.column, self.message);
-        if let Some(text) = src.lines().nth(self.line.saturating_sub(1) as usize) {
+        if let Some(text) = src.lines().nth(self.line.saturating_sub(1) as usize)
+            && text.len() > MAX_SHOWN_LINE
+        {
+            // A very long line (a generated rule, a minified one): the part
+            // around the error, not the line, which could be megabytes.
+            let chars: Vec<char> = text.chars().collect();
+            let col = (self.column as usize).saturating_sub(1).min(chars.len());
+            let from = col.saturating_sub(EXCERPT);
+            let to = (col + EXCERPT).min(chars.len());
+            let window: String = chars[from..to].iter().collect();
+            let lead = if from > 0 { "… " } else { "" };
+            let tail = if to < chars.len() { " …" } else { "" };
+            let width = (self.span.end.saturating_sub(self.span.start) as usize).clamp(1, to.saturating_sub(col).max(1));
+            let gutter = alloc::format!("{}", self.line);
+            let _ = writeln!(out, "{:w$} |", "", w = gutter.len());
+            let _ = writeln!(out, "{gutter} | {lead}{window}{tail}");
+            let pad = " ".repeat(lead.chars().count() + (col - from));
+            let _ = writeln!(out, "{:w$} | {pad}{}", "", "^".repeat(width), w = gutter.len());
+        } else if let Some(text) = src.lines().nth(self.line.saturating_sub(1) as usize) {
             let gutter = alloc::format!("{}", self.line);
             let _ = writeln!(out, "{:w$} |", "", w = gutter.len());
             let _ = writeln!(out, "{gutter} | {text}");
@@ -73,6 +91,11 @@ impl Diagnostic {
         out
     }
 }
+
+/// Source lines longer than this many bytes are shown as an excerpt.
+const MAX_SHOWN_LINE: usize = 400;
+/// Characters shown each side of the error in an excerpt.
+const EXCERPT: usize = 60;
 
 /// 1-based line and character column of a byte offset.
 pub fn line_col(src: &str, offset: usize) -> (u32, u32) {

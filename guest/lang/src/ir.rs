@@ -237,6 +237,23 @@ impl RegexCond {
         RegexCond { pattern, compiled: once_cell::race::OnceBox::new() }
     }
 
+    /// A compile error for a pattern whose automaton is over the regex
+    /// engine's size limit: it would otherwise never match, without a word.
+    /// (A pattern that is not a regex still never matches, as §8.7.4 says.)
+    pub fn too_large(pattern: &str) -> Result<(), String> {
+        match regex_automata::meta::Regex::new(pattern) {
+            Err(e) if e.size_limit().is_some() => {
+                let shown: String = pattern.chars().take(60).collect();
+                let more = if pattern.chars().count() > 60 { "…" } else { "" };
+                Err(alloc::format!(
+                    "the pattern `{shown}{more}` is too large to compile: its automaton would take more than {} bytes",
+                    e.size_limit().unwrap_or(0)
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
+
     pub fn is_match(&self, text: &str) -> bool {
         let re = self.compiled.get_or_init(|| alloc::boxed::Box::new(regex_automata::meta::Regex::new(&self.pattern).ok()));
         re.as_ref().is_some_and(|re| re.is_match(text))

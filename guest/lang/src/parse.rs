@@ -1947,7 +1947,9 @@ fn match_fn(name: &str, args: &str) -> Result<Cond, String> {
         }
         "regex_match" => {
             arity(1)?;
-            Cond::Regex(crate::ir::RegexCond::new(text(0)?))
+            let pattern = text(0)?;
+            crate::ir::RegexCond::too_large(&pattern)?;
+            Cond::Regex(crate::ir::RegexCond::new(pattern))
         }
         _ => return Err(format!("unknown match function `{name}`")),
     })

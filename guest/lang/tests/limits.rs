@@ -145,3 +145,24 @@ fn many_parameters_with_one_name_get_numbered_quickly() {
     let p = build("x = select a from t where k = read(v) and k_2 = read(w) and k = read(u) ;").unwrap();
     assert_eq!(p.statements[0].params, ["k", "k_2", "k_3"]);
 }
+
+#[test]
+fn a_regex_too_large_to_compile_is_a_compile_error() {
+    // Silently never matching would hide it; a pattern that is not a regex
+    // still never matches (§8.7.4), so only the size is an error.
+    let err = build("x = match read(a) { regex_match('\\w{1000}\\w{1000}\\w{1000}') => chars(1), _ => chars(2) } ;").unwrap_err();
+    assert!(err.iter().any(|d| d.message.contains("too large to compile")), "{err:?}");
+    assert!(build("x = match read(a) { regex_match('[a-z]+') => chars(1), _ => chars(2) } ;").is_ok());
+}
+
+#[test]
+fn an_error_on_a_long_line_shows_an_excerpt_not_the_line() {
+    // 900 KB on one line: the rendered error must stay small.
+    let filler = "chars(1), ".repeat(90_000);
+    let src = format!("name : t\n---\nx = match read(a) {{ {filler} }} ;\n");
+    let errs = compile(&[Source { file: "t.oml", text: &src }], (0, 0)).unwrap_err();
+    let d = &errs[0].diagnostics[0];
+    let shown = d.render("t.oml", &src);
+    assert!(shown.len() < 1000, "{} bytes rendered", shown.len());
+    assert!(shown.contains('^') && shown.contains('…'), "{shown}");
+}

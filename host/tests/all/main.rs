@@ -12,6 +12,7 @@ mod knowdb;
 mod portable;
 mod rule_sets;
 mod sandbox;
+mod trust;
 
 // The host's frame decoder is private to the library; `fuzz_regressions`
 // replays findings through it, so its source is compiled in here, with the
