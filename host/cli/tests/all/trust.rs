@@ -110,3 +110,30 @@ fn stalled_then_signalled(flag: &str, name: &str) {
     assert!(err.contains(&format!("stopped by {name}")), "{err}");
     assert!(err.contains("1000 records in") && err.contains("1000 written"), "{err}");
 }
+
+/// `omlet run` and `omlet test` print compile errors from the library's
+/// rendering, which used to repeat the whole source line for each of them:
+/// 45 MB of stderr for a 900 KB rule.
+#[test]
+fn compile_errors_on_a_huge_line_print_excerpts_in_run_and_test() {
+    let dir = tempfile::tempdir().unwrap();
+    let rule = dir.path().join("wide.oml");
+    let line: Vec<String> = (0..10_000).map(|i| format!("f{i:05} = ;")).collect();
+    std::fs::write(&rule, format!("name : t\n---\n{}\n", line.join(" "))).unwrap();
+    let out = omlet_with_input(&["run", rule.to_str().unwrap()], b"{}\n");
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(err.len() < 100_000, "{} bytes of errors", err.len());
+    assert!(err.contains("wide.oml:3:"), "{}", &err[..err.len().min(500)]);
+
+    let cases = dir.path().join("cases.toml");
+    std::fs::write(
+        &cases,
+        format!("[[case]]\nname = \"wide\"\noml_file = \"{}\"\ninput = '{{}}'\nexpected = '{{}}'\n", rule.display()),
+    )
+    .unwrap();
+    let out = omlet(&["test", cases.to_str().unwrap()]);
+    let all = text(&out.stdout) + &text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{}", &all[..all.len().min(500)]);
+    assert!(all.len() < 100_000, "{} bytes of output", all.len());
+}
