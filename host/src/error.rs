@@ -136,6 +136,15 @@ pub enum Limit {
     RuleBytes,
     /// An output is bigger than the Kafka producer's `message.max.bytes`.
     OutputBytes,
+    /// A lookup statement is longer than the host reads (64 KiB,
+    /// `knowledge::guard::MAX_STATEMENT_BYTES`), as the rule wrote it or as
+    /// written out for the database (MySQL's inline helpers copy their
+    /// arguments). The rule fails to load.
+    StatementBytes,
+    /// A component given to load is bigger than
+    /// `EngineConfig::max_component_bytes`; it is refused before wasmtime
+    /// compiles it (and, from a file, before it is read).
+    ComponentBytes,
 }
 
 impl std::fmt::Display for Limit {
@@ -148,6 +157,8 @@ impl std::fmt::Display for Limit {
             Limit::LineBytes => "line bytes",
             Limit::RuleBytes => "rule bytes",
             Limit::OutputBytes => "output bytes",
+            Limit::StatementBytes => "lookup statement bytes",
+            Limit::ComponentBytes => "component bytes",
         })
     }
 }

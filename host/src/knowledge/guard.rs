@@ -21,13 +21,63 @@
 //!   knowledge config lists it in `functions`;
 //! - a table must be in the config's `tables` when that list is set (it
 //!   defaults to a knowdb's tables), and a schema-qualified name
-//!   (`pg_catalog.pg_authid`) only when the list names it exactly.
+//!   (`geo.city`) only when the list names it exactly;
+//! - a catalog table is refused whatever `tables` says: any part of the
+//!   name beginning with `pg_`, `sqlite_`, `pragma_` or
+//!   `information_schema`, or a name in MySQL's `mysql`,
+//!   `performance_schema` or `sys` schema (see [`is_catalog`]);
+//! - the words that PostgreSQL and MySQL read as functions without
+//!   parentheses (`current_user`, `user`, `session_user`, …) are neither
+//!   columns nor tables;
+//! - a statement is at most [`MAX_STATEMENT_BYTES`] long, and its
+//!   parentheses, `not`s and calls nest at most [`MAX_DEPTH`] deep.
 //!
 //! Text literals are read the standard way (`''` is a quote, a backslash is
 //! a character); MySQL and MariaDB connections run with
 //! `NO_BACKSLASH_ESCAPES` so that the database reads them the same way.
 
 use super::HELPER_FUNCTIONS as HELPERS;
+
+/// The longest statement read, in bytes, as the rule wrote it and as it is
+/// written out for a database (MySQL's inline helpers copy their arguments).
+pub const MAX_STATEMENT_BYTES: usize = 64 * 1024;
+
+/// How deep parentheses, `not`s and function calls may nest in a condition.
+pub const MAX_DEPTH: usize = 64;
+
+/// Name prefixes of catalog tables and schemas (compared case-insensitively):
+/// PostgreSQL's `pg_catalog` (`pg_authid`, `pg_settings`, `pg_stat_activity`,
+/// …), SQLite's `sqlite_schema` and `pragma_*` table functions, and the
+/// standard `information_schema`.
+const CATALOG_PREFIXES: &[&str] = &["pg_", "sqlite_", "pragma_", "information_schema"];
+
+/// MySQL's and MariaDB's system schemas, refused as the schema of a name.
+const CATALOG_SCHEMAS: &[&str] = &["mysql", "performance_schema", "sys"];
+
+/// Words that PostgreSQL or MySQL read, without parentheses, as a function
+/// of the session (who is connected, to what): never a column or a table.
+/// (`user` too, on PostgreSQL only: see [`Policy::database`].)
+const SESSION_WORDS: &[&str] = &[
+    "current_user",
+    "session_user",
+    "system_user",
+    "current_role",
+    "current_catalog",
+    "current_schema",
+    "current_database",
+    "current_path",
+];
+
+/// Whether `table` (maybe schema-qualified) names a catalog table: one of
+/// its parts begins with a [`CATALOG_PREFIXES`] prefix, or its schema is one
+/// of MySQL's system schemas. Such tables are refused whatever `tables`
+/// says.
+pub fn is_catalog(table: &str) -> bool {
+    let parts: Vec<&str> = table.split('.').collect();
+    let starts = |part: &str, prefix: &str| part.get(..prefix.len()).is_some_and(|p| p.eq_ignore_ascii_case(prefix));
+    parts.iter().any(|part| CATALOG_PREFIXES.iter().any(|p| starts(part, p)))
+        || parts[..parts.len() - 1].iter().any(|schema| CATALOG_SCHEMAS.iter().any(|s| is(schema, s)))
+}
 
 /// What statements may reach.
 #[derive(Debug, Clone, Default)]
@@ -36,6 +86,19 @@ pub struct Policy {
     pub tables: Option<Vec<String>>,
     /// Functions allowed besides [`HELPERS`], by name (case-insensitive).
     pub functions: Vec<String>,
+    /// The database the statements run on, as its provider names it
+    /// (`sqlite`, `postgres`, `mysql`); empty (the default) for any. Only
+    /// PostgreSQL reads a bare `user` as the session's user (on MySQL and
+    /// SQLite it is a column name), so `user` is refused on `postgres` and
+    /// when the database is not known.
+    pub database: &'static str,
+}
+
+impl Policy {
+    /// Whether `w` is read by the database as a function of the session.
+    fn session_word(&self, w: &str) -> bool {
+        SESSION_WORDS.iter().any(|r| is(w, r)) || (is(w, "user") && matches!(self.database, "" | "postgres"))
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -141,6 +204,8 @@ struct Reader<'t, 's> {
     toks: &'t [Tok<'s>],
     at: usize,
     policy: &'t Policy,
+    /// Parentheses, `not`s and calls open around the current token.
+    depth: usize,
 }
 
 /// Words that are never column names: their appearance means SQL the
@@ -209,6 +274,20 @@ impl<'s> Reader<'_, 's> {
         if w.contains('.') || RESERVED.iter().any(|r| is(w, r)) {
             return Err(format!("`{w}` is not a column name"));
         }
+        if self.policy.session_word(w) {
+            return Err(format!("`{w}` is not a column name: the database reads it as a function of the session"));
+        }
+        Ok(())
+    }
+
+    /// One level deeper (a parenthesis, a `not`, a call), or a refusal
+    /// past [`MAX_DEPTH`]: the reader recurses, and its stack is not
+    /// the place to find out how deep a hostile statement goes.
+    fn enter(&mut self) -> Result<(), String> {
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            return Err(format!("parentheses, `not`s and function calls nested more than {MAX_DEPTH} deep"));
+        }
         Ok(())
     }
 
@@ -235,6 +314,9 @@ impl<'s> Reader<'_, 's> {
         }
         self.keyword("from")?;
         let table = match self.next() {
+            Some(Tok::Word(w)) if self.policy.session_word(w) => {
+                return Err(format!("`{w}` is not a table: the database reads it as a function of the session"));
+            }
             Some(Tok::Word(w)) if !RESERVED.iter().any(|r| is(w, r)) => w.to_string(),
             _ => return Err("expected a table".into()),
         };
@@ -264,11 +346,16 @@ impl<'s> Reader<'_, 's> {
 
     fn unary(&mut self) -> Result<(), String> {
         if self.eat_word("not") {
-            return self.unary();
+            self.enter()?;
+            self.unary()?;
+            self.depth -= 1;
+            return Ok(());
         }
         if self.peek() == Some(&Tok::Open) {
             self.at += 1;
+            self.enter()?;
             self.cond()?;
+            self.depth -= 1;
             return match self.next() {
                 Some(Tok::Close) => Ok(()),
                 _ => Err("expected `)`".into()),
@@ -298,11 +385,15 @@ impl<'s> Reader<'_, 's> {
                     ));
                 }
                 self.at += 1;
+                self.enter()?;
                 loop {
                     self.operand(depth + 1)?;
                     match self.next() {
                         Some(Tok::Comma) => continue,
-                        Some(Tok::Close) => return Ok(()),
+                        Some(Tok::Close) => {
+                            self.depth -= 1;
+                            return Ok(());
+                        }
                         _ => return Err(format!("expected `,` or `)` in the arguments of `{w}`")),
                     }
                 }
@@ -327,10 +418,18 @@ pub struct Checked {
 /// Checks one statement as the guest hands it over (before dialect
 /// rewrites); the error says what is refused.
 pub fn check(sql: &str, policy: &Policy) -> Result<Checked, String> {
+    if sql.len() > MAX_STATEMENT_BYTES {
+        return Err(format!("the lookup is {} bytes long; at most {MAX_STATEMENT_BYTES} are read", sql.len()));
+    }
     let toks = tokens(sql)?;
-    let mut r = Reader { toks: &toks, at: 0, policy };
+    let mut r = Reader { toks: &toks, at: 0, policy, depth: 0 };
     let checked = r.statement().map_err(|e| format!("not a lookup omlet runs ({e})"))?;
     let table = &checked.table;
+    if is_catalog(table) {
+        return Err(format!(
+            "the table `{table}` is in the database's catalog, which lookups may not read (even when `tables` lists it)"
+        ));
+    }
     let listed = policy.tables.as_ref().map(|t| t.iter().any(|x| x == table));
     match listed {
         Some(true) => Ok(checked),
@@ -392,7 +491,11 @@ mod tests {
 
     #[test]
     fn the_config_allows_functions_and_limits_tables() {
-        let p = Policy { tables: Some(vec!["ip_zone".into(), "geo.city".into()]), functions: vec!["lower".into()] };
+        let p = Policy {
+            tables: Some(vec!["ip_zone".into(), "geo.city".into()]),
+            functions: vec!["lower".into()],
+            ..Policy::default()
+        };
         assert!(check("select zone from ip_zone where lower(name) = :n", &p).is_ok());
         assert!(check("select zone from other where name = :n", &p).unwrap_err().contains("`other`"));
         let e = check("select zone from ip_zon where name = :n", &p).unwrap_err();
@@ -401,5 +504,107 @@ mod tests {
         let c = check("select a, b from ip_zone where x = :x", &p).unwrap();
         assert_eq!((c.table.as_str(), c.columns), ("ip_zone", vec!["a".to_string(), "b".to_string()]));
         assert!(check("select zone from ip_zone where upper(name) = :n", &p).unwrap_err().contains("`upper`"));
+    }
+
+    /// Issue 30: catalog tables, unqualified or listed in `tables`, are
+    /// refused; user tables with similar names are not.
+    #[test]
+    fn catalog_tables_are_refused_whatever_tables_says() {
+        let catalog = [
+            "pg_authid",
+            "pg_shadow",
+            "PG_SETTINGS",
+            "pg_proc",
+            "pg_roles",
+            "pg_user",
+            "pg_database",
+            "pg_stat_activity",
+            "pg_catalog.pg_authid",
+            "public.pg_user",
+            "information_schema.tables",
+            "Information_Schema.columns",
+            "sqlite_master",
+            "sqlite_schema",
+            "SQLITE_TEMP_MASTER",
+            "main.sqlite_master",
+            "pragma_table_list",
+            "pragma_function_list",
+            "mysql.user",
+            "MySQL.global_priv",
+            "performance_schema.threads",
+            "sys.session",
+        ];
+        for table in catalog {
+            let sql = format!("select a from {table} where b = :b");
+            let e = check(&sql, &Policy::default()).unwrap_err();
+            assert!(e.contains("catalog"), "{table}: {e}");
+            let listed = Policy { tables: Some(vec![table.to_string()]), ..Policy::default() };
+            let e = check(&sql, &listed).unwrap_err();
+            assert!(e.contains("catalog") && e.contains("even when `tables` lists it"), "{table}: {e}");
+        }
+        for table in ["pgx", "my_pg_stats", "sqlitex", "mysql_hosts", "sys_events", "pragma", "users"] {
+            assert!(ok(&format!("select a from {table} where b = :b")), "{table}");
+        }
+        let listed = Policy { tables: Some(vec!["geo.city".into(), "app.sys_log".into()]), ..Policy::default() };
+        assert!(check("select a from geo.city where b = :b", &listed).is_ok());
+        assert!(check("select a from app.sys_log where b = :b", &listed).is_ok());
+    }
+
+    /// Issue 30: words the database reads as the session's user, role,
+    /// database or schema are neither columns nor tables.
+    #[test]
+    fn session_words_are_not_columns() {
+        for bad in [
+            "select zone from t where name = current_user",
+            "select zone from t where CURRENT_USER = :n",
+            "select current_user from t where id = :id",
+            "select zone from t where user = :u",
+            "select zone from t where session_user = 'postgres'",
+            "select zone from t where system_user <> :u",
+            "select zone from t where current_role = :r",
+            "select zone from t where current_catalog = :c",
+            "select zone from t where current_schema = :s",
+            "select zone from t where current_database = :d",
+            "select zone from t where not (id = 1 or user = :u)",
+            "select * from current_user where 1 = 1",
+            "select * from session_user where 1 = 1",
+        ] {
+            let e = check(bad, &Policy::default()).unwrap_err();
+            assert!(e.contains("function of the session"), "{bad}: {e}");
+        }
+        assert!(ok("select zone from t where username = :u and user_id = 1 and current_users = 2"));
+        // A bare `user` is the session's user on PostgreSQL only; elsewhere a column.
+        let on = |database| Policy { database, ..Policy::default() };
+        for (database, refused) in [("postgres", true), ("", true), ("sqlite", false), ("mysql", false)] {
+            for sql in ["select team from teams where user = :u", "select user from teams where id = :id"] {
+                assert_eq!(check(sql, &on(database)).is_err(), refused, "{database}: {sql}");
+            }
+            assert!(check("select a from t where current_user = :u", &on(database)).is_err(), "{database}");
+        }
+        assert!(check("select * from user where 1 = 1", &on("postgres")).unwrap_err().contains("function of the session"));
+    }
+
+    /// Issue 30: a statement nesting 50,000 parentheses overflowed the
+    /// reader's stack (the process aborted); now it is refused.
+    #[test]
+    fn deep_nesting_is_refused_not_a_crash() {
+        let nested =
+            |open: &str, n: usize, close: &str| format!("select a from t where {}x = 1{}", open.repeat(n), close.repeat(n));
+        // Over the byte bound.
+        let e = check(&nested("(", 50_000, ")"), &Policy::default()).unwrap_err();
+        assert!(e.contains("at most 65536"), "{e}");
+        // Within it, over the depth bound.
+        for sql in [nested("(", 30_000, ")"), nested("not ", 15_000, ""), nested("not (", 10_000, ")")] {
+            assert!(sql.len() <= MAX_STATEMENT_BYTES);
+            let e = check(&sql, &Policy::default()).unwrap_err();
+            assert!(e.contains("nested more than 64 deep"), "{e}");
+        }
+        let p = Policy { functions: vec!["f".into()], ..Policy::default() };
+        let calls = format!("select a from t where x = {}1{}", "f(".repeat(10_000), ")".repeat(10_000));
+        assert!(check(&calls, &p).unwrap_err().contains("nested too deep"));
+        // At the bound, it passes.
+        assert!(ok(&nested("(", MAX_DEPTH, ")")));
+        assert!(!ok(&nested("(", MAX_DEPTH + 1, ")")));
+        assert!(ok(&nested("not ", MAX_DEPTH, "")));
     }
 }

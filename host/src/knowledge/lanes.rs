@@ -24,7 +24,8 @@ use super::BoxFuture;
 
 /// What runs on each new connection before its first query: the session
 /// settings that keep lookups safe and bounded (the server-side statement
-/// timeout; on MySQL, `NO_BACKSLASH_ESCAPES`) and PostgreSQL's helper
+/// timeout; on MySQL, `NO_BACKSLASH_ESCAPES`; on PostgreSQL, standard
+/// strings) and PostgreSQL's helper
 /// functions. An error fails the connection: it is never used unguarded.
 pub(crate) type Setup<C> = Arc<dyn for<'c> Fn(&'c mut C) -> BoxFuture<'c, Result<(), String>> + Send + Sync>;
 

@@ -6,10 +6,12 @@
 //!
 //! - a **generation** number, bumped by [`Knowledge::reload`] and passed to
 //!   the guest with each call, so that guest caches forget old answers;
-//! - the **shared cache** (moka): capacity, TTL, negative caching of "no
-//!   row", single-flight (concurrent misses on one key make one query), or
-//!   `bypass`. Keys are (generation, statement, parameters), so nothing
-//!   cached before a reload is served after it;
+//! - the **shared cache** (moka): bounded in entries and in bytes (each
+//!   entry weighed by its estimated size; an answer over `max_entry_bytes`
+//!   is not kept), TTL, negative caching of "no row", single-flight
+//!   (concurrent misses on one key make one query), or `bypass`. Keys are
+//!   (generation, statement, parameters), so nothing cached before a reload
+//!   is served after it;
 //! - the **failure policy** (`absent` or `fail`) and the query timeout;
 //! - **counters** and per-statement latency histograms.
 //!
@@ -56,7 +58,7 @@ pub use sql::{HELPER_FUNCTIONS, qualify_helpers, rewrite_helper_calls, rewrite_p
 pub use sql_provider::{Dialect, SqlProvider};
 pub use stats::{AtomicHistogram, Histogram, StatementStats, Stats};
 
-use crate::{Error, Result};
+use crate::{Error, Limit, Result};
 
 /// A statement bound to a provider: rewritten, prepared, described.
 #[derive(Debug, Clone)]
@@ -87,6 +89,9 @@ struct CacheKey {
 enum Miss {
     NoRow,
     Failed(LookupError),
+    /// A row too big to keep (`cache.max_entry_bytes`): given to the
+    /// callers waiting for it, not cached.
+    Uncached(Arc<Vec<Cell>>),
 }
 
 /// Why a lookup got no answer.
@@ -131,6 +136,9 @@ pub struct Knowledge {
     generation: AtomicU64,
     born: Instant,
     cache: Option<moka::future::Cache<CacheKey, Row>>,
+    /// How many bytes one unit of the cache's weight stands for (1 unless
+    /// `cache.max_bytes` is above 4 GiB: moka weighs an entry in a `u32`).
+    cache_unit: u64,
     /// Per statement: its queries in flight, and the misses waiting for one.
     pending: Mutex<std::collections::HashMap<usize, Pending>>,
     stats: Stats,
@@ -149,10 +157,19 @@ impl Knowledge {
     /// `knowdb` are only kept: connecting and loading are
     /// [`KnowledgeConfig::open`]'s job.
     pub fn with_config(provider: Arc<dyn Provider>, config: KnowledgeConfig) -> Knowledge {
+        // Weights are bytes (or units of `cache_unit` bytes); each entry
+        // weighs at least max_bytes / capacity, so that the one bound holds
+        // the cache to both `capacity` entries and `max_bytes` bytes.
+        let cache_unit = config.cache.max_bytes.div_ceil(u64::from(u32::MAX)).max(1);
         let cache = match config.cache.mode {
             CacheMode::Bypass => None,
             CacheMode::Shared => {
-                let mut b = moka::future::Cache::builder().max_capacity(config.cache.capacity);
+                let max_units = config.cache.max_bytes / cache_unit;
+                let least = max_units / config.cache.capacity.max(1);
+                let mut b = moka::future::Cache::builder().max_capacity(max_units).weigher(move |k: &CacheKey, row: &Row| {
+                    let units = entry_bytes(key_bytes(k), row.as_deref()).div_ceil(cache_unit).max(least);
+                    u32::try_from(units).unwrap_or(u32::MAX)
+                });
                 if let Some(ttl) = config.cache.ttl() {
                     b = b.time_to_live(ttl);
                 }
@@ -165,6 +182,7 @@ impl Knowledge {
             generation: AtomicU64::new(1),
             born: Instant::now(),
             cache,
+            cache_unit,
             pending: Mutex::new(Default::default()),
             stats: Stats::default(),
         }
@@ -210,6 +228,19 @@ impl Knowledge {
         }
     }
 
+    /// The shared cache's size in bytes as it counts them (each entry's
+    /// estimated size, at least `cache.max_bytes / cache.capacity`), after
+    /// pending evictions ran: never above `cache.max_bytes`.
+    pub async fn cached_bytes(&self) -> u64 {
+        match &self.cache {
+            Some(c) => {
+                c.run_pending_tasks().await;
+                c.weighted_size().saturating_mul(self.cache_unit)
+            }
+            None => 0,
+        }
+    }
+
     #[doc(hidden)]
     /// Whether answers are kept in the shared cache (not in bypass mode).
     pub fn has_shared_cache(&self) -> bool {
@@ -240,18 +271,28 @@ impl Knowledge {
     /// first that the database rejects.
     pub async fn bind(&self, statements: &[SqlStatement]) -> Result<Vec<BoundStatement>> {
         let mut out = Vec::with_capacity(statements.len());
-        let policy = guard::Policy { tables: self.config.tables.clone(), functions: self.config.functions.clone() };
+        let policy = guard::Policy {
+            tables: self.config.tables.clone(),
+            functions: self.config.functions.clone(),
+            database: self.provider.kind(),
+        };
         for s in statements {
             let refused =
                 |message| Error::Statement { file: s.file.clone(), line: s.line, column: s.column, sql: s.sql.clone(), message };
             // What the rule may reach, before anything goes to the database.
+            let too_long = |message: String| {
+                Error::limit(Limit::StatementBytes, format!("{}:{}:{}: lookup: {message}", s.file, s.line, s.column))
+            };
+            if s.sql.len() > guard::MAX_STATEMENT_BYTES {
+                return Err(too_long(format!("{} bytes long; at most {} are read", s.sql.len(), guard::MAX_STATEMENT_BYTES)));
+            }
             let checked = guard::check(&s.sql, &policy).map_err(refused)?;
             // The batch form is built from what the SQL reads, never from the
             // component's own account of its table and columns.
             let s = &SqlStatement { table: checked.table, columns: checked.columns, ..s.clone() };
             // Dialect rewrites first, so that a parameter they repeat gets
-            // a placeholder per occurrence.
-            let sql = self.provider.rewrite_sql(s.sql.clone());
+            // a placeholder per occurrence. They are bounded in size.
+            let sql = self.provider.try_rewrite_sql(s.sql.clone()).map_err(too_long)?;
             let (sql, order) = rewrite_placeholders(&sql, &s.params, self.provider.placeholders());
             let prepared = match self.provider.prepare(&sql).await {
                 Ok(p) => p,
@@ -333,10 +374,14 @@ impl Knowledge {
         }
         self.stats.misses.fetch_add(1, Ordering::Relaxed);
         let negative = self.config.cache.negative;
+        // A row bigger than this is answered, not kept.
+        let largest = self.config.cache.max_entry_bytes.min(self.config.cache.max_bytes);
+        let key_size = key_bytes(&key);
         // Concurrent misses on one key wait for this one query (single-flight).
         let got = cache
             .try_get_with(key, async {
                 match self.miss(stmt, bound).await {
+                    Ok(Some(row)) if entry_bytes(key_size, Some(&row)) > largest => Err(Miss::Uncached(Arc::new(row))),
                     Ok(Some(row)) => Ok(Some(Arc::new(row))),
                     Ok(None) if negative => Ok(None),
                     Ok(None) => Err(Miss::NoRow),
@@ -349,6 +394,7 @@ impl Knowledge {
             Err(e) => match &*e {
                 Miss::NoRow => Ok(None),
                 Miss::Failed(m) => Err(m.clone()),
+                Miss::Uncached(row) => Ok(Some((**row).clone())),
             },
         }
     }
@@ -419,6 +465,32 @@ impl CacheKey {
     fn new(generation: u64, stmt: &BoundStatement, bound: &[Cell]) -> CacheKey {
         CacheKey { generation, sql: stmt.sql.clone(), params: encode(bound) }
     }
+}
+
+/// The estimated bytes of a cache key, without its statement's text (which
+/// the statement's keys share).
+fn key_bytes(key: &CacheKey) -> u64 {
+    (std::mem::size_of::<CacheKey>() + key.params.capacity()) as u64
+}
+
+/// The estimated bytes of a shared-cache entry whose key takes `key` bytes:
+/// the key, the row's cells with their text and blobs, and a fixed cost for
+/// moka's own record of the entry.
+fn entry_bytes(key: u64, row: Option<&Vec<Cell>>) -> u64 {
+    const PER_ENTRY: u64 = 128;
+    let row = row.map_or(0, |cells| {
+        let heap: usize = cells
+            .iter()
+            .map(|c| match c {
+                Cell::Text(t) => t.capacity(),
+                Cell::Blob(b) => b.capacity(),
+                _ => 0,
+            })
+            .sum();
+        // The Arc's two counts, the Vec, the cells, their text.
+        16 + std::mem::size_of::<Vec<Cell>>() + cells.capacity() * std::mem::size_of::<Cell>() + heap
+    });
+    PER_ENTRY + key + row as u64
 }
 
 /// A compact, exact key for a parameter list.
@@ -627,7 +699,8 @@ mod tests {
             qualify_helpers(
                 "select a from t where cidr4_contains($1, c) = $2 and n = 'ip4_int(x)' and my_ip4_int(c) = 1",
                 "pg_temp"
-            ),
+            )
+            .unwrap(),
             "select a from t where pg_temp.cidr4_contains($1, c) = $2 and n = 'ip4_int(x)' and my_ip4_int(c) = 1"
         );
     }
@@ -639,13 +712,14 @@ mod tests {
             rewrite_helper_calls(
                 "select a from t where ip4_between(:ip, cidr4_min(c), f(x, ')')) = 1 and n = 'ip4_int(x)' and trim_quotes ( b )",
                 &seen
-            ),
+            )
+            .unwrap(),
             "select a from t where <ip4_between|:ip|<cidr4_min|c>|f(x, ')')> = 1 and n = 'ip4_int(x)' and <trim_quotes|b>"
         );
         // An unclosed call is left for the database to reject.
-        assert_eq!(rewrite_helper_calls("select ip4_int(a from t", &seen), "select ip4_int(a from t");
+        assert_eq!(rewrite_helper_calls("select ip4_int(a from t", &seen).unwrap(), "select ip4_int(a from t");
         // A parameter that the rewrite repeats gets a placeholder each time.
-        let sql = rewrite_helper_calls("x = ip4_int(:ip)", &|_, a| format!("f({0}, {0})", a[0]));
+        let sql = rewrite_helper_calls("x = ip4_int(:ip)", &|_, a| format!("f({0}, {0})", a[0])).unwrap();
         let (sql, order) = rewrite_placeholders(&sql, &["ip".to_string()], Placeholders::Dollar);
         assert_eq!((sql.as_str(), order), ("x = f($1, $2)", vec![0, 0]));
     }

@@ -35,7 +35,9 @@ impl SqlProvider<MySql> {
     /// connections (at least 1), and loading and preparing up to 2 more.
     /// `connect_timeout` bounds each wait for a connection, the first one
     /// included. Fails with [`Error::Knowledge`] if the database cannot be
-    /// reached.
+    /// reached, or if the URL's database is a system schema (`mysql`, `sys`,
+    /// `performance_schema`, `information_schema`), where every table a
+    /// lookup names unqualified would be a catalog table.
     ///
     /// Every connection runs with `NO_BACKSLASH_ESCAPES` added to its
     /// `sql_mode`, so that a backslash in a rule's SQL literal is a plain
@@ -58,7 +60,29 @@ impl SqlProvider<MySql> {
                 Ok(())
             })
         });
-        SqlProvider::connect_server(url, pool_size, connect_timeout, pool_setup, lane_setup, MySql).await
+        let provider = SqlProvider::connect_server(url, pool_size, connect_timeout, pool_setup, lane_setup, MySql).await?;
+        system_database(&provider).await?;
+        Ok(provider)
+    }
+}
+
+/// Refuses a connection whose default database is one of the system
+/// schemas: there, every unqualified table of a lookup would be a catalog
+/// table (`user` is `mysql.user`), which the guard refuses only by name
+/// when qualified.
+async fn system_database(provider: &MySqlProvider) -> Result<()> {
+    let db: Option<String> = sqlx::query_scalar("select database()")
+        .fetch_one(provider.pool())
+        .await
+        .map_err(|e| crate::Error::Knowledge(format!("mysql: {e}")))?;
+    match db {
+        Some(db) if ["mysql", "performance_schema", "sys", "information_schema"].iter().any(|s| db.eq_ignore_ascii_case(s)) => {
+            provider.pool().close().await;
+            Err(crate::Error::Knowledge(format!(
+                "mysql: the URL's database `{db}` is a system schema; lookups read the tables of a database of your own"
+            )))
+        }
+        _ => Ok(()),
     }
 }
 
@@ -173,7 +197,41 @@ impl Dialect for MySql {
         cell(row, i, ty)
     }
 
-    fn rewrite_sql(&self, sql: String) -> String {
+    fn rewrite_sql(&self, sql: String) -> Result<String, String> {
         super::rewrite_helper_calls(&sql, &helper_expression)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each `ip4_int(x)` writes `x` out five times: nested twelve deep, the
+    /// statement would be hundreds of megabytes. The rewrite stops at the
+    /// bound instead, having held little more than it.
+    #[test]
+    fn nested_helpers_stop_at_the_size_bound() {
+        let mut arg = "addr".to_string();
+        for _ in 0..12 {
+            arg = format!("ip4_int({arg})");
+        }
+        let sql = format!("select name from hosts where {arg} = 1");
+        let started = std::time::Instant::now();
+        let err = MySql.rewrite_sql(sql).unwrap_err();
+        assert!(err.contains("longer than 65536 bytes"), "{err}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(2), "{:?}", started.elapsed());
+        // Two deep is well within it.
+        let ok = MySql.rewrite_sql("select name from hosts where ip4_int(trim_quotes(addr)) = 1".into()).unwrap();
+        assert!(ok.len() < 4096 && !ok.contains("trim_quotes(") && !ok.contains("ip4_int("), "{ok}");
+    }
+
+    /// The guard reads names in any case, and so does the rewrite: an
+    /// upper-case helper is written out, never left for the server's own
+    /// function of that name.
+    #[test]
+    fn helper_names_are_read_in_any_case() {
+        let sql = MySql.rewrite_sql("select name from hosts where IP4_INT(addr) = Ip4_Int(:ip)".into()).unwrap();
+        assert!(!sql.to_ascii_lowercase().contains("ip4_int"), "{sql}");
+        assert_eq!(sql, MySql.rewrite_sql("select name from hosts where ip4_int(addr) = ip4_int(:ip)".into()).unwrap());
     }
 }

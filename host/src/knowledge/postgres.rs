@@ -41,13 +41,27 @@ fn create_helpers(conn: &mut PgConnection) -> BoxFuture<'_, ()> {
     })
 }
 
-/// A lookup connection's setup: the helpers, and a server-side statement
-/// timeout equal to the query timeout, so that a lookup omlet gave up on
-/// does not go on running in the server.
+/// Makes the session read literals the standard way, whatever the server,
+/// the database or the role set: `standard_conforming_strings = on` (a
+/// backslash in `'…'` is a character, as the guard and the compiler read
+/// it) and `backslash_quote = off` (`\'` is never a quote). Without it, a
+/// rule's `'\'` would end its literal elsewhere than the guard saw. An
+/// error fails the connection. (A `SET` rather than startup options:
+/// poolers such as PgBouncer refuse unknown startup parameters.)
+async fn standard_strings(conn: &mut PgConnection) -> Result<(), String> {
+    let sql = "SET standard_conforming_strings = on; SET backslash_quote = off";
+    sqlx::raw_sql(sql).execute(&mut *conn).await.map_err(|e| format!("cannot set standard_conforming_strings: {e}"))?;
+    Ok(())
+}
+
+/// A lookup connection's setup: standard strings, the helpers, and a
+/// server-side statement timeout equal to the query timeout, so that a
+/// lookup omlet gave up on does not go on running in the server.
 fn lookup_setup(statement_timeout: Duration) -> lanes::Setup<PgConnection> {
     let ms = statement_timeout.as_millis().max(1);
     Arc::new(move |conn: &mut PgConnection| {
         Box::pin(async move {
+            standard_strings(conn).await?;
             create_helpers(conn).await;
             let sql = format!("SET statement_timeout = {ms}");
             sqlx::raw_sql(AssertSqlSafe(sql))
@@ -66,8 +80,12 @@ impl SqlProvider<Postgres> {
     /// included. Fails with [`Error::Knowledge`] if the database cannot be
     /// reached.
     ///
-    /// Lookup connections carry `statement_timeout` (the query timeout): a
-    /// lookup cut by omlet's timeout is cancelled by the server too.
+    /// Every connection runs with `standard_conforming_strings = on` and
+    /// `backslash_quote = off`, so that a backslash in a rule's SQL literal
+    /// is a plain character, as the guard reads it, even where the server,
+    /// database or role turns standard strings off. Lookup connections
+    /// carry `statement_timeout` (the query timeout): a lookup cut by
+    /// omlet's timeout is cancelled by the server too.
     pub async fn connect(
         url: &str,
         pool_size: u32,
@@ -76,6 +94,7 @@ impl SqlProvider<Postgres> {
     ) -> Result<PostgresProvider> {
         let pool_setup: lanes::Setup<PgConnection> = Arc::new(|conn: &mut PgConnection| {
             Box::pin(async move {
+                standard_strings(conn).await?;
                 create_helpers(conn).await;
                 Ok(())
             })
@@ -177,7 +196,7 @@ impl Dialect for Postgres {
         }
     }
 
-    fn rewrite_sql(&self, sql: String) -> String {
+    fn rewrite_sql(&self, sql: String) -> Result<String, String> {
         super::qualify_helpers(&sql, "pg_temp")
     }
 
@@ -187,5 +206,18 @@ impl Dialect for Postgres {
 
     fn bind_batch<'q>(q: Query<'q, sqlx::Postgres>, plan: &BatchPlan, keys: &[Cell]) -> Query<'q, sqlx::Postgres> {
         bind_any(q, plan, keys)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A helper written in upper case reaches omlet's temporary function,
+    /// not a function of that name in the user's schemas.
+    #[test]
+    fn helper_names_are_read_in_any_case() {
+        let sql = Postgres.rewrite_sql("select a from t where IP4_INT(c) = Cidr4_Min(:n) and x = 'IP4_INT(c)'".into()).unwrap();
+        assert_eq!(sql, "select a from t where pg_temp.ip4_int(c) = pg_temp.cidr4_min(:n) and x = 'IP4_INT(c)'");
     }
 }

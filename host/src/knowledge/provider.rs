@@ -66,6 +66,15 @@ pub trait Provider: Tables + Send + Sync + 'static {
     fn rewrite_sql(&self, sql: String) -> String {
         sql
     }
+    /// [`rewrite_sql`](Self::rewrite_sql), or why the statement cannot be
+    /// written out for this provider (MySQL's inline helpers copy their
+    /// arguments, and the result may not pass
+    /// [`MAX_STATEMENT_BYTES`](super::guard::MAX_STATEMENT_BYTES)).
+    /// [`Knowledge::bind`](super::Knowledge::bind) calls this one. The
+    /// default is `rewrite_sql`'s result.
+    fn try_rewrite_sql(&self, sql: String) -> Result<String, String> {
+        Ok(self.rewrite_sql(sql))
+    }
     /// How many lookups this provider runs at once (its lookup
     /// connections); batching of misses is sized from it (`batch_slots`).
     /// The default is 1.

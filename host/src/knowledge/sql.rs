@@ -2,6 +2,7 @@
 //! out inline), and `:name` parameters into the provider's placeholders.
 
 use super::Placeholders;
+use super::guard::{MAX_DEPTH, MAX_STATEMENT_BYTES};
 
 /// The SQL helper functions of spec §8.11.4.
 pub const HELPER_FUNCTIONS: &[&str] =
@@ -9,8 +10,12 @@ pub const HELPER_FUNCTIONS: &[&str] =
 
 /// Copies `sql`, passing quoted strings through untouched; everywhere else
 /// `at(sql, i, out)` may write a replacement for what starts at byte `i` and
-/// return where to go on, or `None` to copy the character as it is.
-fn rewrite_outside_quotes(sql: &str, mut at: impl FnMut(&str, usize, &mut String) -> Option<usize>) -> String {
+/// return where to go on, or `None` to copy the character as it is; an error
+/// stops the copy.
+fn rewrite_outside_quotes<E>(
+    sql: &str,
+    mut at: impl FnMut(&str, usize, &mut String) -> Result<Option<usize>, E>,
+) -> Result<String, E> {
     let b = sql.as_bytes();
     let mut out = String::with_capacity(sql.len() + 16);
     let mut i = 0;
@@ -20,7 +25,7 @@ fn rewrite_outside_quotes(sql: &str, mut at: impl FnMut(&str, usize, &mut String
             let end = sql[i + 1..].find(c as char).map(|e| i + 1 + e + 1).unwrap_or(b.len());
             out.push_str(&sql[i..end]);
             i = end;
-        } else if let Some(next) = at(sql, i, &mut out) {
+        } else if let Some(next) = at(sql, i, &mut out)? {
             i = next;
         } else {
             let ch = sql[i..].chars().next().unwrap_or(' ');
@@ -28,30 +33,64 @@ fn rewrite_outside_quotes(sql: &str, mut at: impl FnMut(&str, usize, &mut String
             i += ch.len_utf8();
         }
     }
-    out
+    Ok(out)
 }
 
 fn is_ident(c: u8) -> bool {
     c.is_ascii_alphanumeric() || c == b'_'
 }
 
-/// Rewrites every call of a helper function (outside quotes) to
-/// `write(name, args)`, where each argument has had its own calls rewritten
-/// first. A call whose parentheses do not close is left as it is, for the
-/// database to reject with its own message.
-pub fn rewrite_helper_calls(sql: &str, write: &dyn Fn(&str, &[String]) -> String) -> String {
+/// The helper whose call starts at byte `i` of `sql` (its name in any case,
+/// as the guard reads names, then `(`), by its own lower-case name.
+fn helper_at(sql: &str, i: usize) -> Option<&'static str> {
+    let b = sql.as_bytes();
+    if i > 0 && (is_ident(b[i - 1]) || b[i - 1] == b'.') {
+        return None;
+    }
+    HELPER_FUNCTIONS.iter().copied().find(|n| {
+        sql.get(i..i + n.len()).is_some_and(|w| w.eq_ignore_ascii_case(n)) && sql[i + n.len()..].trim_start().starts_with('(')
+    })
+}
+
+/// Rewrites every call of a helper function (outside quotes, its name in
+/// any case) to `write(name, args)`, with the helper's lower-case name and
+/// each argument's own calls rewritten first. A call whose parentheses do
+/// not close is left as it is, for the database to reject with its own
+/// message.
+///
+/// `write` may repeat an argument (MySQL's inline helpers do), so helper
+/// calls nested in helper calls can grow the statement exponentially: the
+/// rewrite stops with an error as soon as its text would pass
+/// [`MAX_STATEMENT_BYTES`], or its calls nest deeper than [`MAX_DEPTH`],
+/// before it holds more than a small multiple of that bound.
+pub fn rewrite_helper_calls(sql: &str, write: &dyn Fn(&str, &[String]) -> String) -> Result<String, String> {
+    rewrite_nested(sql, write, 0)
+}
+
+fn rewrite_nested(sql: &str, write: &dyn Fn(&str, &[String]) -> String, depth: usize) -> Result<String, String> {
+    let too_long = || {
+        format!(
+            "written out for the database, the lookup would be longer than {MAX_STATEMENT_BYTES} bytes \
+             (a helper call may copy its arguments, so helper calls nested in helper calls multiply)"
+        )
+    };
+    if sql.len() > MAX_STATEMENT_BYTES {
+        return Err(too_long());
+    }
+    if depth > MAX_DEPTH {
+        return Err(format!("helper calls nested more than {MAX_DEPTH} deep"));
+    }
     rewrite_outside_quotes(sql, |sql, i, out| {
-        let b = sql.as_bytes();
-        if i > 0 && (is_ident(b[i - 1]) || b[i - 1] == b'.') {
-            return None;
-        }
-        let name =
-            HELPER_FUNCTIONS.iter().find(|n| sql[i..].starts_with(**n) && sql[i + n.len()..].trim_start().starts_with('('))?;
-        let open = i + name.len() + (sql[i + name.len()..].len() - sql[i + name.len()..].trim_start().len());
-        let (args, end) = call_arguments(sql, open + 1)?;
-        let args: Vec<String> = args.iter().map(|a| rewrite_helper_calls(a, write)).collect();
+        let Some(name) = helper_at(sql, i) else { return Ok(None) };
+        let rest = &sql[i + name.len()..];
+        let open = i + name.len() + (rest.len() - rest.trim_start().len());
+        let Some((args, end)) = call_arguments(sql, open + 1) else { return Ok(None) };
+        let args = args.iter().map(|a| rewrite_nested(a, write, depth + 1)).collect::<Result<Vec<String>, String>>()?;
         out.push_str(&write(name, &args));
-        Some(end)
+        if out.len() > MAX_STATEMENT_BYTES {
+            return Err(too_long());
+        }
+        Ok(Some(end))
     })
 }
 
@@ -84,8 +123,9 @@ fn call_arguments(sql: &str, start: usize) -> Option<(Vec<&str>, usize)> {
     None
 }
 
-/// Prefixes calls of the helper functions with `schema.` (outside quotes).
-pub fn qualify_helpers(sql: &str, schema: &str) -> String {
+/// Prefixes calls of the helper functions with `schema.` (outside quotes),
+/// their names in lower case; fails as [`rewrite_helper_calls`] does.
+pub fn qualify_helpers(sql: &str, schema: &str) -> Result<String, String> {
     rewrite_helper_calls(sql, &|name, args| format!("{schema}.{name}({})", args.join(", ")))
 }
 
@@ -94,10 +134,10 @@ pub fn qualify_helpers(sql: &str, schema: &str) -> String {
 /// strings are left alone.
 pub fn rewrite_placeholders(sql: &str, params: &[String], style: Placeholders) -> (String, Vec<usize>) {
     let mut order = Vec::new();
-    let out = rewrite_outside_quotes(sql, |sql, i, out| {
+    let out = rewrite_outside_quotes(sql, |sql, i, out| -> Result<_, std::convert::Infallible> {
         let b = sql.as_bytes();
         if b[i] != b':' || !b.get(i + 1).copied().is_some_and(is_ident) {
-            return None;
+            return Ok(None);
         }
         let end = i + 1 + b[i + 1..].iter().take_while(|c| is_ident(**c)).count();
         match params.iter().position(|p| *p == sql[i + 1..end]) {
@@ -110,7 +150,42 @@ pub fn rewrite_placeholders(sql: &str, params: &[String], style: Placeholders) -
             }
             None => out.push_str(&sql[i..end]),
         }
-        Some(end)
+        Ok(Some(end))
     });
+    let Ok(out) = out;
     (out, order)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rewrite_is_bounded_in_size_and_depth() {
+        let copy5 = |name: &str, args: &[String]| format!("{name}[{}]", vec![args.join(","); 5].join(","));
+        let mut sql = "x".to_string();
+        for _ in 0..12 {
+            sql = format!("ip4_int({sql})");
+        }
+        let err = rewrite_helper_calls(&sql, &copy5).unwrap_err();
+        assert!(err.contains("longer than 65536 bytes"), "{err}");
+        let keep = |name: &str, args: &[String]| format!("{name}({})", args.join(","));
+        let deep = format!("{}x{}", "trim_quotes(".repeat(100), ")".repeat(100));
+        assert!(rewrite_helper_calls(&deep, &keep).unwrap_err().contains("nested more than 64 deep"));
+        let long = format!("a = '{}'", "x".repeat(MAX_STATEMENT_BYTES));
+        assert!(rewrite_helper_calls(&long, &keep).is_err());
+    }
+
+    #[test]
+    fn helper_names_are_read_in_any_case() {
+        let keep = |name: &str, args: &[String]| format!("<{name}({})>", args.join(","));
+        assert_eq!(
+            rewrite_helper_calls(
+                "IP4_INT(a) = Trim_Quotes (b) and xIP4_INT(c) = t.ip4_int(d) and 'IP4_INT(e)' = ip4_intx(f)",
+                &keep
+            )
+            .unwrap(),
+            "<ip4_int(a)> = <trim_quotes(b)> and xIP4_INT(c) = t.ip4_int(d) and 'IP4_INT(e)' = ip4_intx(f)"
+        );
+    }
 }

@@ -119,9 +119,10 @@ pub trait Dialect: Send + Sync + 'static {
         Vec::new()
     }
     /// Adapts a statement, still with its `:name` parameters, to the dialect
-    /// (how helper functions are reached).
-    fn rewrite_sql(&self, sql: String) -> String {
-        sql
+    /// (how helper functions are reached), or says why it cannot (written
+    /// out, it would pass [`MAX_STATEMENT_BYTES`](super::guard::MAX_STATEMENT_BYTES)).
+    fn rewrite_sql(&self, sql: String) -> Result<String, String> {
+        Ok(sql)
     }
     /// The batched form of `plan` for `keys` keys.
     fn batch_sql(plan: &BatchPlan, keys: usize) -> String {
@@ -239,7 +240,14 @@ where
         D::SPEC.placeholders
     }
 
+    /// The statement as [`try_rewrite_sql`](Provider::try_rewrite_sql)
+    /// writes it; one that cannot be written out becomes text that no
+    /// database prepares, so that it never runs half-rewritten.
     fn rewrite_sql(&self, sql: String) -> String {
+        self.dialect.rewrite_sql(sql).unwrap_or_else(|e| format!("omlet refused this lookup: {e}"))
+    }
+
+    fn try_rewrite_sql(&self, sql: String) -> Result<String, String> {
         self.dialect.rewrite_sql(sql)
     }
 

@@ -404,11 +404,22 @@ async fn load_err(k: Arc<Knowledge>, rule: &str) -> String {
 
 /// Catalogue tables, functions outside the allow-list and tables outside
 /// `tables` fail the load with the rule's position, on a real server.
-async fn rules_reach_only_their_tables(url: &str, catalogue: &str, file_fn: &str) {
+/// Catalogue tables are refused even when `tables` lists them (issue 30).
+async fn rules_reach_only_their_tables(url: &str, catalogue: &[&str], file_fn: &str) {
     let k = KnowledgeConfig::for_url(url).open().await.unwrap();
     perf_table(&k, 3).await;
-    let m = load_err(k.clone(), &format!("name : t\n---\nv = select value from {catalogue} where id = read(id) ;\n")).await;
-    assert!(m.starts_with("evil.oml:3:5:") && m.contains("schema-qualified"), "{m}");
+    for table in catalogue {
+        let rule = format!("name : t\n---\nv = select value from {table} where id = read(id) ;\n");
+        let m = load_err(k.clone(), &rule).await;
+        assert!(m.starts_with("evil.oml:3:5:") && m.contains("catalog"), "{m}");
+        let mut c = KnowledgeConfig::for_url(url);
+        c.tables = Some(vec![table.to_string(), "perf".into()]);
+        let m = load_err(c.open().await.unwrap(), &rule).await;
+        assert!(m.contains("catalog") && m.contains("even when `tables` lists it"), "{m}");
+    }
+    // The session's user is no column (issue 30: it was a user-name oracle).
+    let m = load_err(k.clone(), "name : t\n---\nv = select value from perf where current_user = read(u) ;\n").await;
+    assert!(m.contains("`current_user` is not a column name"), "{m}");
     let m =
         load_err(k.clone(), &format!("name : t\n---\nv = select value from perf where value = {file_fn}(read(path)) ;\n")).await;
     assert!(m.contains(&format!("the function `{file_fn}` is not allowed")), "{m}");
@@ -427,13 +438,23 @@ async fn rules_reach_only_their_tables(url: &str, catalogue: &str, file_fn: &str
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rules_reach_only_their_tables_on_postgres() {
     let pg = Postgres::start();
-    rules_reach_only_their_tables(&pg.url(), "pg_catalog.pg_authid", "pg_read_file").await;
+    rules_reach_only_their_tables(
+        &pg.url(),
+        &["pg_catalog.pg_authid", "pg_authid", "pg_shadow", "pg_settings", "pg_stat_activity", "information_schema.tables"],
+        "pg_read_file",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rules_reach_only_their_tables_on_mariadb() {
     let m = MariaDb::start();
-    rules_reach_only_their_tables(&m.url(), "mysql.user", "load_file").await;
+    rules_reach_only_their_tables(
+        &m.url(),
+        &["mysql.user", "performance_schema.threads", "sys.session", "information_schema.tables"],
+        "load_file",
+    )
+    .await;
 }
 
 /// MariaDB reads `\` in a literal as an escape unless NO_BACKSLASH_ESCAPES is
@@ -457,6 +478,152 @@ async fn a_backslash_in_a_literal_is_a_character_on_mariadb() {
     let bound = k.bind(&[statement(escape, &[])]).await.unwrap();
     let row = k.query(&bound[0], &[]).await.unwrap();
     assert_eq!(row, Some(vec![omlet_lang::Cell::Text("one backslash".into())]), "no row from mysql.user");
+}
+
+/// PostgreSQL reads `\` in a literal as an escape when
+/// `standard_conforming_strings` is off, which a server, database or role
+/// may set (issue 30): `'\'` then never ends where the guard saw it end, and
+/// the rest of the statement can be a UNION. Every connection sets it on
+/// (and `backslash_quote` off) whatever the role says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backslash_in_a_literal_is_a_character_on_postgres() {
+    let pg = Postgres::start();
+    let admin = KnowledgeConfig::for_url(&pg.url()).open().await.unwrap();
+    admin
+        .provider()
+        .execute(
+            "create table bs (k text, v text); insert into bs values ('\\', 'one backslash'), ('x', 'escaped');
+             alter role current_user set standard_conforming_strings = off;
+             alter role current_user set backslash_quote = on;",
+        )
+        .await
+        .unwrap();
+    admin.provider().close().await;
+    // New sessions of the role start with backslash escapes on.
+    let k = KnowledgeConfig::for_url(&pg.url()).open().await.unwrap();
+    let bound = k.bind(&[statement("select v from bs where k = '\\' and v != :p", &["p"])]).await.unwrap();
+    let row = k.query(&bound[0], &[omlet_lang::Cell::Text("none".into())]).await.unwrap();
+    assert_eq!(row, Some(vec![omlet_lang::Cell::Text("one backslash".into())]));
+    let escape = "select v from bs where k = trim_quotes('\\') or k = ') union select usename::text from pg_user -- '";
+    let bound = k.bind(&[statement(escape, &[])]).await.unwrap();
+    let row = k.query(&bound[0], &[]).await.unwrap();
+    assert_eq!(row, Some(vec![omlet_lang::Cell::Text("one backslash".into())]), "no row from pg_user");
+    // A lookup connection says so itself.
+    let settings = omlet::knowledge::BoundStatement {
+        sql: "select current_setting('standard_conforming_strings') || ' ' || current_setting('backslash_quote')".into(),
+        order: Vec::new(),
+        param_types: Vec::new(),
+        columns: Vec::new(),
+        stats: 0,
+        batch: None,
+    };
+    let row = k.provider().query_first(&settings, Vec::new()).await.unwrap();
+    assert_eq!(row, Some(vec![omlet_lang::Cell::Text("on off".into())]));
+}
+
+/// SQLite never reads `\` as an escape; the same lookups as on the servers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backslash_in_a_literal_is_a_character_on_sqlite() {
+    let k = KnowledgeConfig::for_url("sqlite::memory:").open().await.unwrap();
+    k.provider()
+        .execute("create table bs (k text, v text); insert into bs values ('\\', 'one backslash'), ('x', 'escaped');")
+        .await
+        .unwrap();
+    let bound = k.bind(&[statement("select v from bs where k = '\\' and v != :p", &["p"])]).await.unwrap();
+    let row = k.query(&bound[0], &[omlet_lang::Cell::Text("none".into())]).await.unwrap();
+    assert_eq!(row, Some(vec![omlet_lang::Cell::Text("one backslash".into())]));
+    let escape = "select v from bs where k = trim_quotes('\\') or k = ') union select name from sqlite_master -- '";
+    let bound = k.bind(&[statement(escape, &[])]).await.unwrap();
+    let row = k.query(&bound[0], &[]).await.unwrap();
+    assert_eq!(row, Some(vec![omlet_lang::Cell::Text("one backslash".into())]), "no row from sqlite_master");
+}
+
+/// A statement nesting 50,000 parentheses overflowed the guard's stack at
+/// load and aborted the process (issue 30): now the load fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deeply_nested_lookups_fail_the_load_not_the_process() {
+    let k = KnowledgeConfig::for_url("sqlite::memory:").open().await.unwrap();
+    perf_table(&k, 3).await;
+    let nested = |n: usize| format!("select value from perf where {}id = :id{}", "(".repeat(n), ")".repeat(n));
+    let err = k.bind(&[statement(&nested(50_000), &["id"])]).await.unwrap_err();
+    assert!(matches!(err, omlet::Error::Limit { limit: omlet::Limit::StatementBytes, .. }), "{err}");
+    assert!(err.to_string().contains("t.oml:1:1"), "{err}");
+    let err = k.bind(&[statement(&nested(30_000), &["id"])]).await.unwrap_err();
+    assert!(err.to_string().contains("nested more than 64 deep"), "{err}");
+    assert!(k.bind(&[statement(&nested(64), &["id"])]).await.is_ok());
+}
+
+/// On MySQL and MariaDB each helper call is written out inline and copies
+/// its argument up to fifteen times: `ip4_int` nested nine deep took 763 MB
+/// at load (issue 30). The rewrite stops at 64 KiB with a typed error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nested_helpers_stop_at_the_size_bound_on_mariadb() {
+    let m = MariaDb::start();
+    let k = KnowledgeConfig::for_url(&m.url()).open().await.unwrap();
+    perf_table(&k, 3).await;
+    let mut arg = "value".to_string();
+    for _ in 0..12 {
+        arg = format!("ip4_int({arg})");
+    }
+    let started = std::time::Instant::now();
+    let err = k.bind(&[statement(&format!("select value from perf where {arg} = :id"), &["id"])]).await.unwrap_err();
+    assert!(matches!(err, omlet::Error::Limit { limit: omlet::Limit::StatementBytes, .. }), "{err}");
+    assert!(err.to_string().contains("longer than 65536 bytes"), "{err}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(5), "{:?}", started.elapsed());
+    // Two deep is fine, and runs.
+    let bound = k.bind(&[statement("select value from perf where ip4_int(ip4_int(id)) = :id", &["id"])]).await.unwrap();
+    let row = k.query(&bound[0], &[omlet_lang::Cell::Integer(2)]).await.unwrap();
+    assert_eq!(row, Some(vec![omlet_lang::Cell::Text("v2".into())]));
+}
+
+/// The guard reads function names in any case; the rewrite now does too, so
+/// `IP4_INT(…)` is omlet's helper, never a function of that name that the
+/// database's users created (issue 30).
+async fn upper_case_helpers_are_omlets_own(url: &str, impostor: &str) {
+    let k = KnowledgeConfig::for_url(url).open().await.unwrap();
+    k.provider()
+        .execute(&format!(
+            "create table hosts (addr text, name text); insert into hosts values ('10.1.2.3', 'db-1'), ('bogus', 'x'); {impostor}"
+        ))
+        .await
+        .unwrap();
+    let bound = k
+        .bind(&[
+            statement("select name from hosts where IP4_INT(addr) = :n", &["n"]),
+            statement("select name from hosts where Ip4_Int(addr) = 42 and name = :n", &["n"]),
+        ])
+        .await
+        .unwrap();
+    let row = k.query(&bound[0], &[omlet_lang::Cell::Integer(167838211)]).await.unwrap();
+    assert_eq!(row, Some(vec![omlet_lang::Cell::Text("db-1".into())]));
+    let row = k.query(&bound[1], &[omlet_lang::Cell::Text("db-1".into())]).await.unwrap();
+    assert_eq!(row, None, "the database's own ip4_int ran");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upper_case_helpers_are_omlets_own_on_postgres() {
+    let pg = Postgres::start();
+    let impostor = "create function public.ip4_int(t text) returns bigint language sql as $$ select 42::bigint $$;";
+    upper_case_helpers_are_omlets_own(&pg.url(), impostor).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upper_case_helpers_are_omlets_own_on_mariadb() {
+    let m = MariaDb::start();
+    let impostor = "create function ip4_int(t text) returns bigint deterministic return 42;";
+    upper_case_helpers_are_omlets_own(&m.url(), impostor).await;
+}
+
+/// With a system schema as the URL's database, every unqualified table a
+/// lookup names would be a catalog table (`user` is `mysql.user`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_system_schema_as_the_database_is_refused_on_mariadb() {
+    let m = MariaDb::start();
+    for db in ["mysql", "sys", "performance_schema"] {
+        let url = format!("mysql://root@127.0.0.1:{}/{db}", m.port);
+        let err = KnowledgeConfig::for_url(&url).open().await.err().expect("the open must fail");
+        assert!(err.to_string().contains("system schema"), "{err}");
+    }
 }
 
 /// A lookup cut by omlet's timeout is cancelled in the server too.
