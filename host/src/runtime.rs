@@ -122,6 +122,17 @@ pub struct EngineConfig {
     /// The limits of compiling rule sources in `load_path`, `load_source`
     /// and `load_sources` (the compiler's, the rule file size, the IR size).
     pub build: build::BuildLimits,
+    /// Most bytes of a component given to [`Engine::load_component`] or
+    /// read by [`Engine::load_path`] from a `.wasm` file (default 16 MiB). A
+    /// bigger one fails with [`Limit::ComponentBytes`] before wasmtime
+    /// compiles it, and a file is measured before it is read. Compiling
+    /// costs time and memory in proportion to the code (wasmtime has no
+    /// bound of its own on it), so this is what bounds it. A set built by
+    /// `omlet build` is the guest (about 1 MiB) plus its IR (at most
+    /// `build.max_ir_bytes`, 4 MiB by default): raise the two together.
+    /// Components compiled here from rule sources are bounded by `build`
+    /// instead.
+    pub max_component_bytes: usize,
     /// Coalesce one-record calls (default on): the tasks of one thread that
     /// call [`Rule::evaluate`] at about the same time have their records
     /// evaluated in one batch call, and each still gets its own record's
@@ -157,6 +168,7 @@ impl Default for EngineConfig {
             fuel: None,
             max_record_bytes: 16 << 20,
             build: build::BuildLimits::default(),
+            max_component_bytes: 16 << 20,
             coalesce: true,
         }
     }
@@ -350,24 +362,29 @@ impl Engine {
     ///
     /// Fails with [`Error::Io`] for a file that cannot be read,
     /// [`Error::Compile`] for a rule that does not compile,
-    /// [`Error::Limit`] ([`Limit::RuleBytes`]) for one over the build limits,
-    /// [`Error::Load`] for a component wasmtime refuses, and
-    /// [`Error::Statement`] for a lookup the knowledge base refuses.
+    /// [`Error::Limit`] ([`Limit::RuleBytes`]) for one over the build limits
+    /// or ([`Limit::ComponentBytes`]) for a `.wasm` file over
+    /// [`EngineConfig::max_component_bytes`], [`Error::Load`] for a
+    /// component wasmtime refuses, and [`Error::Statement`] for a lookup the
+    /// knowledge base refuses.
     pub async fn load_path(&self, path: impl AsRef<Path>, options: &LoadOptions) -> Result<Rule> {
         let path = path.as_ref();
-        let bytes = if path.extension().is_some_and(|e| e == "wasm") {
-            std::fs::read(path).map_err(|e| Error::io(path, e))?
-        } else {
-            let limits = options.build.as_ref().unwrap_or(&self.config.build);
-            build::build_component_with(&RuleSource::collect_limited(&[path.to_path_buf()], limits.max_rule_file_bytes)?, limits)?
-        };
-        self.load_component(&bytes, options).await
+        if path.extension().is_some_and(|e| e == "wasm") {
+            let bytes = read_component(path, self.config.max_component_bytes)?;
+            return self.load_built(&bytes, options).await;
+        }
+        let limits = options.build.as_ref().unwrap_or(&self.config.build);
+        let bytes = build::build_component_with(
+            &RuleSource::collect_limited(&[path.to_path_buf()], limits.max_rule_file_bytes)?,
+            limits,
+        )?;
+        self.load_built(&bytes, options).await
     }
 
     /// Compiles rule sources into one rule set and loads it.
     pub async fn load_sources(&self, sources: &[RuleSource], options: &LoadOptions) -> Result<Rule> {
         let limits = options.build.as_ref().unwrap_or(&self.config.build);
-        self.load_component(&build::build_component_with(sources, limits)?, options).await
+        self.load_built(&build::build_component_with(sources, limits)?, options).await
     }
 
     /// Compiles the rule text `text` (named `file` in its errors) and loads it.
@@ -387,8 +404,21 @@ impl Engine {
 
     /// Loads a component's bytes (from `omlet build`); binds its lookups to
     /// the options' knowledge base (each statement is checked and prepared
-    /// now, so a bad one fails here).
+    /// now, so a bad one fails here). A component over
+    /// [`EngineConfig::max_component_bytes`] fails with
+    /// [`Limit::ComponentBytes`] before it is compiled.
     pub async fn load_component(&self, component: &[u8], options: &LoadOptions) -> Result<Rule> {
+        let max = self.config.max_component_bytes;
+        if component.len() > max {
+            return Err(component_too_big("the component", component.len() as u64, max));
+        }
+        self.load_built(component, options).await
+    }
+
+    /// [`load_component`](Self::load_component) without the size check:
+    /// for components whose size is already bounded (built here under the
+    /// build limits, or read from a file no bigger than the limit).
+    async fn load_built(&self, component: &[u8], options: &LoadOptions) -> Result<Rule> {
         let knowledge = options.knowledge.clone();
         let component = Component::from_binary(&self.inner, component).map_err(|e| Error::load("component", e))?;
         let pre = self.linker.instantiate_pre(&component).map_err(|e| Error::load("component", e))?;
@@ -437,6 +467,33 @@ impl Engine {
         let batch = component.get_export_index(Some(&evaluator), "evaluate-batch").ok_or_else(missing)?;
         Ok(Some(SyncPath { pre, evaluate, batch, idle: Arc::new(Pool::new(None)), skip: AtomicU32::new(0) }))
     }
+}
+
+/// The error for a component of `len` bytes over the limit `max`.
+fn component_too_big(what: &str, len: u64, max: usize) -> Error {
+    Error::limit(
+        Limit::ComponentBytes,
+        format!("{what} takes {len} bytes, more than a component may take ({max}; EngineConfig::max_component_bytes)"),
+    )
+}
+
+/// Reads a component file of at most `max` bytes: a bigger one is refused
+/// by its length before anything is read, and a file that grows while it
+/// is read is cut off and refused.
+fn read_component(path: &Path, max: usize) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
+    let what = || path.display().to_string();
+    if len > max as u64 {
+        return Err(component_too_big(&what(), len, max));
+    }
+    let mut bytes = Vec::with_capacity(len as usize);
+    file.take(max as u64 + 1).read_to_end(&mut bytes).map_err(|e| Error::io(path, e))?;
+    if bytes.len() > max {
+        return Err(component_too_big(&what(), bytes.len() as u64, max));
+    }
+    Ok(bytes)
 }
 
 /// Advances the engine's epoch every [`TICK`] until the engine is dropped.

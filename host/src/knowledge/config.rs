@@ -3,16 +3,20 @@
 //!
 //! ```toml
 //! url = "postgres://omlet:${OMLET_DB_PASSWORD}@127.0.0.1:5432/intel"  # ${VAR} comes from the environment
+//! env = ["PGPASSWORD"]           # variables besides OMLET_* that ${VAR} may name
 //! pool_size = 8
 //! connect_timeout_ms = 5000
 //! query_timeout_ms = 2000
 //! on_lookup_error = "absent"     # or "fail": the record fails instead
 //! batch_misses = true            # under load, waiting misses of one single-key lookup: one query
 //! knowdb = "knowdb.toml"         # optional: tables to load first (relative to this file)
+//! knowdb_roots = ["/srv/data"]   # folders besides the knowdb's own whose files it may read
 //!
 //! [cache]
 //! mode = "shared"                # or "bypass": every lookup goes to the database
 //! capacity = 100000              # entries
+//! max_bytes = 67108864           # bytes (64 MiB), as estimated; whichever bound comes first
+//! max_entry_bytes = 1048576      # an answer bigger than this (1 MiB) is not cached
 //! ttl_ms = 60000                 # optional
 //! negative = true                # cache "no row" answers too
 //! guest = true                   # each guest instance also keeps answers (lock-free local layer)
@@ -78,6 +82,18 @@ pub struct CacheConfig {
     /// `negative`) "no row", for one statement and parameter list.
     #[serde(default = "default_capacity")]
     pub capacity: u64,
+    /// Most bytes the shared cache holds (default 64 MiB), as estimated
+    /// from each entry's key and row (its cells, text and blobs, plus a
+    /// fixed cost per entry); past it, the least useful entries are evicted.
+    /// It and `capacity` bound the cache together: each entry counts as at
+    /// least `max_bytes / capacity` bytes, so neither bound is ever passed.
+    #[serde(default = "default_max_bytes")]
+    pub max_bytes: u64,
+    /// An answer bigger than this (default 1 MiB, estimated as for
+    /// `max_bytes`) is not kept in the shared cache: every lookup of it goes
+    /// to the database. (The guest cache may still keep it.)
+    #[serde(default = "default_max_entry_bytes")]
+    pub max_entry_bytes: u64,
     /// Time to live of shared-cache entries, in milliseconds (default: none,
     /// entries stay until evicted or [`Knowledge::reload`]). With a TTL the
     /// generation also advances every TTL period, so guest caches forget too
@@ -109,7 +125,15 @@ impl CacheConfig {
 
 impl Default for CacheConfig {
     fn default() -> Self {
-        CacheConfig { mode: CacheMode::Shared, capacity: default_capacity(), ttl_ms: None, negative: true, guest: true }
+        CacheConfig {
+            mode: CacheMode::Shared,
+            capacity: default_capacity(),
+            max_bytes: default_max_bytes(),
+            max_entry_bytes: default_max_entry_bytes(),
+            ttl_ms: None,
+            negative: true,
+            guest: true,
+        }
     }
 }
 
@@ -120,9 +144,17 @@ impl Default for CacheConfig {
 pub struct KnowledgeConfig {
     /// The database (default `sqlite::memory:`, an empty in-memory SQLite):
     /// `sqlite://FILE`, `postgres://…` (or `postgresql://`), `mysql://…`
-    /// (or `mariadb://`). [`read`](Self::read) fills in `${VAR}`s.
+    /// (or `mariadb://`). [`read`](Self::read) fills in `${VAR}`s: those
+    /// whose names begin with `OMLET_`, and those listed in `env`.
     #[serde(default = "default_url")]
     pub url: String,
+    /// Environment variables that a `${VAR}` in `url` may name besides
+    /// those beginning with `OMLET_` (default none), for example
+    /// `["PGPASSWORD"]`. A `${VAR}` naming any other variable is an error:
+    /// otherwise a config could copy any variable of the host's environment
+    /// into a URL, a file name or a message.
+    #[serde(default)]
+    pub env: Vec<String>,
     /// Most connections for PostgreSQL or MySQL lookups (default 8; 0 counts
     /// as 1); loading and preparing use up to 2 more. Not used for SQLite,
     /// which gets 4 lookup connections and 1 for loading.
@@ -154,6 +186,12 @@ pub struct KnowledgeConfig {
     /// file.
     #[serde(default)]
     pub knowdb: Option<PathBuf>,
+    /// Folders whose files the `knowdb` may name (`csv`, `create`,
+    /// `insert`) besides its own folder (default none: only files inside
+    /// the knowdb's folder, after `..` and symbolic links are resolved).
+    /// [`read`](Self::read) makes them relative to the config file.
+    #[serde(default)]
+    pub knowdb_roots: Vec<PathBuf>,
     /// The `[cache]` table.
     #[serde(default)]
     pub cache: CacheConfig,
@@ -190,6 +228,12 @@ fn default_query_ms() -> u64 {
 fn default_capacity() -> u64 {
     100_000
 }
+fn default_max_bytes() -> u64 {
+    64 << 20
+}
+fn default_max_entry_bytes() -> u64 {
+    1 << 20
+}
 fn yes() -> bool {
     true
 }
@@ -206,21 +250,27 @@ impl KnowledgeConfig {
         Duration::from_millis(self.query_timeout_ms)
     }
 
-    /// Reads a config file; `knowdb` becomes relative to it; `${VAR}`s in
-    /// `url` are filled from the environment.
+    /// Reads a config file; `knowdb` and `knowdb_roots` become relative to
+    /// it; `${VAR}`s in `url` are filled from the environment (only
+    /// variables named `OMLET_…` or listed in `env`).
     ///
     /// Fails with [`Error::Io`] if the file cannot be read, and with
-    /// [`Error::Knowledge`] for bad TOML, an unknown key, or an unset or
-    /// unclosed `${VAR}`.
+    /// [`Error::Knowledge`] (naming the file) for bad TOML, an unknown key,
+    /// or an unset, unclosed or unlisted `${VAR}`.
     pub fn read(path: impl AsRef<Path>) -> Result<KnowledgeConfig> {
         let path = path.as_ref();
         let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
         let mut c: KnowledgeConfig =
             toml::from_str(&text).map_err(|e| Error::Knowledge(format!("{}: {}", path.display(), e.to_string().trim())))?;
-        if let (Some(k), Some(dir)) = (&c.knowdb, path.parent()) {
-            c.knowdb = Some(dir.join(k));
+        if let Some(dir) = path.parent() {
+            if let Some(k) = &c.knowdb {
+                c.knowdb = Some(dir.join(k));
+            }
+            for r in &mut c.knowdb_roots {
+                *r = dir.join(&*r);
+            }
         }
-        c.url = expand_env(&c.url)?;
+        c.url = expand_env(&c.url, &c.env).map_err(|e| Error::Knowledge(format!("{}: url: {e}", path.display())))?;
         Ok(c)
     }
 
@@ -237,13 +287,24 @@ impl KnowledgeConfig {
         if self.cache.ttl_ms == Some(0) && self.cache.mode == CacheMode::Shared {
             return Err(Error::Knowledge("cache.ttl_ms = 0 would cache nothing: set cache.mode = \"bypass\" instead".into()));
         }
+        if self.url.starts_with("postgres://") || self.url.starts_with("postgresql://") {
+            // PostgreSQL folds unquoted names to lower case, and lookups name
+            // tables unquoted: a listed `SECRETS` would let a rule read `secrets`.
+            if let Some(t) = self.tables.iter().flatten().find(|t| t.bytes().any(|b| b.is_ascii_uppercase())) {
+                return Err(Error::Knowledge(format!(
+                    "tables: `{t}` has upper-case letters, but PostgreSQL folds the unquoted names of lookups to \
+                     lower case (a lookup of `{t}` reads `{}`): list it in lower case",
+                    t.to_ascii_lowercase()
+                )));
+            }
+        }
         let provider =
             connect_with(&self.url, self.pool_size, Duration::from_millis(self.connect_timeout_ms), self.query_timeout())
                 .await?
                 .into_dyn();
         let mut config = self;
         if let Some(k) = &config.knowdb {
-            let tables = super::knowdb::load(k, provider.as_ref()).await?;
+            let tables = super::knowdb::load_with(k, provider.as_ref(), &config.knowdb_roots).await?;
             config.tables.get_or_insert(tables);
         }
         Ok(Arc::new(Knowledge::with_config(provider, config)))
@@ -328,62 +389,98 @@ fn without(feature: &str, url: &str) -> Error {
     ))
 }
 
-/// `text` with the password of every URL in it replaced by `***`:
-/// `scheme://user:secret@host` and `password=secret` query parameters.
-/// Every message that may show a knowledge URL goes through it.
+/// `text` with every password in it replaced by `***`: that of a URL
+/// (`scheme://user:secret@host`), and the value of every parameter whose
+/// name holds `password`, `passwd` or `secret`, or is `pass` or `pwd`
+/// (`?password=secret&…`, `sslpassword=…`, `password='a b'`,
+/// `sasl.password=…`). Every message that may show a knowledge URL goes
+/// through it.
+///
+/// A password may hold any character unencoded (`/`, `#`, `?`, `@`, blanks,
+/// backquotes), so it is taken to run from the first `:` after `://` to the
+/// last `@` of the text. Where that is wrong, the text loses more than the
+/// password (an `@` later in the message), never less.
 pub fn redact(text: &str) -> String {
+    redact_parameters(&redact_userinfo(text))
+}
+
+/// The `user:secret@` part of every `scheme://` in `text`, with the secret
+/// replaced.
+fn redact_userinfo(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
-    // `scheme://user:secret@`: the part between the first `:` after `://`
-    // and the last `@` before the next `/`, `?`, `#` or blank.
     while let Some(i) = rest.find("://") {
         out.push_str(&rest[..i + 3]);
         rest = &rest[i + 3..];
-        let end = rest.find(|c: char| c == '/' || c == '?' || c == '#' || c.is_whitespace() || c == '`').unwrap_or(rest.len());
-        let authority = &rest[..end];
-        match (authority.rfind('@'), authority.find(':')) {
-            (Some(at), Some(colon)) if colon < at => {
-                out.push_str(&authority[..colon + 1]);
-                out.push_str("***");
-                out.push_str(&authority[at..]);
-            }
-            _ => out.push_str(authority),
-        }
-        rest = &rest[end..];
+        // The user name ends at the first `:`; a `/`, `?`, `#`, blank or
+        // backquote first means there is no password (an `@` may be part of
+        // the name: `user@tenant:secret@host`).
+        let user = rest.find(|c: char| matches!(c, ':' | '/' | '?' | '#' | '`') || c.is_whitespace());
+        let Some(colon) = user.filter(|&u| rest.as_bytes()[u] == b':') else { continue };
+        // No `@` after it: `host:port`, no password.
+        let Some(at) = rest.rfind('@').filter(|&at| at > colon) else { continue };
+        out.push_str(&rest[..colon + 1]);
+        out.push_str("***");
+        rest = &rest[at..];
     }
     out.push_str(rest);
-    // `password=secret` (and `pass=`, `pwd=`) in a query string.
-    let mut result = String::with_capacity(out.len());
-    let mut rest = out.as_str();
-    while let Some(i) = ["password=", "pass=", "pwd="]
-        .iter()
-        .filter_map(|k| rest.to_ascii_lowercase().find(k).map(|i| (i, k.len())))
-        .min()
-        .map(|(i, n)| (i, i + n))
-    {
-        let (start, value) = i;
-        let preceded = start == 0 || matches!(rest.as_bytes()[start - 1], b'?' | b'&' | b';' | b' ');
-        result.push_str(&rest[..value]);
-        rest = &rest[value..];
-        if preceded {
-            let end = rest.find(|c: char| c == '&' || c == ';' || c.is_whitespace() || c == '`').unwrap_or(rest.len());
-            result.push_str("***");
-            rest = &rest[end..];
-        }
-    }
-    result.push_str(rest);
-    result
+    out
 }
 
-/// Replaces `${NAME}` with the environment variable NAME.
-fn expand_env(s: &str) -> Result<String> {
+/// Whether a parameter of this (lower-case) name holds a secret.
+fn is_secret_key(key: &str) -> bool {
+    ["password", "passwd", "secret"].iter().any(|k| key.contains(k)) || matches!(key, "pass" | "pwd")
+}
+
+/// `text` with the value of every secret `key=value` replaced.
+fn redact_parameters(text: &str) -> String {
+    let b = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    let (mut copied, mut from) = (0, 0);
+    while let Some(off) = text[from..].find('=') {
+        let eq = from + off;
+        from = eq + 1;
+        // The name: the letters, digits, `_`, `.` and `-` before the `=`.
+        let mut start = eq;
+        while start > 0 && (b[start - 1].is_ascii_alphanumeric() || matches!(b[start - 1], b'_' | b'.' | b'-')) {
+            start -= 1;
+        }
+        if start == eq || !is_secret_key(&text[start..eq].to_ascii_lowercase()) {
+            continue;
+        }
+        // The value: quoted (`'a b'`), or up to `&`, `;`, a blank or a backquote.
+        let value = eq + 1;
+        let end = match b.get(value) {
+            Some(&q @ (b'\'' | b'"')) => text[value + 1..].find(q as char).map_or(text.len(), |p| value + 1 + p + 1),
+            _ => {
+                text[value..].find(|c: char| matches!(c, '&' | ';' | '`') || c.is_whitespace()).map_or(text.len(), |p| value + p)
+            }
+        };
+        out.push_str(&text[copied..value]);
+        out.push_str("***");
+        (copied, from) = (end, end);
+    }
+    out.push_str(&text[copied..]);
+    out
+}
+
+/// Replaces `${NAME}` with the environment variable NAME, for the names
+/// that begin with `OMLET_` and those in `allowed`; the error says what is
+/// wrong, without the text's passwords.
+fn expand_env(s: &str, allowed: &[String]) -> std::result::Result<String, String> {
     let mut out = String::with_capacity(s.len());
     let mut rest = s;
     while let Some(i) = rest.find("${") {
         out.push_str(&rest[..i]);
-        let end = rest[i..].find('}').ok_or_else(|| Error::Knowledge(format!("unclosed ${{ in `{}`", redact(s))))?;
+        let end = rest[i..].find('}').ok_or_else(|| format!("unclosed ${{ in `{}`", redact(s)))?;
         let name = &rest[i + 2..i + end];
-        let v = std::env::var(name).map_err(|_| Error::Knowledge(format!("environment variable {name} is not set")))?;
+        if !(name.starts_with("OMLET_") || allowed.iter().any(|a| a == name)) {
+            return Err(format!(
+                "`${{{name}}}` is not filled in: only environment variables named OMLET_… and those listed in \
+                 `env = [...]` are"
+            ));
+        }
+        let v = std::env::var(name).map_err(|_| format!("environment variable {name} is not set"))?;
         out.push_str(&v);
         rest = &rest[i + end + 1..];
     }
@@ -399,6 +496,8 @@ mod tests {
     fn passwords_are_redacted_from_urls_and_messages() {
         assert_eq!(redact("postgres://omlet:s3cr%40t@db:5432/intel"), "postgres://omlet:***@db:5432/intel");
         assert_eq!(redact("mysql://root@127.0.0.1/demo"), "mysql://root@127.0.0.1/demo");
+        assert_eq!(redact("mysql://root@127.0.0.1:3306/demo"), "mysql://root@127.0.0.1:3306/demo");
+        assert_eq!(redact("postgres://db:5432/intel"), "postgres://db:5432/intel");
         assert_eq!(
             redact("unsupported knowledge URL `oracle://scott:tiger@h/x?password=tiger&x=1`"),
             "unsupported knowledge URL `oracle://scott:***@h/x?password=***&x=1`"
@@ -406,6 +505,71 @@ mod tests {
         assert_eq!(redact("host=h user=u password=hunter2 dbname=d"), "host=h user=u password=*** dbname=d");
         assert_eq!(redact("sqlite://./k.db"), "sqlite://./k.db");
         assert_eq!(redact("no url here: a:b@c"), "no url here: a:b@c");
+    }
+
+    #[test]
+    fn passwords_with_any_character_unencoded_are_redacted() {
+        for secret in ["se/cret", "se#cret", "se?cret", "se cret", "se`cret", "se@cret", "s@/#? `x", "a:b", "p@ss w/rd#1?`"] {
+            for text in [
+                format!("postgres://omlet:{secret}@db:5432/intel"),
+                format!("unsupported knowledge URL `oracle://scott:{secret}@h/x`: no driver"),
+                format!("mysql://user@tenant:{secret}@db/x"),
+            ] {
+                let r = redact(&text);
+                assert!(!r.contains(secret), "{text} -> {r}");
+                assert!(r.contains(":***@"), "{text} -> {r}");
+                assert!(r.contains("@db") || r.contains("@h/x"), "the host is kept: {text} -> {r}");
+            }
+        }
+    }
+
+    #[test]
+    fn secret_parameters_are_redacted() {
+        for (text, want) in [
+            ("postgres://db/x?sslpassword=k3y&sslmode=require", "postgres://db/x?sslpassword=***&sslmode=require"),
+            ("postgres://db/x?PassWord=a#b", "postgres://db/x?PassWord=***"),
+            ("host=h password='a b c' dbname=d", "host=h password=*** dbname=d"),
+            ("host=h password=\"a b\"", "host=h password=***"),
+            ("kafka://b:9092/t?sasl.password=p&sasl.username=u", "kafka://b:9092/t?sasl.password=***&sasl.username=u"),
+            ("x?client_secret=s;pwd=p;pass=q", "x?client_secret=***;pwd=***;pass=***"),
+            ("bypass=1 compass=2 password=", "bypass=1 compass=2 password=***"),
+            ("é=1 password=ü", "é=1 password=***"),
+        ] {
+            assert_eq!(redact(text), want, "{text}");
+        }
+    }
+
+    #[test]
+    fn only_omlet_and_listed_variables_are_expanded() {
+        let e = expand_env("sqlite://${HOME}/k.db", &[]).unwrap_err();
+        assert!(e.contains("`${HOME}` is not filled in"), "{e}");
+        let e = expand_env("postgres://u:${AWS_SECRET_ACCESS_KEY}@h/x", &[]).unwrap_err();
+        assert!(e.contains("AWS_SECRET_ACCESS_KEY"), "{e}");
+        let e = expand_env("postgres://u:${OMLET_SURELY_UNSET_7F3A}@h/x", &[]).unwrap_err();
+        assert!(e.contains("OMLET_SURELY_UNSET_7F3A is not set"), "{e}");
+        let path = std::env::var("PATH").unwrap();
+        assert_eq!(expand_env("sqlite://${PATH}", &["PATH".into()]).unwrap(), format!("sqlite://{path}"));
+        assert!(expand_env("sqlite://${PATH", &["PATH".into()]).unwrap_err().contains("unclosed"));
+    }
+
+    #[test]
+    fn read_refuses_an_unlisted_variable_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("knowledge.toml");
+        std::fs::write(&p, "url = \"sqlite://${HOME}/x.db\"\n").unwrap();
+        let e = KnowledgeConfig::read(&p).unwrap_err().to_string();
+        assert!(e.contains("knowledge.toml: url: `${HOME}` is not filled in"), "{e}");
+        std::fs::write(&p, "env = [\"PATH\"]\nurl = \"sqlite://${PATH}\"\n").unwrap();
+        assert!(KnowledgeConfig::read(&p).unwrap().url.ends_with(&std::env::var("PATH").unwrap()));
+    }
+
+    #[tokio::test]
+    async fn upper_case_tables_are_refused_on_postgres() {
+        let mut c = KnowledgeConfig::for_url("postgres://u@127.0.0.1:1/x");
+        c.tables = Some(vec!["ip_zone".into(), "SECRETS".into()]);
+        let Err(e) = c.open().await else { panic!("SECRETS must be refused") };
+        let m = e.to_string();
+        assert!(m.contains("`SECRETS` has upper-case letters") && m.contains("`secrets`"), "{m}");
     }
 
     #[tokio::test]

@@ -3,7 +3,7 @@
 //!
 //! ```toml
 //! [[tables]]
-//! name = "ip_zone"            # table name
+//! name = "ip_zone"            # table name: a lower-case identifier, [a-z_][a-z0-9_]*
 //! csv = "ip_zone.csv"         # CSV with a header row, relative to this file
 //! types = ["TEXT", "TEXT"]    # optional column types; inferred from the data if absent
 //! create = "ip_zone.sql"      # optional: SQL that creates the table (instead of inferring it)
@@ -11,56 +11,66 @@
 //! expected_rows = 4           # optional: fail the load if the count differs
 //! on_error = "fail"           # or "skip": a bad row is skipped and counted, not fatal
 //! ```
+//!
+//! The files a knowdb names (`csv`, `create`, `insert`) must lie inside the
+//! knowdb's folder, after `..` and symbolic links are resolved, or inside
+//! one of the folders the loader is given ([`load_with`]; the knowledge
+//! config's `knowdb_roots`). A knowdb cannot widen that itself: a key in the
+//! file being checked would let it lift its own check.
 
 use std::path::{Path, PathBuf};
 
 use omlet_lang::Cell;
 use serde::Deserialize;
+use toml::Spanned;
 
 use super::Provider;
 use crate::{Error, Result};
 
-/// A parsed `knowdb.toml`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// A parsed and checked `knowdb.toml`.
+#[derive(Debug)]
 pub struct KnowDb {
     /// The `[[tables]]`, loaded in this order.
-    #[serde(default)]
     pub tables: Vec<TableSpec>,
 }
 
 /// One `[[tables]]` entry; it needs `csv`, `create`, or both. Unknown keys
 /// are refused.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug)]
 pub struct TableSpec {
-    /// The table's name in the database.
+    /// The table's name in the database: a lower-case identifier
+    /// (`[a-z_][a-z0-9_]*`, at most 63 bytes). Lookups name tables unquoted,
+    /// and databases read unquoted names their own way (PostgreSQL folds
+    /// them to lower case, MySQL on Linux does not), so only a name that
+    /// every database reads as written may be declared.
     pub name: String,
     /// CSV data with a header row naming the columns, relative to the
     /// `knowdb.toml`. Without `create`, the table is created from the header
     /// and `types`, and it must not exist yet.
-    #[serde(default)]
     pub csv: Option<PathBuf>,
-    /// The CSV columns' types in SQLite's terms (`INTEGER`, `REAL`, `TEXT`,
-    /// `BLOB`, optionally `PRIMARY KEY`), one per column. Default: inferred,
-    /// per column, as `INTEGER` if every non-empty value is an integer,
-    /// `REAL` if every one is a number, else `TEXT`. Other providers map
-    /// them to their own types.
-    #[serde(default)]
+    /// The CSV columns' types, one per column, as SQLite names them:
+    /// `INTEGER`, `REAL`, `NUMERIC`, `TEXT` or `BLOB`, optionally followed
+    /// by `PRIMARY KEY`. The file may also say `INT`, `BIGINT`, `SMALLINT`,
+    /// `BOOLEAN`/`BOOL` (all `INTEGER`), `FLOAT`, `DOUBLE`, `DOUBLE
+    /// PRECISION` (`REAL`), `DECIMAL`, `NUMERIC(p,s)` (`NUMERIC`),
+    /// `VARCHAR`, `VARCHAR(n)`, `CHAR(n)` (`TEXT`), `BYTEA` (`BLOB`), in any
+    /// case; [`read`] gives the SQLite name. Anything else is refused.
+    /// Default: inferred, per column, as `INTEGER` if every non-empty value
+    /// is an integer, `REAL` if every one is a number, else `TEXT`. Other
+    /// providers map them to their own types.
     pub types: Option<Vec<String>>,
     /// An SQL file, relative to the `knowdb.toml`, run first to create the
     /// table (in the database's own dialect); the CSV rows then go into it.
-    #[serde(default)]
     pub create: Option<PathBuf>,
     /// An SQL file, relative to the `knowdb.toml`, run after the CSV rows.
-    #[serde(default)]
     pub insert: Option<PathBuf>,
     /// If set, the load fails unless the table then has this many rows.
-    #[serde(default)]
     pub expected_rows: Option<u64>,
     /// What a bad row does (default `fail`).
-    #[serde(default)]
     pub on_error: OnError,
+    /// The line of the table's `name` in the `knowdb.toml` (1-based), for
+    /// messages.
+    pub line: usize,
 }
 
 /// What a bad row does to the load.
@@ -76,40 +86,203 @@ pub enum OnError {
     Skip,
 }
 
-/// Reads a `knowdb.toml` without loading anything. Fails with
-/// [`Error::Io`], or [`Error::Knowledge`] for bad TOML or an unknown key in a
-/// table.
-pub fn read(path: &Path) -> Result<KnowDb> {
-    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
-    toml::from_str(&text).map_err(|e| Error::Knowledge(format!("{}: {}", path.display(), e.to_string().trim())))
+/// The file as written, with the positions of what [`read`] checks.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDb {
+    #[serde(default)]
+    tables: Vec<RawTable>,
 }
 
-/// Reads `knowdb.toml` and loads every table into `db`, in order. Fails
-/// on the first table that does not load (an unreadable file, bad CSV, a
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTable {
+    name: Spanned<String>,
+    #[serde(default)]
+    csv: Option<PathBuf>,
+    #[serde(default)]
+    types: Option<Vec<Spanned<String>>>,
+    #[serde(default)]
+    create: Option<PathBuf>,
+    #[serde(default)]
+    insert: Option<PathBuf>,
+    #[serde(default)]
+    expected_rows: Option<u64>,
+    #[serde(default)]
+    on_error: OnError,
+}
+
+/// The longest table name: PostgreSQL cuts longer identifiers to 63 bytes,
+/// so two names alike in their first 63 bytes would be one table there.
+const MAX_NAME_BYTES: usize = 63;
+
+/// Reads a `knowdb.toml` and checks it, without loading anything or
+/// touching the files it names. Fails with [`Error::Io`], or
+/// [`Error::Knowledge`] naming the file and line for bad TOML, an unknown
+/// key in a table, a table name that is not a lower-case identifier, or a
+/// column type not in the list of [`TableSpec::types`].
+pub fn read(path: &Path) -> Result<KnowDb> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    let raw: RawDb =
+        toml::from_str(&text).map_err(|e| Error::Knowledge(format!("{}: {}", path.display(), e.to_string().trim())))?;
+    let at = |offset: usize| format!("{}:{}", path.display(), line_of(&text, offset));
+    let mut tables = Vec::with_capacity(raw.tables.len());
+    for t in raw.tables {
+        let line = line_of(&text, t.name.span().start);
+        let name = t.name.into_inner();
+        if !is_table_name(&name) {
+            return Err(Error::Knowledge(format!(
+                "{}:{line}: table name `{}` is refused: a knowdb table name must be a lower-case identifier \
+                 ([a-z_][a-z0-9_]*, at most {MAX_NAME_BYTES} bytes), which every database reads as written",
+                path.display(),
+                name.escape_debug()
+            )));
+        }
+        let types = match t.types {
+            None => None,
+            Some(types) => Some(
+                types
+                    .into_iter()
+                    .map(|ty| {
+                        column_type(ty.get_ref()).ok_or_else(|| {
+                            Error::Knowledge(format!(
+                                "{}: table {name}: column type `{}` is not one omlet knows (TEXT, INTEGER, REAL, \
+                                 NUMERIC, BLOB, or INT, BIGINT, SMALLINT, BOOLEAN, FLOAT, DOUBLE, DECIMAL, VARCHAR, \
+                                 CHAR, BYTEA; optionally followed by PRIMARY KEY)",
+                                at(ty.span().start),
+                                ty.get_ref().escape_debug()
+                            ))
+                        })
+                    })
+                    .collect::<Result<Vec<_>>>()?,
+            ),
+        };
+        tables.push(TableSpec {
+            name,
+            csv: t.csv,
+            types,
+            create: t.create,
+            insert: t.insert,
+            expected_rows: t.expected_rows,
+            on_error: t.on_error,
+            line,
+        });
+    }
+    Ok(KnowDb { tables })
+}
+
+/// The 1-based line of byte `offset` in `text`.
+fn line_of(text: &str, offset: usize) -> usize {
+    text.as_bytes()[..offset.min(text.len())].iter().filter(|&&b| b == b'\n').count() + 1
+}
+
+/// Whether `name` is a table name a knowdb may declare: `[a-z_][a-z0-9_]*`,
+/// at most [`MAX_NAME_BYTES`].
+pub fn is_table_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    matches!(bytes.next(), Some(b'a'..=b'z' | b'_'))
+        && bytes.all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'_'))
+        && name.len() <= MAX_NAME_BYTES
+}
+
+/// A knowdb column type as SQLite names it (`INTEGER`, `REAL`, `NUMERIC`,
+/// `TEXT`, `BLOB`, maybe with ` PRIMARY KEY`), or `None` for a type not in
+/// the list (see [`TableSpec::types`]). The result is built from fixed
+/// words only: nothing of the file's text reaches the DDL.
+pub fn column_type(written: &str) -> Option<String> {
+    let upper = written.to_ascii_uppercase();
+    let mut words = upper.split_ascii_whitespace().peekable();
+    let first = words.next()?;
+    // `VARCHAR(255)`, `NUMERIC(10,2)`: a size in digits is allowed, and dropped.
+    let (base, size) = match first.split_once('(') {
+        Some((base, rest)) => (base, Some(rest)),
+        None => (first, None),
+    };
+    if let Some(size) = size {
+        let digits = size.strip_suffix(')')?;
+        let ok = !digits.is_empty() && digits.split(',').all(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()));
+        if !ok || !matches!(base, "VARCHAR" | "CHAR" | "NUMERIC" | "DECIMAL") {
+            return None;
+        }
+    }
+    let sqlite = match base {
+        "TEXT" | "VARCHAR" | "CHAR" => "TEXT",
+        "INTEGER" | "INT" | "BIGINT" | "SMALLINT" | "BOOLEAN" | "BOOL" => "INTEGER",
+        "REAL" | "FLOAT" => "REAL",
+        "DOUBLE" => {
+            if words.peek() == Some(&"PRECISION") {
+                words.next();
+            }
+            "REAL"
+        }
+        "NUMERIC" | "DECIMAL" => "NUMERIC",
+        "BLOB" | "BYTEA" => "BLOB",
+        _ => return None,
+    };
+    match (words.next(), words.next(), words.next()) {
+        (None, ..) => Some(sqlite.to_string()),
+        (Some("PRIMARY"), Some("KEY"), None) => Some(format!("{sqlite} PRIMARY KEY")),
+        _ => None,
+    }
+}
+
+/// Reads `knowdb.toml` and loads every table into `db`, in order; the files
+/// it names must lie inside its folder. Fails on the first table that does
+/// not load (an unreadable file, a file outside the folder, bad CSV, a
 /// `types` list of the wrong length, a row or statement the database
 /// rejects, a wrong `expected_rows`); tables loaded before it stay. Returns
 /// the names of the tables it declares (the default `tables` allow-list).
 pub async fn load(path: &Path, db: &dyn Provider) -> Result<Vec<String>> {
+    load_with(path, db, &[]).await
+}
+
+/// [`load`], where the files a knowdb names may also lie inside any of
+/// `roots` (folders; the knowledge config's `knowdb_roots`).
+pub async fn load_with(path: &Path, db: &dyn Provider, roots: &[PathBuf]) -> Result<Vec<String>> {
     let spec = read(path)?;
-    let dir = path.parent().unwrap_or(Path::new("."));
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let mut allowed = vec![dir.canonicalize().map_err(|e| Error::io(dir, e))?];
+    for r in roots {
+        allowed.push(r.canonicalize().map_err(|e| Error::io(r, e))?);
+    }
     for t in &spec.tables {
         let skip = t.on_error == OnError::Skip;
-        let sql_file = |p: &PathBuf| -> Result<String> {
-            let p = dir.join(p);
+        // A file the table names, resolved and checked to lie inside `allowed`.
+        let file = |key: &str, p: &Path| -> Result<PathBuf> {
+            let joined = dir.join(p);
+            let real = joined.canonicalize().map_err(|e| Error::io(&joined, e))?;
+            if allowed.iter().any(|a| real.starts_with(a)) {
+                return Ok(real);
+            }
+            Err(Error::Knowledge(format!(
+                "{}:{}: table {}: {key} `{}` is {}, outside the knowdb's folder {}{}: a knowdb may only read files \
+                 inside it (or inside the knowledge config's `knowdb_roots`)",
+                path.display(),
+                t.line,
+                t.name,
+                p.display(),
+                real.display(),
+                allowed[0].display(),
+                if roots.is_empty() { String::new() } else { " and its knowdb_roots".to_string() },
+            )))
+        };
+        let sql_file = |key: &str, p: &PathBuf| -> Result<String> {
+            let p = file(key, p)?;
             std::fs::read_to_string(&p).map_err(|e| Error::io(&p, e))
         };
         if let Some(c) = &t.create {
-            db.execute(&sql_file(c)?).await?;
+            db.execute(&sql_file("create", c)?).await?;
         }
         if let Some(csv) = &t.csv {
-            let csv_path = dir.join(csv);
+            let csv_path = file("csv", csv)?;
             let (columns, rows) = read_csv(&csv_path, skip)?;
             let types = match &t.types {
                 Some(ty) if ty.len() == columns.len() => ty.clone(),
                 Some(ty) => {
                     return Err(Error::Knowledge(format!(
-                        "{}: table {} has {} columns but {} types",
+                        "{}:{}: table {} has {} columns but {} types",
                         path.display(),
+                        t.line,
                         t.name,
                         columns.len(),
                         ty.len()
@@ -127,10 +300,10 @@ pub async fn load(path: &Path, db: &dyn Provider) -> Result<Vec<String>> {
                 db.load_table(&t.name, &columns, &types, &typed).await?;
             }
         } else if t.create.is_none() {
-            return Err(Error::Knowledge(format!("{}: table {} needs `csv` or `create`", path.display(), t.name)));
+            return Err(Error::Knowledge(format!("{}:{}: table {} needs `csv` or `create`", path.display(), t.line, t.name)));
         }
         if let Some(i) = &t.insert {
-            match db.execute(&sql_file(i)?).await {
+            match db.execute(&sql_file("insert", i)?).await {
                 Err(e) if skip => tracing::warn!(table = %t.name, error = %e, "insert file failed; skipped"),
                 other => other?,
             }
@@ -138,7 +311,12 @@ pub async fn load(path: &Path, db: &dyn Provider) -> Result<Vec<String>> {
         if let Some(n) = t.expected_rows {
             let got = db.count(&t.name).await?;
             if got as u64 != n {
-                return Err(Error::Knowledge(format!("{}: table {} has {got} rows, expected {n}", path.display(), t.name)));
+                return Err(Error::Knowledge(format!(
+                    "{}:{}: table {} has {got} rows, expected {n}",
+                    path.display(),
+                    t.line,
+                    t.name
+                )));
             }
         }
     }
@@ -187,7 +365,8 @@ fn infer_types(n: usize, rows: &[Vec<String>]) -> Vec<String> {
 fn typed_row(row: &[String], types: &[String]) -> Vec<Cell> {
     row.iter()
         .zip(types)
-        .map(|(v, t)| match t.to_ascii_uppercase().as_str() {
+        // The type's first word: `INTEGER PRIMARY KEY` holds integers too.
+        .map(|(v, t)| match t.split_ascii_whitespace().next().unwrap_or("").to_ascii_uppercase().as_str() {
             "INTEGER" | "INT" | "BIGINT" => {
                 v.parse().map(Cell::Integer).unwrap_or(if v.is_empty() { Cell::Null } else { Cell::Text(v.clone()) })
             }
@@ -197,4 +376,65 @@ fn typed_row(row: &[String], types: &[String]) -> Vec<Cell> {
             _ => Cell::Text(v.clone()),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn column_types_come_from_a_fixed_list() {
+        for (written, sqlite) in [
+            ("TEXT", "TEXT"),
+            ("text", "TEXT"),
+            ("varchar(255)", "TEXT"),
+            ("Char(2)", "TEXT"),
+            ("INT", "INTEGER"),
+            ("bigint", "INTEGER"),
+            ("Boolean", "INTEGER"),
+            ("INTEGER PRIMARY KEY", "INTEGER PRIMARY KEY"),
+            (" integer  primary   key ", "INTEGER PRIMARY KEY"),
+            ("double precision", "REAL"),
+            ("FLOAT", "REAL"),
+            ("numeric(10,2)", "NUMERIC"),
+            ("DECIMAL", "NUMERIC"),
+            ("bytea", "BLOB"),
+        ] {
+            assert_eq!(column_type(written).as_deref(), Some(sqlite), "{written}");
+        }
+        for bad in [
+            "TEXT); DROP TABLE x; --",
+            "TEXT, evil TEXT",
+            "TEXT DEFAULT (load_extension('x'))",
+            "TEXT PRIMARY KEY PRIMARY KEY",
+            "TEXT PRIMARY",
+            "TEXT NOT NULL",
+            "VARCHAR(2",
+            "VARCHAR()",
+            "TEXT(5)",
+            "INTEGER(1);",
+            "",
+            "   ",
+            "DATE",
+        ] {
+            assert_eq!(column_type(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn table_names_are_lower_case_identifiers() {
+        for good in ["ip_zone", "_t", "t2", &"a".repeat(63)] {
+            assert!(is_table_name(good), "{good}");
+        }
+        for bad in ["SECRETS", "Secrets", "2t", "", "a-b", "a.b", "a b", "t\"", "é", &"a".repeat(64)] {
+            assert!(!is_table_name(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn lines_are_counted_from_one() {
+        assert_eq!(line_of("a\nb\nc", 0), 1);
+        assert_eq!(line_of("a\nb\nc", 2), 2);
+        assert_eq!(line_of("a\nb\nc", 99), 3);
+    }
 }

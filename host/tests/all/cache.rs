@@ -240,3 +240,70 @@ async fn reloads_in_the_middle_of_a_concurrent_run_lose_nothing() {
     assert_eq!(reloads.load(Ordering::Relaxed), 64 * 10);
     assert_eq!(k.stats().errors.load(Ordering::Relaxed), 0);
 }
+
+/// A knowledge base over `big (id, value)`: ids 1 to 300 hold 100 KB of
+/// text each, id 1000 holds 1.2 MB.
+async fn big_rows(cfg: impl FnOnce(&mut KnowledgeConfig)) -> (Arc<Knowledge>, Vec<BoundStatement>) {
+    let db = SqliteProvider::memory().await.unwrap();
+    db.execute(
+        "create table big (id integer primary key, value text);
+         with recursive n(i) as (select 1 union all select i + 1 from n where i < 300)
+         insert into big select i, hex(zeroblob(50000)) from n;
+         insert into big values (1000, hex(zeroblob(600000)));",
+    )
+    .await
+    .unwrap();
+    let mut c = KnowledgeConfig::default();
+    cfg(&mut c);
+    let k = Arc::new(Knowledge::with_config(Arc::new(db), c));
+    let stmt = omlet_lang::ir::SqlStatement {
+        sql: "select value from big where id = :id".into(),
+        params: vec!["id".into()],
+        table: "big".into(),
+        columns: vec!["value".into()],
+        file: "t.oml".into(),
+        line: 1,
+        column: 1,
+    };
+    let bound = k.bind(&[stmt]).await.unwrap();
+    (k, bound)
+}
+
+fn text_len(row: Option<Vec<Cell>>) -> usize {
+    match row.as_deref() {
+        Some([Cell::Text(t)]) => t.len(),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn max_bytes_bounds_the_cache_by_the_size_of_its_rows() {
+    let (k, b) = big_rows(|c| c.cache.max_bytes = 4 << 20).await;
+    for id in 1..=300 {
+        assert_eq!(text_len(get(&k, &b, id).await), 100_000);
+    }
+    let (entries, bytes) = (k.cached_entries().await, k.cached_bytes().await);
+    assert!(bytes <= 4 << 20, "{bytes} bytes counted");
+    assert!(entries * 100_000 <= 4 << 20, "{entries} entries of 100 KB");
+    assert!(entries >= 10, "rows that fit are still cached: {entries}");
+    // The default bound is 64 MiB, and the entry bound still holds.
+    assert_eq!(KnowledgeConfig::default().cache.max_bytes, 64 << 20);
+}
+
+#[tokio::test]
+async fn a_row_over_max_entry_bytes_is_answered_but_not_cached() {
+    let (k, b) = big_rows(|_| {}).await;
+    for _ in 0..2 {
+        assert_eq!(text_len(get(&k, &b, 1000).await), 1_200_000);
+    }
+    assert_eq!(queries(&k), 2, "each lookup of the 1.2 MB row goes to the database");
+    assert_eq!(k.cached_entries().await, 0);
+    for _ in 0..2 {
+        assert_eq!(text_len(get(&k, &b, 7).await), 100_000);
+    }
+    assert_eq!(queries(&k), 3, "a 100 KB row is cached");
+    let (k, b) = big_rows(|c| c.cache.max_entry_bytes = 2 << 20).await;
+    get(&k, &b, 1000).await;
+    get(&k, &b, 1000).await;
+    assert_eq!(queries(&k), 1, "under a higher max_entry_bytes it is cached");
+}

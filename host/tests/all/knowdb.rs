@@ -60,3 +60,89 @@ async fn rows_the_database_rejects_are_skipped_and_counted() {
     assert!(err.contains("table t, row 2"), "{err}");
     assert_eq!(db.count("t").await.unwrap(), 2, "a failed strict load inserts nothing");
 }
+
+/// A knowdb in `dir/kb` whose table `t` reads the CSV at `csv` (as written).
+fn knowdb_reading(dir: &std::path::Path, csv: &str) -> std::path::PathBuf {
+    let kb = dir.join("kb");
+    std::fs::create_dir_all(&kb).unwrap();
+    write(&kb, "knowdb.toml", &format!("# a comment\n[[tables]]\nname = \"t\"\ncsv = {csv:?}\n"));
+    kb.join("knowdb.toml")
+}
+
+#[tokio::test]
+async fn files_outside_the_knowdb_folder_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("outside")).unwrap();
+    write(&d.join("outside"), "secret.csv", "k,v\nroot,x\n");
+    let outside = d.join("outside/secret.csv");
+    let kb = knowdb_reading(d, "x.csv");
+    std::os::unix::fs::symlink(&outside, kb.parent().unwrap().join("link.csv")).unwrap();
+    for csv in ["../outside/secret.csv", outside.to_str().unwrap(), "link.csv", "../../../../../../../../etc/passwd"] {
+        let kb = knowdb_reading(d, csv);
+        let db = SqliteProvider::memory().await.unwrap();
+        let err = omlet::knowledge::knowdb::load(&kb, &db).await.unwrap_err().to_string();
+        assert!(err.contains("knowdb.toml:3: table t: csv") && err.contains("outside the knowdb's folder"), "{csv}: {err}");
+        assert!(db.count("t").await.is_err(), "{csv}: nothing was loaded");
+    }
+    // A folder the loader is given (the knowledge config's `knowdb_roots`) may be read.
+    let kb = knowdb_reading(d, "../outside/secret.csv");
+    let db = SqliteProvider::memory().await.unwrap();
+    omlet::knowledge::knowdb::load_with(&kb, &db, &[d.join("outside")]).await.unwrap();
+    assert_eq!(db.count("t").await.unwrap(), 1);
+    // `create` and `insert` files too.
+    let kb_dir = d.join("kb");
+    write(&kb_dir, "knowdb.toml", "[[tables]]\nname = \"t\"\ncreate = \"../outside/c.sql\"\n");
+    write(&d.join("outside"), "c.sql", "create table t (a text);");
+    let db = SqliteProvider::memory().await.unwrap();
+    let err = omlet::knowledge::knowdb::load(&kb_dir.join("knowdb.toml"), &db).await.unwrap_err().to_string();
+    assert!(err.contains("knowdb.toml:2: table t: create") && err.contains("outside"), "{err}");
+}
+
+#[tokio::test]
+async fn a_knowledge_config_can_name_more_knowdb_folders() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("shared")).unwrap();
+    write(&d.join("shared"), "zones.csv", "k,v\na,1\nb,2\n");
+    knowdb_reading(d, "../shared/zones.csv");
+    write(d, "knowledge.toml", "knowdb = \"kb/knowdb.toml\"\n");
+    let err = omlet::KnowledgeConfig::read(d.join("knowledge.toml")).unwrap().open().await.err().unwrap().to_string();
+    assert!(err.contains("outside the knowdb's folder"), "{err}");
+    write(d, "knowledge.toml", "knowdb = \"kb/knowdb.toml\"\nknowdb_roots = [\"shared\"]\n");
+    let k = omlet::KnowledgeConfig::read(d.join("knowledge.toml")).unwrap().open().await.unwrap();
+    assert_eq!(k.provider().count("t").await.unwrap(), 2);
+}
+
+#[tokio::test]
+async fn column_types_are_never_pasted_into_sql() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    write(d, "t.csv", "a\n1\n");
+    write(d, "knowdb.toml", "[[tables]]\nname = \"t\"\ncsv = \"t.csv\"\ntypes = [\n  \"TEXT); DROP TABLE x; --\",\n]\n");
+    let db = SqliteProvider::memory().await.unwrap();
+    db.execute("create table x (a text)").await.unwrap();
+    let err = omlet::knowledge::knowdb::load(&d.join("knowdb.toml"), &db).await.unwrap_err().to_string();
+    assert!(err.contains("knowdb.toml:5: table t: column type `TEXT); DROP TABLE x; --`"), "{err}");
+    assert_eq!(db.count("x").await.unwrap(), 0, "the table x is still there");
+    // Aliases are read as the SQLite types they stand for.
+    write(d, "knowdb.toml", "[[tables]]\nname = \"t\"\ncsv = \"t.csv\"\ntypes = [\"bigint primary key\"]\n");
+    omlet::knowledge::knowdb::load(&d.join("knowdb.toml"), &db).await.unwrap();
+    assert_eq!(db.count("t").await.unwrap(), 1);
+}
+
+#[tokio::test]
+async fn table_names_must_be_lower_case_identifiers() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    write(d, "t.csv", "a\n1\n");
+    for name in ["SECRETS", "Ip_Zone", "t; drop table x", "pg\\u0000x"] {
+        write(
+            d,
+            "knowdb.toml",
+            &format!("[[tables]]\nname = \"ok\"\ncsv = \"t.csv\"\n\n[[tables]]\nname = \"{name}\"\ncsv = \"t.csv\"\n"),
+        );
+        let err = omlet::knowledge::knowdb::read(&d.join("knowdb.toml")).unwrap_err().to_string();
+        assert!(err.contains("knowdb.toml:6: table name") && err.contains("lower-case identifier"), "{name}: {err}");
+    }
+}

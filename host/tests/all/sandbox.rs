@@ -259,6 +259,47 @@ async fn build_limits_are_configurable_through_the_engine() {
     ));
 }
 
+/// What a load gave: the limit it reached, or what else happened.
+fn load_outcome(r: omlet::Result<omlet::Rule>) -> Result<(), String> {
+    match r {
+        Ok(_) => Ok(()),
+        Err(Error::Limit { limit: Limit::ComponentBytes, message }) => Err(message),
+        Err(e) => panic!("expected a component-bytes limit, got {e}"),
+    }
+}
+
+/// A component over `max_component_bytes` is refused with a typed error
+/// before wasmtime compiles it, and a file by its length, before it is read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn components_over_the_byte_limit_are_refused_before_compiling() {
+    let options = omlet::LoadOptions::new();
+    let sources = [omlet::RuleSource { file: "t.oml".into(), text: TRIVIAL.into() }];
+    let built = omlet::build::build_component_with(&sources, &Default::default()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("t.wasm");
+    std::fs::write(&file, &built).unwrap();
+    let small = engine(|c| c.max_component_bytes = built.len() - 1);
+    let exact = engine(|c| c.max_component_bytes = built.len());
+    let m = load_outcome(small.load_component(&built, &options).await).unwrap_err();
+    assert!(m.contains(&format!("takes {} bytes", built.len())), "{m}");
+    load_outcome(exact.load_component(&built, &options).await).unwrap();
+    let m = load_outcome(small.load_path(&file, &options).await).unwrap_err();
+    assert!(m.contains("t.wasm"), "{m}");
+    load_outcome(exact.load_path(&file, &options).await).unwrap();
+    // Rules compiled here are bounded by the build limits instead.
+    load_outcome(small.load_source("t.oml", TRIVIAL, &options).await).unwrap();
+
+    // A 1 GiB file (sparse: it takes no disk) is refused by its length under
+    // the default limit; reading it first would take a gigabyte of memory.
+    let huge = dir.path().join("huge.wasm");
+    std::fs::File::create(&huge).unwrap().set_len(1 << 30).unwrap();
+    let started = Instant::now();
+    let m = load_outcome(Engine::new().unwrap().load_path(&huge, &options).await).unwrap_err();
+    assert!(m.contains("takes 1073741824 bytes") && m.contains(&format!("({};", 16 << 20)), "{m}");
+    assert!(started.elapsed() < Duration::from_secs(5), "refused without reading: {:?}", started.elapsed());
+    assert_eq!(EngineConfig::default().max_component_bytes, 16 << 20);
+}
+
 /// Inputs `1..=n` as read records (`{"seq":i}`), then, if `fail`, a failure to read.
 fn numbered(n: u64, fail: bool) -> impl Iterator<Item = omlet::Result<stream::Input>> + Send + 'static {
     let records = (1..=n).map(|i| {
