@@ -59,8 +59,20 @@ pub fn frame_host(data: &[u8]) {
 fn consume(input: &[u8], format: Format, limits: &ReadLimits, buffer: usize) {
     let reader: Box<dyn BufRead + Send> = Box::new(BufReader::with_capacity(buffer, Cursor::new(input.to_vec())));
     let (mut number, mut line) = (0u64, 0u64);
-    for item in read_with(reader, format, limits) {
-        let input = item.expect("reading from memory cannot fail");
+    let mut items = read_with(reader, format, limits);
+    while let Some(item) = items.next() {
+        // Reading bytes in memory fails only on a CSV header that cannot
+        // be read: one error for the whole input, before any record, and
+        // nothing after it.
+        let input = match item {
+            Ok(input) => input,
+            Err(e) => {
+                assert!(format == Format::Csv && number == 0, "{format:?}: an error item other than a bad CSV header: {e}");
+                assert!(e.to_string().contains("CSV header"), "{e}");
+                assert!(items.next().is_none(), "nothing follows a bad CSV header");
+                return;
+            }
+        };
         number += 1;
         assert_eq!(input.number, number, "{format:?}: records must be numbered in order");
         assert!(input.line > line, "{format:?}: record {number} starts on line {} after line {line}", input.line);
@@ -79,7 +91,8 @@ fn consume(input: &[u8], format: Format, limits: &ReadLimits, buffer: usize) {
 ///
 /// The first byte chooses the limits and the buffer size; the rest is the
 /// input. Records are numbered 1, 2, 3… and start on increasing lines;
-/// reading bytes in memory never fails with an I/O error.
+/// reading bytes in memory never fails with an I/O error (a CSV header that
+/// cannot be read is the input's one error, before any record).
 pub fn jsonl_csv(data: &[u8]) {
     let Some((&head, input)) = data.split_first() else { return };
     let limits = ReadLimits {

@@ -496,6 +496,9 @@ impl Iterator for Csv {
                     Error::Input { what, message } => {
                         Error::Input { what, message: format!("the CSV header cannot be read: {message}") }
                     }
+                    Error::Limit { limit, message } => {
+                        Error::Limit { limit, message: format!("the CSV header cannot be read: {message}") }
+                    }
                     e => e,
                 }));
             }

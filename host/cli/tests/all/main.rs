@@ -8,10 +8,10 @@ mod cli;
 mod conformance;
 mod databases;
 mod differential;
-mod trust;
 mod docs;
 #[cfg(feature = "kafka")]
 mod kafka;
+mod trust;
 
 /// The repository's root.
 pub fn root() -> &'static std::path::Path {
