@@ -58,6 +58,10 @@ pub enum Value {
     /// `time`: a naive date-time (no zone), as nanoseconds since
     /// 1970-01-01 00:00:00.
     Time(i64),
+    /// `bigint`: an integer past the 64 bits of `digit`, kept exactly as its
+    /// decimal digits (an optional `-`, no leading zeros). JSON integers
+    /// outside `i64` read as this kind.
+    BigInt(String),
     /// `array`.
     Array(Vec<Value>),
     /// `obj`: members by name (sorted, unique).
@@ -249,6 +253,14 @@ impl serde::Serialize for Shown<'_> {
                 v.write_raw(&mut text);
                 s.serialize_str(&text)
             }
+            // A JSON number as far as serde's integers reach (128 bits), its
+            // digits as a string past that (`Record::to_json` writes every
+            // digit as a number).
+            LangValue::BigInt(t) => match (t.parse::<i128>(), t.parse::<u128>()) {
+                (Ok(i), _) => s.serialize_i128(i),
+                (_, Ok(u)) => s.serialize_u128(u),
+                _ => s.serialize_str(t),
+            },
             LangValue::Null => s.serialize_unit(),
             LangValue::Ignore if self.1 => s.serialize_str(""),
             LangValue::Ignore => s.serialize_unit(),
@@ -279,6 +291,7 @@ impl Value {
             LangValue::Bool(b) => Value::Bool(*b),
             LangValue::Ip(ip) => Value::Ip(*ip),
             LangValue::Time(t) => Value::Time(*t),
+            LangValue::BigInt(d) => Value::BigInt(d.to_string()),
             LangValue::Obj(m) => Value::Object(m.iter().map(|f| (f.name.to_string(), Value::from_lang(&f.value))).collect()),
             LangValue::Array(items) => Value::Array(items.iter().map(|f| Value::from_lang(&f.value)).collect()),
             LangValue::Null | LangValue::Ignore => Value::Null,
@@ -294,6 +307,12 @@ impl Value {
             Value::Chars(s) => LangValue::Chars(Cow::Owned(s)),
             Value::Ip(ip) => LangValue::Ip(ip),
             Value::Time(t) => LangValue::Time(t),
+            // Digits that are not canonical are made so; text that is no
+            // integer stays text rather than a value no frame may carry.
+            Value::BigInt(d) => match omlet_lang::value::parse_bigint(&d) {
+                Some(c) => omlet_lang::value::integer_value(c),
+                None => LangValue::Chars(Cow::Owned(d)),
+            },
             Value::Array(items) => {
                 LangValue::Array(Box::new(items.into_iter().map(|v| Field::new(Cow::Borrowed(""), v.into_lang())).collect()))
             }
@@ -370,7 +389,110 @@ pub fn from_json_str(text: &str) -> std::result::Result<Record, String> {
         return from_json(&json);
     }
     let TopLevel(fields) = serde_json::from_str(text).map_err(|e| format!("invalid JSON: {e}"))?;
+    if big::seen() {
+        // An integer past u64 came as a float: read the text again, with
+        // every number's literal at hand, to keep its digits.
+        let TopLevel(fields) = big::exact(text, || serde_json::from_str(text)).map_err(|e| format!("invalid JSON: {e}"))?;
+        return Ok(Record { fields });
+    }
     Ok(Record { fields })
+}
+
+/// Integers past u64 in JSON text. serde_json reads them as floats, with
+/// their digits lost, so a record that holds one is read twice: once as
+/// usual, which notes that a float could have been such an integer, and
+/// once more with the literals of the text's numbers, in order, at hand;
+/// serde visits numbers in the order they stand in the text, so the n-th
+/// visit is the n-th literal. Records without such a number pay one
+/// comparison per float.
+mod big {
+    use std::cell::{Cell, RefCell};
+    use std::collections::VecDeque;
+
+    use super::{Cow, LangValue};
+
+    thread_local! {
+        /// A float that may have been an integer past u64 was read.
+        static SEEN: Cell<bool> = const { Cell::new(false) };
+        /// While reading exactly: each number literal still to come, as
+        /// its canonical digits when it is an integer, else `None`.
+        static LITERALS: RefCell<Option<VecDeque<Option<String>>>> = const { RefCell::new(None) };
+    }
+
+    /// Whether the last read saw a float that may have been a big integer
+    /// (and forgets it).
+    pub(super) fn seen() -> bool {
+        SEEN.with(|s| s.replace(false))
+    }
+
+    /// Reads with the text's number literals at hand.
+    pub(super) fn exact<T>(text: &str, read: impl FnOnce() -> T) -> T {
+        LITERALS.with(|l| *l.borrow_mut() = Some(literals(text)));
+        let out = read();
+        LITERALS.with(|l| l.borrow_mut().take());
+        SEEN.with(|s| s.set(false));
+        out
+    }
+
+    /// The next literal while reading exactly.
+    fn next() -> Option<Option<String>> {
+        LITERALS.with(|l| l.borrow_mut().as_mut().and_then(VecDeque::pop_front))
+    }
+
+    /// An integer visit: the literal is consumed to keep the count.
+    pub(super) fn integer(v: LangValue<'static>) -> LangValue<'static> {
+        let _ = next();
+        v
+    }
+
+    /// A float visit: while reading exactly, an integer literal gives its
+    /// digits; otherwise a float that may be one is noted.
+    pub(super) fn float(f: f64) -> LangValue<'static> {
+        match next() {
+            // serde_json reads an integer as a float past 64 bits, and `-0`.
+            Some(Some(digits)) if digits.parse::<i64>().is_err() => LangValue::BigInt(Cow::Owned(digits)),
+            Some(_) => LangValue::Float(f),
+            None => {
+                if f.fract() == 0.0 && f.abs() >= 9.2e18 {
+                    SEEN.with(|s| s.set(true));
+                }
+                LangValue::Float(f)
+            }
+        }
+    }
+
+    /// Every number literal outside strings, in order: its canonical
+    /// digits when it is an integer, `None` when it has a fraction or an
+    /// exponent.
+    fn literals(text: &str) -> VecDeque<Option<String>> {
+        let b = text.as_bytes();
+        let (mut out, mut i) = (VecDeque::new(), 0);
+        while i < b.len() {
+            match b[i] {
+                b'"' => {
+                    i += 1;
+                    while i < b.len() && b[i] != b'"' {
+                        i += if b[i] == b'\\' { 2 } else { 1 };
+                    }
+                    i += 1;
+                }
+                b'-' | b'0'..=b'9' => {
+                    let start = i;
+                    while i < b.len() && matches!(b[i], b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9') {
+                        i += 1;
+                    }
+                    let lit = &text[start..i];
+                    out.push_back(if lit.bytes().any(|c| matches!(c, b'.' | b'e' | b'E')) {
+                        None
+                    } else {
+                        omlet_lang::value::parse_bigint(lit)
+                    });
+                }
+                _ => i += 1,
+            }
+        }
+        out
+    }
 }
 
 /// Past this many fields, repeated keys are found through an index.
@@ -462,13 +584,14 @@ impl<'de> serde::Deserialize<'de> for JsonValue {
                 Ok(JsonValue(LangValue::Bool(b)))
             }
             fn visit_i64<E>(self, i: i64) -> std::result::Result<JsonValue, E> {
-                Ok(JsonValue(LangValue::Digit(i)))
+                Ok(JsonValue(big::integer(LangValue::Digit(i))))
             }
             fn visit_u64<E>(self, u: u64) -> std::result::Result<JsonValue, E> {
-                Ok(JsonValue(i64::try_from(u).map(LangValue::Digit).unwrap_or(LangValue::Float(u as f64))))
+                let v = i64::try_from(u).map(LangValue::Digit).unwrap_or_else(|_| LangValue::BigInt(Cow::Owned(u.to_string())));
+                Ok(JsonValue(big::integer(v)))
             }
             fn visit_f64<E>(self, f: f64) -> std::result::Result<JsonValue, E> {
-                Ok(JsonValue(LangValue::Float(f)))
+                Ok(JsonValue(big::float(f)))
             }
             fn visit_str<E>(self, s: &str) -> std::result::Result<JsonValue, E> {
                 Ok(JsonValue(LangValue::Chars(Cow::Owned(s.to_string()))))
@@ -502,9 +625,11 @@ pub fn value_from_json(v: &Json) -> LangValue<'static> {
     match v {
         Json::Null => LangValue::Null,
         Json::Bool(b) => LangValue::Bool(*b),
-        Json::Number(n) => match n.as_i64() {
-            Some(i) => LangValue::Digit(i),
-            None => LangValue::Float(n.as_f64().unwrap_or(f64::NAN)),
+        Json::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => LangValue::Digit(i),
+            (None, Some(u)) => LangValue::BigInt(Cow::Owned(u.to_string())),
+            // Past u64 a `serde_json::Value` has only the float left.
+            _ => LangValue::Float(n.as_f64().unwrap_or(f64::NAN)),
         },
         Json::String(s) => LangValue::Chars(Cow::Owned(s.clone())),
         Json::Array(items) => {
@@ -552,6 +677,20 @@ pub fn to_json_string(record: &Record) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn integers_past_64_bits_keep_their_digits() {
+        let text = r#"{"s":"q\"1e99 \\","a":18446744073709551616,"b":-9223372036854775809,"c":[1,2.5,123456789012345678901234567890],"d":1e20,"e":"99999999999999999999","u":18446744073709551615,"z":-0}"#;
+        let rec = from_json_str(text).unwrap();
+        assert_eq!(
+            rec.to_json(),
+            r#"{"s":"q\"1e99 \\","a":18446744073709551616,"b":-9223372036854775809,"c":[1,2.5,123456789012345678901234567890],"d":100000000000000000000.0,"e":"99999999999999999999","u":18446744073709551615,"z":-0.0}"#
+        );
+        assert_eq!(rec.get("a"), Some(Value::BigInt("18446744073709551616".into())));
+        assert_eq!(rec.get("u"), Some(Value::BigInt("18446744073709551615".into())));
+        // The next record, without one, is read the usual way.
+        assert_eq!(from_json_str(r#"{"f":1e300}"#).unwrap().get("f"), Some(Value::Float(1e300)));
+    }
 
     #[test]
     fn direct_parsing_reads_what_the_json_value_path_reads() {

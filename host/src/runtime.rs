@@ -421,6 +421,7 @@ impl Engine {
     async fn load_built(&self, component: &[u8], options: &LoadOptions) -> Result<Rule> {
         let knowledge = options.knowledge.clone();
         let component = Component::from_binary(&self.inner, component).map_err(|e| Error::load("component", e))?;
+        check_wit_version(&self.inner, &component)?;
         let pre = self.linker.instantiate_pre(&component).map_err(|e| Error::load("component", e))?;
         let pre = bindings::RulePre::new(pre).map_err(|e| Error::load("component", e))?;
         let shared = Arc::new(Shared { knowledge, statements: Vec::new() });
@@ -467,6 +468,31 @@ impl Engine {
         let batch = component.get_export_index(Some(&evaluator), "evaluate-batch").ok_or_else(missing)?;
         Ok(Some(SyncPath { pre, evaluate, batch, idle: Arc::new(Pool::new(None)), skip: AtomicU32::new(0) }))
     }
+}
+
+/// The WIT package this host speaks (`wit/omlet.wit`).
+const WIT_PACKAGE: &str = "omlet:rule@0.4.0";
+
+/// Refuses a component built for another version of omlet's WIT package,
+/// with what to do, before linking fails on its first import. 0.4.0 added
+/// the `bigint` frame node, which an older guest cannot read.
+fn check_wit_version(engine: &WtEngine, component: &Component) -> Result<()> {
+    let ty = component.component_type();
+    let names = ty.imports(engine).map(|(n, _)| n.to_string()).chain(ty.exports(engine).map(|(n, _)| n.to_string()));
+    for name in names {
+        let Some(rest) = name.strip_prefix("omlet:rule/") else { continue };
+        let version = rest.split_once('@').map_or("", |(_, v)| v);
+        if format!("omlet:rule@{version}") != WIT_PACKAGE {
+            return Err(Error::load(
+                "component",
+                anyhow::anyhow!(
+                    "the component was built for omlet:rule@{version} (`{name}`), and this omlet speaks {WIT_PACKAGE}: \
+                     rebuild it with this version's `omlet build`"
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The error for a component of `len` bytes over the limit `max`.
@@ -777,7 +803,7 @@ struct SyncPath {
 const SKIP_AFTER_MISS: u32 = 64;
 
 /// The interface the evaluator's functions are exported under.
-const EVALUATOR: &str = "omlet:rule/evaluator@0.3.0";
+const EVALUATOR: &str = "omlet:rule/evaluator@0.4.0";
 
 /// A store for one instance, with the engine's limits; `sync` stores stop
 /// a call that computes past [`SYNC_BUDGET`] instead of yielding.
@@ -1450,7 +1476,7 @@ impl clock::Host for StoreState {
 /// early and the call is made again on the async path.
 fn sync_imports(engine: &WtEngine) -> wasmtime::Result<Linker<StoreState>> {
     let mut linker: Linker<StoreState> = Linker::new(engine);
-    let mut knowledge = linker.instance("omlet:rule/knowledge@0.3.0")?;
+    let mut knowledge = linker.instance("omlet:rule/knowledge@0.4.0")?;
     knowledge.func_wrap("query", |mut store, (statement, params): (u32, Vec<wk::Cell>)| {
         let s = store.data_mut();
         let shared = s.shared.clone();
@@ -1468,7 +1494,7 @@ fn sync_imports(engine: &WtEngine) -> wasmtime::Result<Linker<StoreState>> {
         },))
     })?;
     knowledge.func_wrap("columns", |store, (statement,): (u32,)| Ok((columns(&store.data().shared, statement),)))?;
-    let mut clock = linker.instance("omlet:rule/clock@0.3.0")?;
+    let mut clock = linker.instance("omlet:rule/clock@0.4.0")?;
     clock.func_wrap("now", |_, (): ()| Ok((now(),)))?;
     Ok(linker)
 }

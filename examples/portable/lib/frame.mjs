@@ -8,13 +8,14 @@
 // payload by tag (see TAG). Nodes are in pre-order: an obj or array node is
 // followed by its n members or elements.
 //
-// Values here are { kind, v }: digit and time as bigint, ipv4 as a number,
+// Values here are { kind, v }: digit and time as bigint, bigint (an integer
+// past 64 bits) as its decimal digits, ipv4 as a number,
 // ipv6 as [high, low] bigints, obj as [name, value] pairs, array as values.
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder('utf-8', { fatal: true });
 
-const TAG = { chars: 0, digit: 1, float: 2, bool: 3, ipv4: 4, ipv6: 5, time: 6, null: 7, ignore: 8, obj: 9, array: 10 };
+const TAG = { chars: 0, digit: 1, float: 2, bool: 3, ipv4: 4, ipv6: 5, time: 6, null: 7, ignore: 8, obj: 9, array: 10, bigint: 11 };
 const KIND = Object.fromEntries(Object.entries(TAG).map(([k, t]) => [t, k]));
 
 /** A growable byte buffer with little-endian writers. */
@@ -60,8 +61,8 @@ function encodeField(nodes, text, name, v) {
     nodes.u32(len);
   };
   switch (v.kind) {
-    case 'chars': {
-      head(TAG.chars);
+    case 'chars': case 'bigint': {
+      head(TAG[v.kind]);
       const [start, len] = text.text(v.v);
       nodes.u32(start);
       nodes.u32(len);
@@ -141,7 +142,7 @@ export function decodeRecord(frame) {
     read += 1;
     const name = str();
     switch (kind) {
-      case 'chars': return [name, { kind, v: str() }];
+      case 'chars': case 'bigint': return [name, { kind, v: str() }];
       case 'digit': case 'time': { need(8); const v = view.getBigInt64(at, true); at += 8; return [name, { kind, v }]; }
       case 'float': { need(8); const v = view.getFloat64(at, true); at += 8; return [name, { kind, v }]; }
       case 'bool': need(1); return [name, { kind, v: frame[at++] !== 0 }];

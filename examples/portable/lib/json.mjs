@@ -12,7 +12,8 @@
 // exponent, ip and time values are text, everything else as JSON.
 //
 // Values are plain objects: { kind, v }, with kind one of chars, digit
-// (bigint), float (number), bool, null, array (v: values), obj (v: [name,
+// (a JS bigint), bigint (an integer past 64 bits: its decimal digits), float
+// (number), bool, null, array (v: values), obj (v: [name,
 // value] pairs), and, coming back from the guest, ipv4 (number), ipv6
 // ([bigint, bigint]), time (bigint nanoseconds) and ignore.
 
@@ -111,7 +112,8 @@ export function parseJson(text) {
       const n = BigInt(lit);
       if (lit[0] === '-' && n === 0n) return { kind: 'float', v: -0 };
       if (n >= I64_MIN && n <= I64_MAX) return { kind: 'digit', v: n };
-      return { kind: 'float', v: Number(lit) };
+      // Past 64 bits an integer keeps its digits, as the Rust host keeps them.
+      return { kind: 'bigint', v: n.toString() };
     }
     const f = Number(lit);
     if (!Number.isFinite(f)) fail('number out of range', i - 1);
@@ -344,6 +346,7 @@ function writeValue(v, inArray) {
   switch (v.kind) {
     case 'chars': return `"${jsonEscape(v.v)}"`;
     case 'digit': return v.v.toString();
+    case 'bigint': return v.v;
     case 'float': return jsonFloat(v.v);
     case 'bool': return v.v ? 'true' : 'false';
     case 'ipv4': return `"${ipv4Text(v.v)}"`;

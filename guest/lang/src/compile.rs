@@ -871,6 +871,7 @@ pub fn const_of(v: &Value<'_>) -> Const {
         Value::Ip(core::net::IpAddr::V4(a)) => Const::Ipv4(u32::from(*a)),
         Value::Ip(core::net::IpAddr::V6(a)) => Const::Ipv6(u128::from(*a)),
         Value::Time(t) => Const::Time(*t),
+        Value::BigInt(s) => Const::BigInt(s.to_string()),
         Value::Null => Const::Null,
         Value::Ignore => Const::Ignore,
         Value::Obj(m) => Const::Obj(m.iter().map(|f| (f.name.to_string(), const_of(&f.value))).collect()),

@@ -20,7 +20,8 @@
 //! float (f64 bits), `3` bool (u8), `4` ipv4 (u32), `5` ipv6 (u64 high, u64
 //! low), `6` time (i64 ns since 1970-01-01, naive), `7` null, `8` ignore (no
 //! payload), `9` obj and `10` array (u32 n: the next n subtrees are its
-//! members or elements).
+//! members or elements), `11` bigint (span: canonical decimal digits, an
+//! integer past i64; since WIT `omlet:rule@0.4.0`).
 
 use alloc::vec::Vec;
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -38,6 +39,7 @@ const NULL: u8 = 7;
 const IGNORE: u8 = 8;
 const OBJ: u8 = 9;
 const ARRAY: u8 = 10;
+const BIGINT: u8 = 11;
 
 /// Deepest nesting a frame may carry (the decoders recurse).
 pub const MAX_DEPTH: u32 = 128;
@@ -128,6 +130,10 @@ impl Writer {
             Value::Time(t) => {
                 self.head(TIME, &f.name);
                 self.nodes.extend_from_slice(&t.to_le_bytes());
+            }
+            Value::BigInt(s) => {
+                self.head(BIGINT, &f.name);
+                self.span(s);
             }
             Value::Null => self.head(NULL, &f.name),
             Value::Ignore => self.head(IGNORE, &f.name),
@@ -314,6 +320,13 @@ impl<'a> Reader<'a> {
                 Raw::Leaf(Value::Ip(IpAddr::V6(Ipv6Addr::from(hi << 64 | lo))))
             }
             TIME => Raw::Leaf(Value::Time(i64::from_le_bytes(self.take()?))),
+            BIGINT => {
+                let digits = self.span()?;
+                if !crate::value::is_canonical_bigint(digits) {
+                    return Err("a bigint node that is not canonical decimal digits");
+                }
+                Raw::Leaf(Value::BigInt(digits.into()))
+            }
             NULL => Raw::Leaf(Value::Null),
             IGNORE => Raw::Leaf(Value::Ignore),
             OBJ => Raw::Obj(u32::from_le_bytes(self.take()?)),

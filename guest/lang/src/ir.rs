@@ -148,6 +148,8 @@ pub enum Const {
     Ignore,
     Obj(Vec<(String, Const)>),
     Array(Vec<(String, Const)>),
+    /// Kept last: programs serialize constants by their position.
+    BigInt(String),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -556,6 +558,7 @@ pub fn const_value(c: &Const) -> Value<'_> {
         Const::Ipv4(a) => Value::Ip(IpAddr::V4(Ipv4Addr::from(*a))),
         Const::Ipv6(a) => Value::Ip(IpAddr::V6(Ipv6Addr::from(*a))),
         Const::Time(t) => Value::Time(*t),
+        Const::BigInt(s) => Value::BigInt(Cow::Borrowed(s)),
         Const::Null => Value::Null,
         Const::Ignore => Value::Ignore,
         Const::Obj(m) => Value::Obj(Box::new(m.iter().map(|(n, c)| Field::new(n.as_str(), const_value(c))).collect())),

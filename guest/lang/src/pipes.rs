@@ -538,6 +538,9 @@ pub fn write_json(v: &Value<'_>, out: &mut String, in_array: bool) {
         Value::Digit(d) => {
             let _ = write!(out, "{d}");
         }
+        // All its digits, as a JSON integer (delta §8; a consumer that reads
+        // JSON numbers as doubles should compare the digit strings).
+        Value::BigInt(s) => out.push_str(s),
         Value::Float(f) => {
             if f.is_nan() {
                 out.push_str("null");

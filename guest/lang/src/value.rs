@@ -30,6 +30,11 @@ pub enum Value<'a> {
     Ip(IpAddr),
     /// Naive date-time: nanoseconds since 1970-01-01 00:00:00 (no zone).
     Time(i64),
+    /// An integer past the 64 bits of `digit`, exactly: its decimal digits,
+    /// canonical (an optional `-`, no leading zeros; see [`parse_bigint`]).
+    /// JSON integers past `i64` read as this kind, and the OML 1.25 pipe
+    /// `ip_to_biguint` gives it (delta §8).
+    BigInt(Str<'a>),
     /// Members sorted by name (byte order), names unique.
     Obj(Box<Vec<Field<'a>>>),
     Array(Box<Vec<Field<'a>>>),
@@ -74,6 +79,8 @@ pub enum Kind {
     Array,
     Null,
     Ignore,
+    /// Kept last: programs serialize kinds by their position.
+    BigInt,
 }
 
 impl Kind {
@@ -89,6 +96,7 @@ impl Kind {
             Kind::Array => "array",
             Kind::Null => "null",
             Kind::Ignore => "ignore",
+            Kind::BigInt => "bigint",
         }
     }
 }
@@ -133,6 +141,7 @@ impl Type {
             "bool" => Kind::Bool,
             "ip" => Kind::Ip,
             "time" => Kind::Time,
+            "bigint" => Kind::BigInt,
             "obj" | "object" => Kind::Obj,
             "array" => Kind::Array,
             _ if name.starts_with("array/") => Kind::Array,
@@ -154,6 +163,7 @@ impl<'a> Value<'a> {
             Value::Bool(_) => Kind::Bool,
             Value::Ip(_) => Kind::Ip,
             Value::Time(_) => Kind::Time,
+            Value::BigInt(_) => Kind::BigInt,
             Value::Obj(_) => Kind::Obj,
             Value::Array(_) => Kind::Array,
             Value::Null => Kind::Null,
@@ -184,6 +194,7 @@ impl<'a> Value<'a> {
             Value::Bool(b) => Value::Bool(b),
             Value::Ip(ip) => Value::Ip(ip),
             Value::Time(t) => Value::Time(t),
+            Value::BigInt(s) => Value::BigInt(Cow::Owned(s.into_owned())),
             Value::Obj(m) => Value::Obj(Box::new(m.into_iter().map(Field::into_owned).collect())),
             Value::Array(m) => Value::Array(Box::new(m.into_iter().map(Field::into_owned).collect())),
             Value::Null => Value::Null,
@@ -204,6 +215,7 @@ impl<'a> Value<'a> {
                 let _ = write!(out, "{ip}");
             }
             Value::Time(t) => time::write_time(*t, out),
+            Value::BigInt(s) => out.push_str(s),
             Value::Array(items) => {
                 out.push('[');
                 for (i, f) in items.iter().enumerate() {
@@ -251,6 +263,7 @@ impl<'a> Value<'a> {
             (Value::Float(a), Value::Float(b)) => a.partial_cmp(b),
             (Value::Bool(a), Value::Bool(b)) => Some(a.cmp(b)),
             (Value::Time(a), Value::Time(b)) => Some(a.cmp(b)),
+            (Value::BigInt(a), Value::BigInt(b)) => Some(compare_bigint(a, b)),
             (Value::Ip(a), Value::Ip(b)) => Some(compare_ip(a, b)),
             (Value::Null, Value::Null) => Some(Ordering::Equal),
             (Value::Ignore, Value::Ignore) => Some(Ordering::Equal),
@@ -269,6 +282,7 @@ impl<'a> Value<'a> {
         match self {
             Value::Digit(d) => Some(*d as f64),
             Value::Float(f) => Some(*f),
+            Value::BigInt(s) => s.parse::<f64>().ok(),
             Value::Chars(s) => parse_float(s),
             _ => None,
         }
@@ -278,6 +292,52 @@ impl<'a> Value<'a> {
 impl<'a> Field<'a> {
     pub fn into_owned(self) -> Field<'static> {
         Field { name: Cow::Owned(self.name.into_owned()), value: self.value.into_owned(), sym: self.sym }
+    }
+}
+
+/// Orders two canonical big integers (see [`parse_bigint`]) by value.
+fn compare_bigint(a: &str, b: &str) -> Ordering {
+    match (a.strip_prefix('-'), b.strip_prefix('-')) {
+        (Some(a), Some(b)) => (b.len(), b).cmp(&(a.len(), a)),
+        (Some(_), None) => Ordering::Less,
+        (None, Some(_)) => Ordering::Greater,
+        (None, None) => (a.len(), a).cmp(&(b.len(), b)),
+    }
+}
+
+/// The canonical decimal form of an integer written with an optional sign
+/// and digits only: no `+`, no leading zeros, `0` for zero (never `-0`).
+/// `None` for anything else.
+pub fn parse_bigint(s: &str) -> Option<String> {
+    let (neg, digits) = match s.as_bytes().first() {
+        Some(b'-') => (true, &s[1..]),
+        Some(b'+') => (false, &s[1..]),
+        _ => (false, s),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let digits = digits.trim_start_matches('0');
+    Some(match (digits.is_empty(), neg) {
+        (true, _) => "0".to_string(),
+        (false, true) => alloc::format!("-{digits}"),
+        (false, false) => digits.to_string(),
+    })
+}
+
+/// Whether `s` is a big integer as [`parse_bigint`] writes it.
+pub fn is_canonical_bigint(s: &str) -> bool {
+    let digits = s.strip_prefix('-').unwrap_or(s);
+    !digits.is_empty()
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && (digits == "0" && s.len() == 1 || !digits.starts_with('0'))
+}
+
+/// An integer as `digit` when it fits in 64 bits, else as `bigint`.
+pub fn integer_value<'a>(canonical: String) -> Value<'a> {
+    match canonical.parse::<i64>() {
+        Ok(d) => Value::Digit(d),
+        Err(_) => Value::BigInt(Cow::Owned(canonical)),
     }
 }
 
@@ -355,6 +415,21 @@ pub fn convert<'a>(value: Value<'a>, ty: &Type) -> Value<'a> {
             Some(d) => Value::Digit(d),
             None => Value::Chars(s),
         },
+        // A big integer that fits becomes a digit; one that does not stays
+        // as it is, exact, as a failed conversion keeps its value.
+        (Kind::Digit, Value::BigInt(s)) => match s.parse::<i64>() {
+            Ok(d) => Value::Digit(d),
+            Err(_) => Value::BigInt(s),
+        },
+        (Kind::Float, Value::BigInt(s)) => match s.parse::<f64>() {
+            Ok(f) => Value::Float(f),
+            Err(_) => Value::BigInt(s),
+        },
+        (Kind::BigInt, Value::Digit(d)) => Value::BigInt(Cow::Owned(d.to_string())),
+        (Kind::BigInt, Value::Chars(s)) => match parse_bigint(&s) {
+            Some(b) => Value::BigInt(Cow::Owned(b)),
+            None => Value::Chars(s),
+        },
         (Kind::Float, Value::Chars(s)) => match parse_float(&s) {
             Some(f) => Value::Float(f),
             None => Value::Chars(s),
@@ -401,6 +476,35 @@ pub fn obj_from<'a>(mut members: Vec<Field<'a>>) -> Vec<Field<'a>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn big_integers_are_canonical_and_ordered_by_value() {
+        assert_eq!(parse_bigint("+000"), Some("0".into()));
+        assert_eq!(parse_bigint("-0"), Some("0".into()));
+        assert_eq!(parse_bigint("-00123"), Some("-123".into()));
+        assert_eq!(parse_bigint("12a"), None);
+        assert_eq!(parse_bigint(""), None);
+        assert_eq!(parse_bigint("-"), None);
+        for c in ["0", "-1", "340282366920938463463374607431768211457"] {
+            assert!(is_canonical_bigint(c), "{c}");
+        }
+        for c in ["", "-0", "007", "+1", "1 ", "-"] {
+            assert!(!is_canonical_bigint(c), "{c}");
+        }
+        let sorted = ["-100000000000000000000", "-99", "-1", "0", "5", "18446744073709551616", "99999999999999999999999"];
+        for (i, a) in sorted.iter().enumerate() {
+            for (j, b) in sorted.iter().enumerate() {
+                assert_eq!(compare_bigint(a, b), i.cmp(&j), "{a} {b}");
+            }
+        }
+        assert_eq!(integer_value("42".into()), Value::Digit(42));
+        assert_eq!(integer_value("9223372036854775808".into()), Value::BigInt("9223372036854775808".into()));
+        let big = Value::BigInt("18446744073709551616".into());
+        assert_eq!(convert(big.clone(), &Type::Kind(Kind::Digit)), big);
+        assert_eq!(convert(big.clone(), &Type::Kind(Kind::Chars)), Value::Chars("18446744073709551616".into()));
+        assert_eq!(convert(Value::Chars("-0012".into()), &Type::Kind(Kind::BigInt)), Value::BigInt("-12".into()));
+        assert_eq!(convert(Value::BigInt("12".into()), &Type::Kind(Kind::Digit)), Value::Digit(12));
+    }
 
     #[test]
     fn obj_from_is_repeated_obj_insert() {

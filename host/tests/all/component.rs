@@ -43,14 +43,14 @@ fn component_imports_only_omlets_interfaces() {
         let funcs: Vec<String> =
             inst.exports(&engine).filter(|(_, e)| !matches!(e.ty, ComponentItem::Type(_))).map(|(n, _)| n.to_string()).collect();
         match name {
-            "omlet:rule/knowledge@0.3.0" => assert_eq!(funcs, ["query", "columns"]),
-            "omlet:rule/clock@0.3.0" => assert_eq!(funcs, ["now"]),
-            "omlet:rule/types@0.3.0" => assert!(funcs.is_empty(), "types exports only types"),
+            "omlet:rule/knowledge@0.4.0" => assert_eq!(funcs, ["query", "columns"]),
+            "omlet:rule/clock@0.4.0" => assert_eq!(funcs, ["now"]),
+            "omlet:rule/types@0.4.0" => assert!(funcs.is_empty(), "types exports only types"),
             other => panic!("foreign import {other}"),
         }
     }
     names.sort();
-    assert_eq!(names, ["omlet:rule/clock@0.3.0", "omlet:rule/knowledge@0.3.0", "omlet:rule/types@0.3.0"]);
+    assert_eq!(names, ["omlet:rule/clock@0.4.0", "omlet:rule/knowledge@0.4.0", "omlet:rule/types@0.4.0"]);
     assert!(!names.iter().any(|n| n.starts_with("wasi")));
 }
 
@@ -214,4 +214,29 @@ async fn the_guests_byte_compares_agree_with_byte_order() {
         let names: Vec<&str> = json["o"].as_object().unwrap().keys().map(|k| k.as_str()).collect();
         assert_eq!(names, sorted, "{v:?}");
     }
+}
+
+/// A component of an older WIT package (0.3.0, before the `bigint` node)
+/// is refused at load with what to do, not with a linker error.
+#[tokio::test]
+async fn a_component_of_an_older_wit_package_is_refused_with_rebuild() {
+    let mut bytes = build("name : t\n---\nv = read(v) ;\n");
+    // The names are strings of the same length in every section.
+    let (new, old) = (b"omlet:rule/", b"@0.4.0");
+    let mut patched = 0;
+    for i in 0..bytes.len().saturating_sub(new.len() + 20) {
+        if bytes[i..].starts_with(new)
+            && let Some(at) = bytes[i..i + 40.min(bytes.len() - i)].windows(old.len()).position(|w| w == old)
+        {
+            bytes[i + at..i + at + old.len()].copy_from_slice(b"@0.3.0");
+            patched += 1;
+        }
+    }
+    assert!(patched > 0);
+    let engine = omlet::Engine::new().unwrap();
+    let err = match engine.load_component(&bytes, &omlet::LoadOptions::new()).await {
+        Ok(_) => panic!("an older component must be refused"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("omlet:rule@0.3.0") && err.contains("rebuild"), "{err}");
 }

@@ -42,3 +42,22 @@ async fn large_lookup_values_do_not_fill_the_guest_memory() {
     }
     assert!(failed.is_empty(), "{} of 300 failed, first: {}", failed.len(), failed[0]);
 }
+
+/// JSON integers past 64 bits used to become floats, even through
+/// `* = take()`; they keep every digit now, through the wasm component and
+/// the frame both ways.
+#[tokio::test]
+async fn integers_past_64_bits_keep_their_digits_through_the_guest() {
+    let engine = Engine::new().unwrap();
+    let rule = engine
+        .load_source("take.oml", "name : t\n---\n* = take() ;\nt : chars = read(id) ;\n", &omlet::LoadOptions::new())
+        .await
+        .unwrap();
+    let input = r#"{"id":340282366920938463463374607431768211457,"neg":-9223372036854775809,"u":18446744073709551615}"#;
+    let out = rule.evaluate(&omlet::record::from_json_str(input).unwrap()).await.unwrap();
+    assert_eq!(
+        omlet::record::to_json_string(&out),
+        r#"{"id":340282366920938463463374607431768211457,"neg":-9223372036854775809,"u":18446744073709551615,"t":"340282366920938463463374607431768211457"}"#
+    );
+    assert_eq!(out.get("u"), Some(omlet::Value::BigInt("18446744073709551615".into())));
+}
