@@ -149,6 +149,134 @@ def probes(omlet, work):
     return out
 
 
+def probes_round_two(omlet, work):
+    """The probes of issue 30 ("trust, round two"), numbered 30.N by its points."""
+    out = []
+
+    def file(name, data):
+        p = os.path.join(work, name)
+        with open(p, "wb") as f:
+            f.write(data if isinstance(data, bytes) else data.encode())
+        return p
+
+    copy = file("copy.oml", "name : t\n---\nid = read(id) ;\nname = read(name) ;\n")
+
+    def probe(point, name, expect, args, records_in=None, stdin=None, want=None):
+        pr = Probe(f"30.{point}", name, expect)
+        pr.records_in = records_in
+        p, pr.seconds = run_cli(omlet, args, stdin)
+        pr.out, pr.errors, pr.code = count_lines(p.stdout), error_lines(p.stderr), p.returncode
+        err = p.stderr.decode(errors="replace")
+        pr.verdict = "holds" if want(p, err) else "FAILS"
+        lines = [l for l in err.splitlines() if l.strip() and not l.startswith("{")]
+        pr.note = (lines[-1] if lines else "")[:160]
+        out.append(pr)
+
+    def lines_ok(n_out, n_err, code=(0, 1)):
+        return lambda p, err: count_lines(p.stdout) == n_out and error_lines(p.stderr) == n_err and p.returncode in code
+
+    stray = b'id,name\n1,5" screen\n2,keyboard\n3,mouse\n4,10" panel\n5,cable\n'
+    probe(1, "CSV: two stray `\"` within 64 lines", "5 out, 0 error lines", ["run", copy, "--format", "csv"], 5, stray,
+          lines_ok(5, 0, (0,)))
+    probe(1, "CSV: bare-CR line ends", "3 out, 0 error lines", ["run", copy, "--format", "csv"], 3,
+          b"id,name\r1,a\r2,b\r3,c\r", lines_ok(3, 0, (0,)))
+    probe(1, "CSV: a bare CR inside a line", "3 out, 0 error lines", ["run", copy, "--format", "csv"], 3,
+          b"id,name\n1,a\r2,b\n3,c\n", lines_ok(3, 0, (0,)))
+    twenty = file("twenty.jsonl", "".join('{"id":%d}\n' % i for i in range(1, 21)))
+
+    def full(p, err):
+        return p.returncode == 1 and "may be missing" in err and " records in " not in err
+
+    probe(2, "output to a full disk (`/dev/full`), only the final flush fails", "exit 1, missing lines named, no summary",
+          ["run", copy, "-i", twenty, "-o", "/dev/full"], 20, want=full)
+    bad20 = file("bad20.jsonl", "".join("not json %d\n" % i for i in range(20)))
+    probe(2, "error lines to a full disk", "exit 1, missing lines named, no summary",
+          ["run", copy, "-i", bad20, "--errors", "/dev/full", "-o", "/dev/null"], 20, want=full)
+
+    # A stalled producer, then SIGTERM: every line comes before the signal,
+    # and the run ends with its summary and status 0.
+    import select
+    import signal as sig
+    pr = Probe("30.3", "stdin stalls after 1,000 records, then SIGTERM", "1000 out before the signal; exit 0 with a summary")
+    pr.records_in = 1000
+    t = time.time()
+    child = subprocess.Popen([omlet, "run", copy], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+    child.stdin.write(b"".join(b'{"id":%d}\n' % i for i in range(1000)))
+    child.stdin.flush()
+    got = b""
+    while got.count(b"\n") < 1000 and time.time() - t < 60:
+        r, _, _ = select.select([child.stdout], [], [], 0.1)
+        if r:
+            got += os.read(child.stdout.fileno(), 1 << 20)
+    early = got.count(b"\n")
+    child.send_signal(sig.SIGTERM)
+    rest, err = child.communicate(timeout=60)
+    pr.seconds = time.time() - t
+    pr.out, pr.errors, pr.code = early + count_lines(rest), error_lines(err), child.returncode
+    text = err.decode(errors="replace")
+    pr.verdict = "holds" if early == 1000 and child.returncode == 0 and "stopped by SIGTERM" in text else "FAILS"
+    pr.note = " ".join(l for l in text.splitlines() if "records in" in l or "stopped" in l)[:160]
+    out.append(pr)
+
+    probe(13, "a UTF-8 BOM before the first JSONL line", "1 out, 0 error lines", ["run", copy], 1,
+          b'\xef\xbb\xbf{"id":1}\n', lines_ok(1, 0, (0,)))
+    probe(13, "lines of NBSP and form feeds", "1 out, 2 error lines", ["run", copy], 3,
+          b'{"id":1}\n\xc2\xa0\n\x0c\n', lines_ok(1, 2))
+    probe(13, "CSV: a repeated column", "the last cell's value, as JSON", ["run", copy, "--format", "csv"], 1,
+          b"id,name,id\n1,a,2\n", lambda p, err: p.stdout.strip() == b'{"id":"2","name":"a"}')
+    bad_header = "id,\"name\n" + "".join("%d,x\n" % i for i in range(100_000))
+    probe(13, "CSV: a header that cannot be read, 100,000 rows", "one error for the run, exit 1",
+          ["run", copy, "--format", "csv", "-i", file("badhead.csv", bad_header)], 100_000,
+          want=lambda p, err: p.returncode == 1 and len(err) < 2000 and "CSV header" in err)
+    take = file("take.oml", "name : t\n---\n* = take() ;\n")
+    probe(13, "an integer past i64 through `* = take()`", "every digit kept", ["run", take], 1,
+          b'{"id":340282366920938463463374607431768211457}\n',
+          lambda p, err: p.stdout.strip() == b'{"id":340282366920938463463374607431768211457}')
+
+    def compile_probe(point, name, text, want, expect):
+        pr = Probe(f"30.{point}", name, expect)
+        path = file(f"r2_{len(out)}.oml", text)
+        p, pr.seconds = run_cli(omlet, ["run", path], b"{}\n")
+        pr.code = p.returncode
+        err = p.stderr.decode(errors="replace")
+        pr.note = (err.strip().splitlines() or [""])[0][:160]
+        pr.verdict = "holds" if want(p, err) else "FAILS"
+        out.append(pr)
+
+    wide = "name : t\n---\n" + " ".join("f%05d = ;" % i for i in range(90_000)) + "\n"
+    compile_probe(14, "50 errors on one 900 KB line, through `omlet run`", wide,
+                  lambda p, err: p.returncode == 1 and len(err) < 100_000, "excerpts, under 100 KB of stderr")
+    compile_probe(14, "`regex_match` of a pattern too large to compile",
+                  "name : t\n---\nx = match read(a) { regex_match('\\w{1000}\\w{1000}\\w{1000}') => chars(1), _ => chars(2) } ;\n",
+                  lambda p, err: p.returncode == 1 and "too large to compile" in err, "a compile error")
+
+    big = file("big.wasm", b"\0asm" + b"\0" * (20 << 20))
+    probe(9, "a 20 MB component", "refused before compiling (exit 1)", ["run", big], 1, b"{}\n",
+          lambda p, err: p.returncode == 1 and "component bytes" in err)
+
+    kdir = os.path.join(work, "kb")
+    os.makedirs(kdir, exist_ok=True)
+    rule = file("kb.oml", "name : t\n---\nv = select v from t where k = read(k) ;\n")
+    with open(os.path.join(kdir, "escape.toml"), "w") as f:
+        f.write('[[tables]]\nname = "t"\ncsv = "../../../../../../etc/passwd"\n')
+    probe(11, "knowdb `csv = \"../../../../etc/passwd\"`", "refused (exit 1)",
+          ["run", rule, "--knowdb", os.path.join(kdir, "escape.toml")], 1, b'{"k":"root"}\n',
+          lambda p, err: p.returncode == 1 and count_lines(p.stdout) == 0)
+    with open(os.path.join(kdir, "t.csv"), "w") as f:
+        f.write("k,v\na,1\n")
+    with open(os.path.join(kdir, "types.toml"), "w") as f:
+        f.write('[[tables]]\nname = "t"\ncsv = "t.csv"\ntypes = ["TEXT); DROP TABLE x; --", "TEXT"]\n')
+    probe(11, "knowdb `types = [\"TEXT); DROP TABLE x; --\"]`", "refused (exit 1)",
+          ["run", rule, "--knowdb", os.path.join(kdir, "types.toml")], 1, b'{"k":"a"}\n',
+          lambda p, err: p.returncode == 1 and count_lines(p.stdout) == 0)
+    cfg = file("env.toml", 'url = "sqlite://${HOME}/x.db"\n')
+    probe(12, "`${HOME}` in a knowledge URL", "refused, naming the variable (exit 1)",
+          ["run", rule, "--knowledge", cfg], 1, b'{"k":"a"}\n',
+          lambda p, err: p.returncode == 1 and "HOME" in err)
+    return out
+
+
 SQL_TESTS = [
     (4, "one NUL key in a batched PostgreSQL lookup", "a_refused_key_fails_only_its_own_lookup_in_a_batch_on_postgres"),
     (6, "a `'\\'` literal on MariaDB", "a_backslash_in_a_literal_is_a_character_on_mariadb"),
@@ -156,6 +284,13 @@ SQL_TESTS = [
     (8, "`pg_catalog.pg_authid`, `mysql.user`, tables outside `tables`", "rules_reach_only_their_tables_on"),
     (8, "the read-only role of docs/deployment.md", "read_only_role_serves_lookups_on"),
     (9, "a lookup cut by the timeout keeps running in the server", "timed_out_lookups_stop_in_the_server_on"),
+    ("30.4", "catalog tables (`pg_authid`, `pg_shadow`, `pg_proc`, `sqlite_master`, …) without `tables`, and listed",
+     "rules_reach_only_their_tables_on"),
+    ("30.5", "`'\\'` under `standard_conforming_strings = off`; backslash literals on all three databases",
+     "a_backslash_in_a_literal_is_a_character_on"),
+    ("30.6", "a lookup nesting 50,000 parentheses", "deeply_nested_lookups_fail_the_load_not_the_process"),
+    ("30.7", "`ip4_int` nested 12 deep on MariaDB", "nested_helpers_stop_at_the_size_bound_on_mariadb"),
+    ("30.10", "`IP4_INT(…)` against a decoy server function", "upper_case_helpers_are_omlets_own_on"),
 ]
 
 
@@ -221,7 +356,7 @@ def main():
             sys.exit(b.stderr)
 
     with tempfile.TemporaryDirectory() as work:
-        rows = probes(a.omlet, work)
+        rows = probes(a.omlet, work) + probes_round_two(a.omlet, work)
     sql_rows, faults = ([], []) if a.skip_db else run_db_tests()
 
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
@@ -239,7 +374,8 @@ def main():
         "",
         "## Hostile inputs",
         "",
-        "The probes of the sandbox issue (its numbers in the first column), through `omlet run`/`check`/`build`.",
+        "The probes of the sandbox issue (its numbers in the first column) and of issue 30, \"trust, round two\" (30.N,",
+        "by its points), through `omlet run`/`check`/`build`.",
         "`out` counts output lines, `errors` error lines naming a record.",
         "",
         "| # | probe | records in | out | errors | exit | seconds | expected | verdict | what omlet said |",

@@ -108,7 +108,7 @@ impl KafkaUrl {
     /// Parses `kafka://BROKERS/TOPIC?group=G&…`; fails with
     /// [`Error::Config`] saying what is missing.
     pub fn parse(text: &str) -> Result<KafkaUrl> {
-        let bad = |why: &str| Error::Config(format!("`{}`: {why} (expected kafka://HOST:PORT/TOPIC?group=G)", redact(text)));
+        let bad = |why: &str| Error::Config(format!("`{}`: {why} (expected kafka://HOST:PORT/TOPIC?group=G)", crate::knowledge::config::redact(text)));
         let rest = text.strip_prefix("kafka://").ok_or_else(|| bad("not a kafka:// URL"))?;
         let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
         let (brokers, topic) = path.split_once('/').ok_or_else(|| bad("no topic"))?;
@@ -148,22 +148,6 @@ impl std::fmt::Display for KafkaUrl {
         }
         Ok(())
     }
-}
-
-/// Hides the value of every `…password…` or `…secret…` property in `text`.
-fn redact(text: &str) -> String {
-    let (head, query) = match text.split_once('?') {
-        Some(x) => x,
-        None => return text.to_string(),
-    };
-    let parts: Vec<String> = query
-        .split('&')
-        .map(|p| match p.split_once('=') {
-            Some((k, _)) if k.contains("password") || k.contains("secret") => format!("{k}=***"),
-            _ => p.to_string(),
-        })
-        .collect();
-    format!("{head}?{}", parts.join("&"))
 }
 
 /// Receives the error lines of a worker that has no errors topic.
