@@ -108,7 +108,12 @@ impl KafkaUrl {
     /// Parses `kafka://BROKERS/TOPIC?group=G&…`; fails with
     /// [`Error::Config`] saying what is missing.
     pub fn parse(text: &str) -> Result<KafkaUrl> {
-        let bad = |why: &str| Error::Config(format!("`{}`: {why} (expected kafka://HOST:PORT/TOPIC?group=G)", crate::knowledge::config::redact(text)));
+        let bad = |why: &str| {
+            Error::Config(format!(
+                "`{}`: {why} (expected kafka://HOST:PORT/TOPIC?group=G)",
+                crate::knowledge::config::redact(text)
+            ))
+        };
         let rest = text.strip_prefix("kafka://").ok_or_else(|| bad("not a kafka:// URL"))?;
         let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
         let (brokers, topic) = path.split_once('/').ok_or_else(|| bad("no topic"))?;
