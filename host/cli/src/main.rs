@@ -890,7 +890,8 @@ async fn open_knowledge(knowdb: &[PathBuf], config: Option<&Path>) -> omlet::Res
             for k in dbs {
                 tables.extend(omlet::knowledge::knowdb::load(k, &db).await?);
             }
-            let config = omlet::knowledge::KnowledgeConfig { tables: Some(tables), ..Default::default() };
+            let config =
+                omlet::knowledge::KnowledgeConfig { tables: Some(tables.clone()), knowdb_tables: tables, ..Default::default() };
             Some(Arc::new(Knowledge::with_config(Arc::new(db), config)))
         }
     })

@@ -201,6 +201,11 @@ pub struct KnowledgeConfig {
     /// name (`geo.city`) is allowed only when listed here exactly.
     #[serde(default)]
     pub tables: Option<Vec<String>>,
+    /// The tables omlet loaded from a knowdb (`knowdb` here, or the CLI's
+    /// `--knowdb`): binding a lookup of one creates an index on the columns
+    /// it compares, unless the table has it (not read from the file).
+    #[serde(skip)]
+    pub knowdb_tables: Vec<String>,
     /// Database functions lookups may call besides OML's helpers
     /// (`ip4_int`, `cidr4_contains`, …), by name (default: none). A lookup
     /// calling another function fails the rule's load.
@@ -305,6 +310,7 @@ impl KnowledgeConfig {
         let mut config = self;
         if let Some(k) = &config.knowdb {
             let tables = super::knowdb::load_with(k, provider.as_ref(), &config.knowdb_roots).await?;
+            config.knowdb_tables = tables.clone();
             config.tables.get_or_insert(tables);
         }
         Ok(Arc::new(Knowledge::with_config(provider, config)))

@@ -107,7 +107,8 @@ enum Tok<'s> {
     Param,
     Text,
     Number,
-    Op,
+    /// A comparison: `=`, `!=`, `<>`, `<`, `<=`, `>` or `>=`.
+    Op(&'s str),
     Open,
     Close,
     Comma,
@@ -173,7 +174,7 @@ fn tokens(sql: &str) -> Result<Vec<Tok<'_>>, String> {
                     b')' => Tok::Close,
                     b',' => Tok::Comma,
                     b'*' => Tok::Star,
-                    _ => Tok::Op,
+                    _ => Tok::Op("="),
                 });
             }
             b'!' | b'<' | b'>' => {
@@ -183,7 +184,7 @@ fn tokens(sql: &str) -> Result<Vec<Tok<'_>>, String> {
                 } else if c == b'!' {
                     return Err("`!` alone".into());
                 }
-                out.push(Tok::Op);
+                out.push(Tok::Op(&sql[start..i]));
             }
             c if c.is_ascii_alphabetic() || c == b'_' => {
                 while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_' || b[i] == b'.') {
@@ -206,6 +207,23 @@ struct Reader<'t, 's> {
     policy: &'t Policy,
     /// Parentheses, `not`s and calls open around the current token.
     depth: usize,
+    /// The top-level comparisons of a column with a value (`col = :p`,
+    /// `:p >= col`), as (column, operator with the column on the left).
+    compares: Vec<(&'s str, &'s str)>,
+    /// An `or` at the top level: no index serves every branch.
+    top_or: bool,
+}
+
+/// What one side of a comparison is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side<'s> {
+    /// A column.
+    Column(&'s str),
+    /// A value known before the query runs: a parameter, a literal, `null`,
+    /// or a call of those.
+    Value,
+    /// A call that reads a column (`cidr4_contains(cidr, :ip)`).
+    Computed,
 }
 
 /// Words that are never column names: their appearance means SQL the
@@ -325,12 +343,28 @@ impl<'s> Reader<'_, 's> {
         if self.at < self.toks.len() {
             return Err("more text after the condition".into());
         }
-        Ok(Checked { table, columns })
+        let (mut keys, mut ranges) = (Vec::<String>::new(), Vec::<String>::new());
+        if !self.top_or {
+            for &(col, op) in &self.compares {
+                let into = match op {
+                    "=" => &mut keys,
+                    "<" | "<=" | ">" | ">=" => &mut ranges,
+                    _ => continue,
+                };
+                if !into.iter().any(|c| c.eq_ignore_ascii_case(col)) {
+                    into.push(col.to_string());
+                }
+            }
+        }
+        Ok(Checked { table, columns, keys, ranges })
     }
 
     fn cond(&mut self) -> Result<(), String> {
         self.conj()?;
         while self.eat_word("or") {
+            if self.depth == 0 {
+                self.top_or = true;
+            }
             self.conj()?;
         }
         Ok(())
@@ -361,21 +395,29 @@ impl<'s> Reader<'_, 's> {
                 _ => Err("expected `)`".into()),
             };
         }
-        self.operand(0)?;
-        match self.next() {
-            Some(Tok::Op) => {}
+        let left = self.operand(0)?;
+        let op = match self.next() {
+            Some(Tok::Op(op)) => op,
             _ => return Err("expected a comparison".into()),
+        };
+        let right = self.operand(0)?;
+        if self.depth == 0 {
+            match (left, right) {
+                (Side::Column(c), Side::Value) => self.compares.push((c, op)),
+                (Side::Value, Side::Column(c)) => self.compares.push((c, flipped(op))),
+                _ => {}
+            }
         }
-        self.operand(0)
+        Ok(())
     }
 
-    fn operand(&mut self, depth: usize) -> Result<(), String> {
+    fn operand(&mut self, depth: usize) -> Result<Side<'s>, String> {
         if depth > 16 {
             return Err("function calls nested too deep".into());
         }
         match self.next() {
-            Some(Tok::Param | Tok::Text | Tok::Number) => Ok(()),
-            Some(Tok::Word(w)) if is(w, "null") => Ok(()),
+            Some(Tok::Param | Tok::Text | Tok::Number) => Ok(Side::Value),
+            Some(Tok::Word(w)) if is(w, "null") => Ok(Side::Value),
             Some(Tok::Word(w)) if self.peek() == Some(&Tok::Open) => {
                 let allowed = HELPERS.iter().any(|h| is(w, h)) || self.policy.functions.iter().any(|f| is(w, f));
                 if !allowed {
@@ -386,21 +428,35 @@ impl<'s> Reader<'_, 's> {
                 }
                 self.at += 1;
                 self.enter()?;
+                let mut side = Side::Value;
                 loop {
-                    self.operand(depth + 1)?;
+                    if self.operand(depth + 1)? != Side::Value {
+                        side = Side::Computed;
+                    }
                     match self.next() {
                         Some(Tok::Comma) => continue,
                         Some(Tok::Close) => {
                             self.depth -= 1;
-                            return Ok(());
+                            return Ok(side);
                         }
                         _ => return Err(format!("expected `,` or `)` in the arguments of `{w}`")),
                     }
                 }
             }
-            Some(Tok::Word(w)) => self.column(w),
+            Some(Tok::Word(w)) => self.column(w).map(|()| Side::Column(w)),
             _ => Err("expected a value or a column".into()),
         }
+    }
+}
+
+/// The comparison `op` with its sides swapped (`:p <= col` is `col >= :p`).
+fn flipped(op: &str) -> &str {
+    match op {
+        "<" => ">",
+        "<=" => ">=",
+        ">" => "<",
+        ">=" => "<=",
+        other => other,
     }
 }
 
@@ -413,6 +469,12 @@ pub struct Checked {
     pub table: String,
     /// The selected columns, or `["*"]`.
     pub columns: Vec<String>,
+    /// Columns the condition compares with `=` to a value, at its top level
+    /// (a conjunction; empty when the top level has an `or`): what an
+    /// index should lead with.
+    pub keys: Vec<String>,
+    /// Columns compared with `<`, `<=`, `>` or `>=` to a value, likewise.
+    pub ranges: Vec<String>,
 }
 
 /// Checks one statement as the guest hands it over (before dialect
@@ -422,7 +484,7 @@ pub fn check(sql: &str, policy: &Policy) -> Result<Checked, String> {
         return Err(format!("the lookup is {} bytes long; at most {MAX_STATEMENT_BYTES} are read", sql.len()));
     }
     let toks = tokens(sql)?;
-    let mut r = Reader { toks: &toks, at: 0, policy, depth: 0 };
+    let mut r = Reader { toks: &toks, at: 0, policy, depth: 0, compares: Vec::new(), top_or: false };
     let checked = r.statement().map_err(|e| format!("not a lookup omlet runs ({e})"))?;
     let table = &checked.table;
     if is_catalog(table) {
@@ -464,6 +526,27 @@ mod tests {
         assert!(ok("select zone from zone where ip_start_int <= :ip and 1 = ip4_between(:ip, lo, hi)"));
         assert!(ok("select z from t where cidr4_contains(net, :ip) = 1 and v = -1.5e3 and w = null"));
         assert!(ok("select z from t where n = trim_quotes('\\')"), "a backslash is a character");
+    }
+
+    #[test]
+    fn the_top_level_comparisons_say_what_an_index_should_hold() {
+        let cols = |sql: &str| {
+            let c = check(sql, &Policy::default()).unwrap();
+            (c.keys, c.ranges)
+        };
+        let v = |x: &[&str]| x.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(cols("select zone from ip_zone where ip = :ip"), (v(&["ip"]), v(&[])));
+        assert_eq!(cols("select z from t where :a = a and b = 'x' and c != 1"), (v(&["a", "b"]), v(&[])));
+        assert_eq!(
+            cols("select zone,owner from ip_zone where lo_int <= :client_ip and hi_int >= :client_ip_2"),
+            (v(&[]), v(&["lo_int", "hi_int"]))
+        );
+        assert_eq!(cols("select z from t where :ip >= lo and ip4_int(:x) < hi"), (v(&[]), v(&["lo", "hi"])));
+        // A column inside a call, an `or`, a `not` or parentheses: no index.
+        assert_eq!(cols("select z from t where cidr4_contains(net, :ip) = 1"), (v(&[]), v(&[])));
+        assert_eq!(cols("select z from t where a = :a or b = :b"), (v(&[]), v(&[])));
+        assert_eq!(cols("select z from t where not a = :a and (b = :b)"), (v(&[]), v(&[])));
+        assert_eq!(cols("select z from t where a = b"), (v(&[]), v(&[])));
     }
 
     #[test]

@@ -92,6 +92,29 @@ pub trait Provider: Tables + Send + Sync + 'static {
     fn prepare_many<'a>(&'a self, plan: &'a BatchPlan) -> BoxFuture<'a, Result<(), String>>;
     /// Closes the connections.
     fn close<'a>(&'a self) -> BoxFuture<'a, ()>;
+    /// Creates an index on `columns` of `table` unless one of that name
+    /// exists: omlet does so for the tables it loaded from a knowdb, on the
+    /// columns their lookups compare ([`index_name`] names it). `table` and
+    /// `columns` are plain identifiers the guard passed. A provider that
+    /// cannot create indexes says so; the lookups then run without one.
+    fn create_index<'a>(&'a self, table: &'a str, columns: &'a [String]) -> BoxFuture<'a, Result<(), String>> {
+        let _ = columns;
+        Box::pin(async move { Err(format!("this provider creates no index (on `{table}`)")) })
+    }
+}
+
+/// The name of omlet's index on `columns` of `table`: `omlet_TABLE_COLS`,
+/// or with a hash in place of the columns past 63 bytes (PostgreSQL's and
+/// MySQL's longest identifier).
+pub fn index_name(table: &str, columns: &[String]) -> String {
+    let plain = format!("omlet_{table}_{}", columns.join("_"));
+    if plain.len() <= 63 {
+        return plain;
+    }
+    use sha2::Digest;
+    let hash = hex::encode(&sha2::Sha256::digest(plain.as_bytes())[..6]);
+    let table: String = table.chars().take(40).collect();
+    format!("omlet_{table}_{hash}")
 }
 
 /// Tables of a database, outside the lookup allow-list: what the knowdb

@@ -302,6 +302,19 @@ where
             self.pool.close().await;
         })
     }
+
+    fn create_index<'a>(&'a self, table: &'a str, columns: &'a [String]) -> BoxFuture<'a, Result<(), String>> {
+        boxed(async move {
+            // Plain identifiers (the guard's), so no quoting: quoting would
+            // make PostgreSQL read them case-sensitively.
+            let sql = format!(
+                "create index if not exists {} on {table} ({})",
+                super::provider::index_name(table, columns),
+                columns.join(", ")
+            );
+            sqlx::raw_sql(AssertSqlSafe(sql.clone())).execute(&self.pool).await.map(|_| ()).map_err(|e| format!("`{sql}`: {e}"))
+        })
+    }
 }
 
 impl<D: Dialect> Tables for SqlProvider<D>

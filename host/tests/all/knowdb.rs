@@ -146,3 +146,64 @@ async fn table_names_must_be_lower_case_identifiers() {
         assert!(err.contains("knowdb.toml:6: table name") && err.contains("lower-case identifier"), "{name}: {err}");
     }
 }
+
+/// Issue 31: a lookup of a knowdb table gets an index on the columns it
+/// compares (equalities, then one range), so that a miss searches the table
+/// instead of scanning it; a table omlet did not load gets none.
+#[tokio::test]
+async fn lookups_of_knowdb_tables_get_indexes_on_what_they_compare() {
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let hosts: String = (0..2000).map(|i| format!("10.0.{}.{},h{i},z{}\n", i / 256, i % 256, i % 7)).collect();
+    write(d, "hosts.csv", &format!("ip,name,zone\n{hosts}"));
+    let ranges: String = (0..2000).map(|i| format!("{},{},r{i}\n", i * 10, i * 10 + 9)).collect();
+    write(d, "ranges.csv", &format!("lo,hi,label\n{ranges}"));
+    write(
+        d,
+        "knowdb.toml",
+        "[[tables]]\nname = \"hosts\"\ncsv = \"hosts.csv\"\n\n[[tables]]\nname = \"ranges\"\ncsv = \"ranges.csv\"\n",
+    );
+    let db = Arc::new(SqliteProvider::memory().await.unwrap());
+    let tables = omlet::knowledge::knowdb::load(&d.join("knowdb.toml"), db.as_ref()).await.unwrap();
+    db.execute("create table own (k text, v text)").await.unwrap();
+    let mut all = tables.clone();
+    all.push("own".into());
+    let config = omlet::knowledge::KnowledgeConfig { tables: Some(all), knowdb_tables: tables, ..Default::default() };
+    let k = omlet::knowledge::Knowledge::with_config(db.clone(), config);
+    let stmt = |sql: &str, params: &[&str]| omlet_lang::ir::SqlStatement {
+        sql: sql.into(),
+        params: params.iter().map(|p| p.to_string()).collect(),
+        table: String::new(),
+        columns: Vec::new(),
+        file: "t.oml".into(),
+        line: 1,
+        column: 1,
+    };
+    k.bind(&[
+        stmt("select name from hosts where ip = :ip and zone = :z", &["ip", "z"]),
+        stmt("select label from ranges where lo <= :n and hi >= :n_2", &["n", "n_2"]),
+        stmt("select name from hosts where ip = :ip or name = :n", &["ip", "n"]),
+        stmt("select v from own where k = :k", &["k"]),
+    ])
+    .await
+    .unwrap();
+    let indexes: Vec<(String, String)> =
+        sqlx::query_as("select name, tbl_name from sqlite_master where type = 'index' and name like 'omlet_%' order by name")
+            .fetch_all(db.pool())
+            .await
+            .unwrap();
+    assert_eq!(
+        indexes,
+        [("omlet_hosts_ip_zone".to_string(), "hosts".to_string()), ("omlet_ranges_lo".to_string(), "ranges".to_string())]
+    );
+    // SQLite now searches instead of scanning.
+    let plan: Vec<(i64, i64, i64, String)> =
+        sqlx::query_as("explain query plan select name from hosts where ip = '10.0.1.1' and zone = 'z3'")
+            .fetch_all(db.pool())
+            .await
+            .unwrap();
+    assert!(plan.iter().any(|p| p.3.contains("USING INDEX omlet_hosts_ip_zone")), "{plan:?}");
+    // Binding again asks for nothing new.
+    k.bind(&[stmt("select name from hosts where ip = :ip and zone = :z", &["ip", "z"])]).await.unwrap();
+}
