@@ -60,14 +60,19 @@ def error_lines(stderr):
     return len([l for l in stderr.split(b"\n") if l.startswith(b"{") and b'"record"' in l])
 
 
+def write_in(work, name, data):
+    """Writes `data` (bytes or text) to `name` in `work`; gives its path."""
+    p = os.path.join(work, name)
+    with open(p, "wb") as f:
+        f.write(data if isinstance(data, bytes) else data.encode())
+    return p
+
+
 def probes(omlet, work):
     out = []
 
     def file(name, data):
-        p = os.path.join(work, name)
-        with open(p, "wb") as f:
-            f.write(data if isinstance(data, bytes) else data.encode())
-        return p
+        return write_in(work, name, data)
 
     trivial = file("trivial.oml", TRIVIAL)
 
@@ -154,10 +159,7 @@ def probes_round_two(omlet, work):
     out = []
 
     def file(name, data):
-        p = os.path.join(work, name)
-        with open(p, "wb") as f:
-            f.write(data if isinstance(data, bytes) else data.encode())
-        return p
+        return write_in(work, name, data)
 
     copy = file("copy.oml", "name : t\n---\nid = read(id) ;\nname = read(name) ;\n")
 

@@ -16,7 +16,7 @@ fn root() -> &'static std::path::Path {
 
 /// A statement as a component hands it over. Its table and columns are left
 /// empty: `Knowledge::bind` reads them from the SQL itself.
-fn statement(sql: &str, params: &[&str]) -> omlet_lang::ir::SqlStatement {
+pub(crate) fn statement(sql: &str, params: &[&str]) -> omlet_lang::ir::SqlStatement {
     omlet_lang::ir::SqlStatement {
         sql: sql.into(),
         params: params.iter().map(|p| p.to_string()).collect(),

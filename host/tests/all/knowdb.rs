@@ -171,15 +171,7 @@ async fn lookups_of_knowdb_tables_get_indexes_on_what_they_compare() {
     all.push("own".into());
     let config = omlet::knowledge::KnowledgeConfig { tables: Some(all), knowdb_tables: tables, ..Default::default() };
     let k = omlet::knowledge::Knowledge::with_config(db.clone(), config);
-    let stmt = |sql: &str, params: &[&str]| omlet_lang::ir::SqlStatement {
-        sql: sql.into(),
-        params: params.iter().map(|p| p.to_string()).collect(),
-        table: String::new(),
-        columns: Vec::new(),
-        file: "t.oml".into(),
-        line: 1,
-        column: 1,
-    };
+    let stmt = crate::databases::statement;
     k.bind(&[
         stmt("select name from hosts where ip = :ip and zone = :z", &["ip", "z"]),
         stmt("select label from ranges where lo <= :n and hi >= :n_2", &["n", "n_2"]),

@@ -207,16 +207,21 @@ fn run_reads_csv_from_standard_input() {
 
 // ----- the sandbox, from the command line ------------------------------------------
 
-pub(crate) fn omlet_with_input(args: &[&str], input: &[u8]) -> Output {
-    use std::io::Write;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_omlet"))
+/// `omlet ARGS` started with its three streams piped.
+pub(crate) fn spawn_piped(args: &[&str]) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_omlet"))
         .args(args)
         .current_dir(root())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap();
+        .unwrap()
+}
+
+pub(crate) fn omlet_with_input(args: &[&str], input: &[u8]) -> Output {
+    use std::io::Write;
+    let mut child = spawn_piped(args);
     child.stdin.take().unwrap().write_all(input).unwrap();
     child.wait_with_output().unwrap()
 }

@@ -2,11 +2,10 @@
 //! to ordinary CSV, a full disk or a SIGTERM.
 
 use std::io::{Read, Write};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::cli::{omlet, omlet_with_input, text};
-use crate::root;
+use crate::cli::{omlet, omlet_with_input, spawn_piped, text};
 
 /// A rule that copies `id` and `name`.
 fn copy_rule(dir: &std::path::Path) -> String {
@@ -65,14 +64,7 @@ fn a_stalled_producer_gets_its_lines_and_sigterm_finishes_the_run() {
 fn stalled_then_signalled(flag: &str, name: &str) {
     let dir = tempfile::tempdir().unwrap();
     let rule = copy_rule(dir.path());
-    let mut child = Command::new(env!("CARGO_BIN_EXE_omlet"))
-        .args(["run", &rule])
-        .current_dir(root())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_piped(&["run", &rule]);
     let mut stdin = child.stdin.take().unwrap();
     let records: String = (0..1000).map(|i| format!("{{\"id\":{i}}}\n")).collect();
     stdin.write_all(records.as_bytes()).unwrap();
