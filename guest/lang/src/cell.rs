@@ -22,6 +22,13 @@ pub enum Cell {
 pub fn cell_of(v: &Value<'_>) -> Cell {
     match v {
         Value::Digit(d) => Cell::Integer(*d),
+        // Exactly: as an integer when it fits, else as its digits (the
+        // database reads them against its numeric column; WIT has no wider
+        // integer cell).
+        Value::BigInt(s) => match s.parse::<i64>() {
+            Ok(i) => Cell::Integer(i),
+            Err(_) => Cell::Text(s.clone().into_owned()),
+        },
         Value::Float(f) => Cell::Real(*f),
         Value::Bool(b) => Cell::Integer(*b as i64),
         Value::Null | Value::Ignore => Cell::Null,

@@ -325,6 +325,9 @@ pub enum PipeFn {
     /// `base64_decode(Enc)` for an encoding other than UTF-8 (last, so that
     /// IR written before it still reads).
     Base64DecodeAs(crate::charset::Charset),
+    /// `ip_to_biguint` (OML 1.25 delta §8), after the others for the same
+    /// reason.
+    IpToBigUint,
 }
 
 /// A SQL lookup site: which statement, and how to compute its parameters.

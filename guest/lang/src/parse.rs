@@ -1750,6 +1750,7 @@ fn pipe_fn(name: &str, args: Option<&str>) -> Result<PipeFn, FnError> {
             }
         }),
         "ip4_to_int" => no_args(PipeFn::Ip4ToInt)?,
+        "ip_to_biguint" => no_args(PipeFn::IpToBigUint)?,
         "to_json" => no_args(PipeFn::ToJson)?,
         "to_str" => no_args(PipeFn::ToStr)?,
         "skip_empty" => no_args(PipeFn::SkipEmpty)?,
@@ -1813,6 +1814,7 @@ const PIPE_FNS: &[&str] = &[
     "path",
     "url",
     "ip4_to_int",
+    "ip_to_biguint",
     "to_json",
     "to_str",
     "skip_empty",

@@ -53,6 +53,7 @@ pub fn apply<'a>(f: &'a PipeFn, v: Value<'a>) -> Value<'a> {
         (PipeFn::Path(part), Value::Chars(s)) => path_part(s, *part),
         (PipeFn::Url(part), Value::Chars(s)) => url_part(s, *part),
         (PipeFn::Ip4ToInt, Value::Ip(IpAddr::V4(a))) => Value::Digit(u32::from(a) as i64),
+        (PipeFn::IpToBigUint, v) => ip_to_biguint(&v),
         (PipeFn::ToJson, v) => {
             let mut out = String::new();
             write_json(&v, &mut out, false);
@@ -526,6 +527,39 @@ fn str_escape(s: &str) -> String {
     out
 }
 
+/// `ip_to_biguint` (OML 1.25 delta §8): one integer key for both address
+/// families, so that one range table holds both. An IPv4 address is its
+/// 32-bit value; an IPv6 address (an IPv4-mapped one included) is its
+/// 128-bit value plus 2^128, so the two never overlap. Anything else, text
+/// included, gives null: text is not parsed (type the input `ip` first).
+fn ip_to_biguint(v: &Value<'_>) -> Value<'static> {
+    match v {
+        Value::Ip(IpAddr::V4(a)) => Value::BigInt(Cow::Owned(u32::from(*a).to_string())),
+        Value::Ip(IpAddr::V6(a)) => Value::BigInt(Cow::Owned(plus_2_pow_128(u128::from(*a)))),
+        _ => Value::Null,
+    }
+}
+
+/// The decimal digits of `n + 2^128` (past u128, so added digit by digit).
+fn plus_2_pow_128(n: u128) -> String {
+    const TWO_POW_128: &[u8] = b"340282366920938463463374607431768211456";
+    let n = n.to_string();
+    let (a, b) = (TWO_POW_128, n.as_bytes());
+    let mut out = Vec::with_capacity(a.len() + 1);
+    let (mut carry, mut i, mut j) = (0u8, a.len(), b.len());
+    while i > 0 || j > 0 || carry > 0 {
+        let x = if i > 0 { a[i - 1] - b'0' } else { 0 };
+        let y = if j > 0 { b[j - 1] - b'0' } else { 0 };
+        let d = x + y + carry;
+        out.push(b'0' + d % 10);
+        carry = d / 10;
+        i = i.saturating_sub(1);
+        j = j.saturating_sub(1);
+    }
+    out.reverse();
+    String::from_utf8(out).unwrap_or_default()
+}
+
 /// JSON rendering of a value (spec §11); `in_array` decides how a nested
 /// ignore renders (`""` in an array, `null` in an object).
 pub fn write_json(v: &Value<'_>, out: &mut String, in_array: bool) {
@@ -774,6 +808,19 @@ mod tests {
         assert_eq!(apply(&PipeFn::Nth(1), arr), Value::Digit(8));
         assert_eq!(apply(&PipeFn::Base64Encode, Value::Chars("foo".into())), Value::Chars("Zm9v".into()));
         assert_eq!(apply(&PipeFn::Ip4ToInt, Value::Ip(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)))), Value::Digit(167_772_161));
+        let big = |v| apply(&PipeFn::IpToBigUint, v);
+        assert_eq!(big(Value::Ip(IpAddr::V4(Ipv4Addr::new(203, 0, 113, 9)))), Value::BigInt("3405803785".into()));
+        let v6 = |s: &str| Value::Ip(IpAddr::V6(s.parse().unwrap()));
+        assert_eq!(big(v6("::1")), Value::BigInt("340282366920938463463374607431768211457".into()));
+        assert_eq!(big(v6("::")), Value::BigInt("340282366920938463463374607431768211456".into()));
+        assert_eq!(
+            big(v6("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff")),
+            Value::BigInt("680564733841876926926749214863536422911".into())
+        );
+        assert_eq!(big(v6("::ffff:10.0.0.1")), Value::BigInt("340282366920938463463374888902617726977".into()));
+        assert_eq!(big(Value::Chars("10.0.0.1".into())), Value::Null, "text is not parsed");
+        assert_eq!(big(Value::Null), Value::Null);
+        assert_eq!(big(Value::Ignore), Value::Ignore, "an ignore passes every pipe");
     }
 
     #[test]
