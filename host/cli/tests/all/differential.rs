@@ -27,6 +27,9 @@ fn leaf() -> impl Strategy<Value = Value<'static>> {
         prop_oneof![Just(0.0f64), Just(65.5), -1e6f64..1e6].prop_map(Value::Float),
         any::<bool>().prop_map(Value::Bool),
         any::<u32>().prop_map(|a| Value::Ip(std::net::IpAddr::V4(a.into()))),
+        any::<u128>().prop_map(|a| Value::Ip(std::net::IpAddr::V6(a.into()))),
+        // Integers past 64 bits (issue 30), which cross the frame as their digits.
+        (any::<bool>(), "[1-9][0-9]{19,40}").prop_map(|(neg, d)| Value::BigInt(if neg { format!("-{d}") } else { d }.into())),
         (0i64..2_000_000_000).prop_map(|s| Value::Time(s * 1_000_000_000)),
         Just(Value::Null),
     ]
