@@ -9,6 +9,7 @@
 //! create = "ip_zone.sql"      # optional: SQL that creates the table (instead of inferring it)
 //! insert = "more_rows.sql"    # optional: SQL run after the CSV rows
 //! expected_rows = 4           # optional: fail the load if the count differs
+//! index = ["ip", "lo, hi"]    # optional: indexes to create, one per entry (a composite one: "a, b")
 //! on_error = "fail"           # or "skip": a bad row is skipped and counted, not fatal
 //! ```
 //!
@@ -68,6 +69,12 @@ pub struct TableSpec {
     pub expected_rows: Option<u64>,
     /// What a bad row does (default `fail`).
     pub on_error: OnError,
+    /// Indexes to create once the table is loaded, each as its columns
+    /// (written `"ip"`, or `"lo, hi"` for one index on both), plain
+    /// identifiers. Lookups of knowdb tables also get indexes on what they
+    /// compare when a rule is loaded (`Knowledge::bind`); these are for
+    /// what those do not cover.
+    pub index: Vec<Vec<String>>,
     /// The line of the table's `name` in the `knowdb.toml` (1-based), for
     /// messages.
     pub line: usize,
@@ -110,6 +117,8 @@ struct RawTable {
     expected_rows: Option<u64>,
     #[serde(default)]
     on_error: OnError,
+    #[serde(default)]
+    index: Vec<Spanned<String>>,
 }
 
 /// The longest table name: PostgreSQL cuts longer identifiers to 63 bytes,
@@ -157,6 +166,18 @@ pub fn read(path: &Path) -> Result<KnowDb> {
                     .collect::<Result<Vec<_>>>()?,
             ),
         };
+        let mut index = Vec::with_capacity(t.index.len());
+        for entry in &t.index {
+            let columns: Vec<String> = entry.get_ref().split(',').map(|c| c.trim().to_string()).collect();
+            if !columns.iter().all(|c| is_column_name(c)) {
+                return Err(Error::Knowledge(format!(
+                    "{}: table {name}: index `{}` is refused: write its columns as identifiers, several separated by commas",
+                    at(entry.span().start),
+                    entry.get_ref().escape_debug()
+                )));
+            }
+            index.push(columns);
+        }
         tables.push(TableSpec {
             name,
             csv: t.csv,
@@ -165,10 +186,17 @@ pub fn read(path: &Path) -> Result<KnowDb> {
             insert: t.insert,
             expected_rows: t.expected_rows,
             on_error: t.on_error,
+            index,
             line,
         });
     }
     Ok(KnowDb { tables })
+}
+
+/// Whether `c` is a plain column name: `[A-Za-z_][A-Za-z0-9_]*`.
+fn is_column_name(c: &str) -> bool {
+    c.chars().next().is_some_and(|f| f.is_ascii_alphabetic() || f == '_')
+        && c.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '_')
 }
 
 /// The 1-based line of byte `offset` in `text`.
@@ -307,6 +335,17 @@ pub async fn load_with(path: &Path, db: &dyn Provider, roots: &[PathBuf]) -> Res
                 Err(e) if skip => tracing::warn!(table = %t.name, error = %e, "insert file failed; skipped"),
                 other => other?,
             }
+        }
+        for columns in &t.index {
+            let sql = format!(
+                "create index if not exists {} on {} ({})",
+                super::provider::index_name(&t.name, columns),
+                t.name,
+                columns.join(", ")
+            );
+            db.execute(&sql)
+                .await
+                .map_err(|e| Error::Knowledge(format!("{}:{}: table {}: {e}", path.display(), t.line, t.name)))?;
         }
         if let Some(n) = t.expected_rows {
             let got = db.count(&t.name).await?;

@@ -199,3 +199,29 @@ async fn lookups_of_knowdb_tables_get_indexes_on_what_they_compare() {
     // Binding again asks for nothing new.
     k.bind(&[stmt("select name from hosts where ip = :ip and zone = :z", &["ip", "z"])]).await.unwrap();
 }
+
+/// Issue 31: `index = [...]` in a knowdb creates the indexes it names (one
+/// per entry, `"a, b"` for a composite one); a name that is no identifier is
+/// refused with the file and line.
+#[tokio::test]
+async fn a_knowdb_names_its_own_indexes() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    write(d, "geo.csv", "lo,hi,country\n0,9,aa\n10,19,bb\n");
+    write(d, "knowdb.toml", "[[tables]]\nname = \"geo\"\ncsv = \"geo.csv\"\nindex = [\"country\", \"lo, hi\"]\n");
+    let db = SqliteProvider::memory().await.unwrap();
+    omlet::knowledge::knowdb::load(&d.join("knowdb.toml"), &db).await.unwrap();
+    let names: Vec<(String,)> =
+        sqlx::query_as("select name from sqlite_master where type = 'index' and tbl_name = 'geo' order by name")
+            .fetch_all(db.pool())
+            .await
+            .unwrap();
+    assert_eq!(names, [("omlet_geo_country".to_string(),), ("omlet_geo_lo_hi".to_string(),)]);
+
+    write(d, "bad.toml", "[[tables]]\nname = \"geo2\"\ncsv = \"geo.csv\"\nindex = [\"lo); drop table geo; --\"]\n");
+    let err = omlet::knowledge::knowdb::load(&d.join("bad.toml"), &db).await.unwrap_err().to_string();
+    assert!(err.contains("bad.toml:4") && err.contains("index"), "{err}");
+    write(d, "missing.toml", "[[tables]]\nname = \"geo3\"\ncsv = \"geo.csv\"\nindex = [\"nope\"]\n");
+    let err = omlet::knowledge::knowdb::load(&d.join("missing.toml"), &db).await.unwrap_err().to_string();
+    assert!(err.contains("missing.toml:2: table geo3"), "{err}");
+}
