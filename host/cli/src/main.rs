@@ -698,17 +698,25 @@ async fn check(rules: &[PathBuf], knowdb: &[PathBuf], config: Option<&Path>, jso
         },
         Err(e) => Err(e),
     };
+    // Warnings do not fail the check.
+    let warnings = match &result {
+        Ok(p) if !knowdb.is_empty() => scan_warnings(p, knowdb).await?,
+        _ => Vec::new(),
+    };
     if json {
         let (models, diagnostics) = match &result {
             Ok(p) => (p.models.iter().map(|m| serde_json::json!({ "name": m.name, "file": m.file })).collect(), Vec::new()),
             Err(e) => (Vec::new(), json_diagnostics(e)),
         };
         let ok = result.is_ok();
-        println!("{}", serde_json::json!({ "ok": ok, "models": models, "diagnostics": diagnostics }));
+        println!("{}", serde_json::json!({ "ok": ok, "models": models, "diagnostics": diagnostics, "warnings": warnings }));
         return Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE });
     }
     match result {
         Ok(p) => {
+            for w in &warnings {
+                eprintln!("{w}");
+            }
             for m in &p.models {
                 eprintln!("{}: ok ({})", m.file, m.name);
             }
@@ -883,18 +891,46 @@ async fn open_knowledge(knowdb: &[PathBuf], config: Option<&Path>) -> omlet::Res
     Ok(match (knowdb, config) {
         ([], Some(c)) => Some(omlet::knowledge::KnowledgeConfig::read(c)?.open().await?),
         ([], None) => None,
-        (dbs, _) => {
-            let db = SqliteProvider::memory().await?;
-            // Lookups may read the tables the knowdbs declare, and no others.
-            let mut tables = Vec::new();
-            for k in dbs {
-                tables.extend(omlet::knowledge::knowdb::load(k, &db).await?);
-            }
-            let config =
-                omlet::knowledge::KnowledgeConfig { tables: Some(tables.clone()), knowdb_tables: tables, ..Default::default() };
-            Some(Arc::new(Knowledge::with_config(Arc::new(db), config)))
-        }
+        (dbs, _) => Some(open_knowdbs(dbs).await?.0),
     })
+}
+
+/// The knowledge of `--knowdb` files: an in-memory SQLite database holding
+/// their tables, which lookups may read, and no others.
+async fn open_knowdbs(knowdb: &[PathBuf]) -> omlet::Result<(Arc<Knowledge>, Arc<SqliteProvider>)> {
+    let db = Arc::new(SqliteProvider::memory().await?);
+    let mut tables = Vec::new();
+    for k in knowdb {
+        tables.extend(omlet::knowledge::knowdb::load(k, db.as_ref()).await?);
+    }
+    let config = omlet::knowledge::KnowledgeConfig { tables: Some(tables.clone()), knowdb_tables: tables, ..Default::default() };
+    Ok((Arc::new(Knowledge::with_config(db.clone(), config)), db))
+}
+
+/// Rows past which `omlet check --knowdb` warns about a lookup that scans
+/// its table.
+const SCAN_WARN_ROWS: i64 = 10_000;
+
+/// The warnings of `omlet check --knowdb`: each lookup that SQLite would
+/// answer by scanning a table of more than [`SCAN_WARN_ROWS`] rows (every
+/// miss of the caches pays a pass over the table), with its place.
+async fn scan_warnings(program: &omlet_lang::ir::Program, knowdb: &[PathBuf]) -> omlet::Result<Vec<String>> {
+    use omlet::knowledge::Tables;
+    let (knowledge, db) = open_knowdbs(knowdb).await?;
+    let bound = knowledge.bind(&program.statements).await?;
+    let mut warnings = Vec::new();
+    for (s, b) in program.statements.iter().zip(&bound) {
+        let Some(table) = db.scanned(&b.sql, b.order.len()).await? else { continue };
+        let rows = db.count(&table).await?;
+        if rows > SCAN_WARN_ROWS {
+            warnings.push(format!(
+                "{}:{}:{}: warning: this lookup reads every row of `{table}` ({rows} rows) on each miss of the caches: \
+                 compare its columns with `=` or a range to values, or name an index in the knowdb (`index = [...]`)",
+                s.file, s.line, s.column
+            ));
+        }
+    }
+    Ok(warnings)
 }
 
 /// `--concurrency` when not given: one call per core, and one more. The

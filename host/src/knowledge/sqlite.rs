@@ -65,6 +65,29 @@ impl SqlProvider<Sqlite> {
         Ok(SqlProvider::new(pool, Lanes::new(opts, LANES, std::time::Duration::from_secs(30), Some(lookup_setup())), Sqlite))
     }
 
+    /// The table a statement (as bound: `?` placeholders, `params` of them)
+    /// reads by scanning every row, by SQLite's own query plan (`EXPLAIN
+    /// QUERY PLAN`, its parameters bound as NULL); `None` when every table
+    /// it reads is searched through an index. `omlet check --knowdb` warns
+    /// with it: such a lookup costs a pass over the table on every miss.
+    pub async fn scanned(&self, sql: &str, params: usize) -> Result<Option<String>> {
+        let explain = format!("explain query plan {sql}");
+        let mut q = sqlx::query(sqlx::AssertSqlSafe(explain));
+        for _ in 0..params {
+            q = q.bind(None::<i64>);
+        }
+        let rows = q.fetch_all(self.pool()).await.map_err(knowledge_err)?;
+        for row in rows {
+            let detail: String = row.try_get(3).map_err(knowledge_err)?;
+            // "SCAN t" (SQLite 3.36 on) or "SCAN TABLE t"; a search says SEARCH.
+            if let Some(rest) = detail.strip_prefix("SCAN ") {
+                let rest = rest.strip_prefix("TABLE ").unwrap_or(rest);
+                return Ok(Some(rest.split_whitespace().next().unwrap_or(rest).to_string()));
+            }
+        }
+        Ok(None)
+    }
+
     /// A database file (created if missing).
     pub async fn open(path: &std::path::Path) -> Result<SqliteProvider> {
         let opts = SqliteConnectOptions::new().filename(path).create_if_missing(true);

@@ -234,3 +234,29 @@ fn a_new_kind_of_rule_runs_end_to_end_from_the_docs() {
          {\"user\":\"unknown\",\"src\":\"10.0.0.8\",\"outcome\":\"failure\",\"epoch\":1714564802}\n"
     );
 }
+
+/// Issue 31: `omlet check --knowdb` warns about a lookup that SQLite answers
+/// by scanning a table of more than 10,000 rows; a lookup its index serves
+/// passes quietly, and a warning does not fail the check.
+#[test]
+fn check_with_a_knowdb_warns_about_lookups_that_scan_large_tables() {
+    let dir = tempfile::tempdir().unwrap();
+    let rows: String = (0..10_001).map(|i| format!("10.{}.{}.{},c{}\n", i / 65536, (i / 256) % 256, i % 256, i % 5)).collect();
+    std::fs::write(dir.path().join("bad_ip.csv"), format!("ip,category\n{rows}")).unwrap();
+    let kb = dir.path().join("knowdb.toml");
+    std::fs::write(&kb, "[[tables]]\nname = \"bad_ip\"\ncsv = \"bad_ip.csv\"\n").unwrap();
+    let kb = kb.to_str().unwrap();
+    let exact = rule_file(&dir, "exact.oml", "name : e\n---\nc = select category from bad_ip where ip = read(a) ;\n");
+    let out = omlet(&["check", &exact, "--knowdb", kb]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(!text(&out.stderr).contains("warning"), "{}", text(&out.stderr));
+    let either = rule_file(
+        &dir,
+        "either.oml",
+        "name : o\n---\nc = select category from bad_ip where ip = read(a) or category = read(b) ;\n",
+    );
+    let out = omlet(&["check", &either, "--knowdb", kb]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(err.contains("either.oml:3:5: warning: this lookup reads every row of `bad_ip` (10001 rows)"), "{err}");
+}
