@@ -577,6 +577,10 @@ fn cond_holds(c: &Cond, v: &Value<'_>) -> bool {
         Cond::EndsWith(p) => chars().is_some_and(|s| s.ends_with(p.as_str())),
         Cond::Contains(p) => chars().is_some_and(|s| s.contains(p.as_str())),
         Cond::IEquals(p) => chars().is_some_and(|s| s.to_lowercase() == *p),
+        Cond::IEqualsAny(ps) => chars().is_some_and(|s| {
+            let s = s.to_lowercase();
+            ps.iter().any(|p| *p == s)
+        }),
         Cond::IsEmpty => chars().is_some_and(str::is_empty),
         Cond::Gt(n) => v.number().is_some_and(|x| x > *n),
         Cond::Lt(n) => v.number().is_some_and(|x| x < *n),

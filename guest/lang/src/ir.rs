@@ -223,6 +223,10 @@ pub enum Cond {
     EqNum(f64),
     InRange(f64, f64),
     Regex(RegexCond),
+    /// `iequals_any(…)` (OML 1.25 delta §12.2): the arguments, already
+    /// lower-cased; none never matches. Last, so that IR written before it
+    /// still reads.
+    IEqualsAny(Vec<String>),
 }
 
 /// `regex_match('re')`: the pattern, and its compiled form built on first use.

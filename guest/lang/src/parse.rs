@@ -79,7 +79,7 @@ pub(crate) const LITERAL_TYPES: &[&str] = &["chars", "digit", "float", "bool", "
 
 /// The match functions (§8.7.4), which look like calls inside match arms.
 pub(crate) const MATCH_FNS: &[&str] =
-    &["starts_with", "ends_with", "contains", "iequals", "is_empty", "regex_match", "gt", "lt", "eq", "in_range"];
+    &["starts_with", "ends_with", "contains", "iequals", "iequals_any", "is_empty", "regex_match", "gt", "lt", "eq", "in_range"];
 
 /// Parses one rule file, with the default [`Limits`].
 pub fn parse(src: &str) -> (Option<Rule>, Vec<Diagnostic>) {
@@ -1927,6 +1927,7 @@ fn match_fn(name: &str, args: &str) -> Result<Cond, String> {
             arity(1)?;
             Cond::IEquals(text(0)?.to_lowercase())
         }
+        "iequals_any" => Cond::IEqualsAny((0..args.len()).map(|i| text(i).map(|t| t.to_lowercase())).collect::<Result<_, _>>()?),
         "is_empty" => {
             arity(0)?;
             Cond::IsEmpty
