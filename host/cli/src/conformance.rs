@@ -104,6 +104,17 @@ pub struct Outcome {
 /// Reads the cases of a case file as written (`oml_file` and `knowdb` not
 /// resolved; keys it does not know, such as `class` or `source`, ignored).
 /// Fails with [`Error::Io`], or [`Error::Input`] for bad TOML.
+/// Whether `path` is a TOML file with `[[case]]` tables (the test of what
+/// `omlet test DIR` reads; a file that cannot be read counts as one, so
+/// that reading it reports why).
+pub fn is_case_file(path: &Path) -> bool {
+    let Ok(text) = std::fs::read_to_string(path) else { return true };
+    match toml::from_str::<toml::Table>(&text) {
+        Ok(table) => table.contains_key("case"),
+        Err(_) => true,
+    }
+}
+
 pub fn read_cases(path: &Path) -> Result<Vec<Case>> {
     let text = std::fs::read_to_string(path).map_err(|e| Error::Io { path: path.into(), source: e })?;
     let bad = |message: String| Error::Input { what: path.display().to_string(), message };

@@ -539,8 +539,24 @@ async fn test(
     knowledge: Option<&str>,
 ) -> omlet::Result<ExitCode> {
     use omlet_cli::conformance::{Mode, TestDb, run_matching};
-    // Directories are searched as `build` and `fmt` search them for rules.
-    let files = omlet::build::files_with_extension(files, "toml")?;
+    // Directories are searched as `build` and `fmt` search them for rules;
+    // a TOML file found there that holds no cases (a knowdb.toml beside
+    // the cases) is passed over, where one named on its own is read.
+    let mut found = Vec::new();
+    for p in files {
+        if !p.is_dir() {
+            found.push(p.clone());
+            continue;
+        }
+        for f in omlet::build::files_with_extension(std::slice::from_ref(p), "toml")? {
+            if omlet_cli::conformance::is_case_file(&f) {
+                found.push(f);
+            } else {
+                eprintln!("omlet test: passing over {} (no [[case]] tables)", f.display());
+            }
+        }
+    }
+    let files = found;
     let engine = Engine::new()?;
     let mode = if native { Mode::Native } else { Mode::Wasm };
     let db = match knowledge {

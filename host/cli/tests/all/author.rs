@@ -260,3 +260,19 @@ fn check_with_a_knowdb_warns_about_lookups_that_scan_large_tables() {
     let err = text(&out.stderr);
     assert!(err.contains("either.oml:3:5: warning: this lookup reads every row of `bad_ip` (10001 rows)"), "{err}");
 }
+
+/// Issue 33: `omlet test DIR` reads the case files of the folder and passes
+/// over other TOML files found there (`examples/nginx/knowdb/knowdb.toml`
+/// was read as a case file and failed the run); a file named on its own is
+/// still read, and refused when it holds no cases.
+#[test]
+fn test_of_a_folder_passes_over_toml_files_that_hold_no_cases() {
+    let out = omlet(&["test", "examples/nginx/"]);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{}{err}", text(&out.stdout));
+    assert!(text(&out.stdout).contains(" passed, 0 failed"), "{}", text(&out.stdout));
+    assert!(err.contains("passing over examples/nginx/knowdb/knowdb.toml"), "{err}");
+    let out = omlet(&["test", "examples/nginx/knowdb/knowdb.toml"]);
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("unknown top-level key `tables`"), "{}", text(&out.stderr));
+}
