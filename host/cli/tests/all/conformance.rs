@@ -85,6 +85,27 @@ async fn example_tests_pass_both_ways() {
 /// that a clone on its own tests itself. Where the shared corpus stands beside
 /// the repository (`../shared/conformance`), the copy must match it file for
 /// file; `scripts/refresh-corpus.sh` brings it up to date.
+/// The repository's copy of the language contract (docs/spec, which the
+/// docs link to) is the shared one.
+#[test]
+fn vendored_spec_matches_the_shared_one() {
+    let shared = root().join("../shared/spec");
+    if !shared.is_dir() {
+        eprintln!("no {} here: nothing to compare docs/spec with", shared.display());
+        return;
+    }
+    for entry in std::fs::read_dir(&shared).unwrap() {
+        let name = entry.unwrap().file_name();
+        let a = std::fs::read(root().join("docs/spec").join(&name)).ok();
+        let b = std::fs::read(shared.join(&name)).unwrap();
+        assert!(
+            a.as_ref() == Some(&b),
+            "docs/spec/{} differs from the shared spec: run scripts/refresh-corpus.sh",
+            name.to_string_lossy()
+        );
+    }
+}
+
 #[test]
 fn vendored_corpus_matches_the_shared_one() {
     let ours = root().join("tests/conformance");
