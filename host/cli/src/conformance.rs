@@ -101,9 +101,6 @@ pub struct Outcome {
     pub failure: Option<String>,
 }
 
-/// Reads the cases of a case file as written (`oml_file` and `knowdb` not
-/// resolved; keys it does not know, such as `class` or `source`, ignored).
-/// Fails with [`Error::Io`], or [`Error::Input`] for bad TOML.
 /// Whether `path` is a TOML file with `[[case]]` tables (the test of what
 /// `omlet test DIR` reads; a file that cannot be read counts as one, so
 /// that reading it reports why).
@@ -115,6 +112,9 @@ pub fn is_case_file(path: &Path) -> bool {
     }
 }
 
+/// Reads the cases of a case file as written (`oml_file` and `knowdb` not
+/// resolved; keys it does not know, such as `class` or `source`, ignored).
+/// Fails with [`Error::Io`], or [`Error::Input`] for bad TOML.
 pub fn read_cases(path: &Path) -> Result<Vec<Case>> {
     let text = std::fs::read_to_string(path).map_err(|e| Error::Io { path: path.into(), source: e })?;
     let bad = |message: String| Error::Input { what: path.display().to_string(), message };

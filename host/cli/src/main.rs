@@ -147,6 +147,10 @@ enum Cmd {
         /// lookup statistics. The value needs `=`: `--stats=json`.
         #[arg(long, num_args = 0..=1, default_missing_value = "text", require_equals = true, value_parser = ["text", "json"])]
         stats: Option<String>,
+        /// Also write the summary, as the JSON of `--stats=json`, to this file
+        /// (files and standard input), apart from error lines on standard error.
+        #[arg(long)]
+        stats_file: Option<PathBuf>,
         /// Records per guest call.
         #[arg(long, default_value_t = 256)]
         batch: usize,
@@ -231,6 +235,7 @@ async fn main() -> ExitCode {
             knowledge,
             no_knowledge,
             stats,
+            stats_file,
             batch,
             concurrency,
             quiet,
@@ -262,6 +267,7 @@ async fn main() -> ExitCode {
                 route,
                 pass_unrouted: unrouted == "pass",
                 stats,
+                stats_file,
                 batch: batch.max(1),
                 concurrency: concurrency.map_or_else(default_concurrency, usize::from),
                 quiet,
@@ -784,6 +790,7 @@ struct RunOptions {
     route: RouteBy,
     pass_unrouted: bool,
     stats: Option<String>,
+    stats_file: Option<PathBuf>,
     batch: usize,
     concurrency: usize,
     quiet: bool,
@@ -1146,6 +1153,9 @@ async fn run(rule: &Path, knowdb: &[PathBuf], config: Option<&Path>, o: RunOptio
     let mut summary = summary;
     if let Some(signal) = stopped_by {
         summary["stopped_by"] = serde_json::json!(signal);
+    }
+    if let Some(path) = &o.stats_file {
+        std::fs::write(path, format!("{summary}\n")).map_err(|e| Error::Io { path: path.clone(), source: e })?;
     }
     let mut stderr = std::io::stderr();
     if o.stats.as_deref() == Some("json") {

@@ -276,3 +276,20 @@ fn test_of_a_folder_passes_over_toml_files_that_hold_no_cases() {
     assert!(!out.status.success());
     assert!(text(&out.stderr).contains("unknown top-level key `tables`"), "{}", text(&out.stderr));
 }
+
+/// Issue 33: `--stats-file` writes the summary as JSON to a file, away from
+/// the error lines on standard error.
+#[test]
+fn stats_file_holds_the_summary_apart_from_error_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let stats = dir.path().join("stats.json");
+    let rule = rule_file(&dir, "copy.oml", "name : c\n---\nid = read(id) ;\n");
+    let out = omlet_with_input(&["run", &rule, "--stats-file", stats.to_str().unwrap()], b"{\"id\":1}\nnot json\n");
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let summary: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    assert_eq!(
+        (summary["records"].as_u64(), summary["written"].as_u64(), summary["errors"].as_u64()),
+        (Some(2), Some(1), Some(1))
+    );
+    assert!(text(&out.stderr).contains("\"record\":2"), "the error line stays on standard error");
+}
