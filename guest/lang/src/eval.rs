@@ -579,7 +579,7 @@ fn cond_holds(c: &Cond, v: &Value<'_>) -> bool {
         Cond::IEquals(p) => chars().is_some_and(|s| s.to_lowercase() == *p),
         Cond::IEqualsAny(ps) => chars().is_some_and(|s| {
             let s = s.to_lowercase();
-            ps.iter().any(|p| *p == s)
+            ps.contains(&s)
         }),
         Cond::IsEmpty => chars().is_some_and(str::is_empty),
         Cond::Gt(n) => v.number().is_some_and(|x| x > *n),

@@ -279,7 +279,7 @@ impl Knowledge {
     /// omlet loaded itself get indexes; a failure is logged, and the lookup
     /// runs without one.
     async fn index_for(&self, checked: &guard::Checked) {
-        if !self.config.knowdb_tables.iter().any(|t| *t == checked.table) {
+        if !self.config.knowdb_tables.contains(&checked.table) {
             return;
         }
         let mut columns = checked.keys.clone();
