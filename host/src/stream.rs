@@ -291,6 +291,9 @@ type Parsed = (Vec<String>, String);
 /// A CSV text's records, or why its lines are no record and its first line.
 type Texts = std::result::Result<Vec<Parsed>, (Error, String)>;
 
+/// One CSV record, or why its lines are no record and its first line.
+type OneRecord = std::result::Result<Parsed, (Error, String)>;
+
 /// What [`CsvScan::scan`] found in a text.
 enum Scan {
     /// Whole records, each with its fields and raw text.
@@ -434,22 +437,36 @@ impl Csv {
         }
     }
 
+    /// The next record (one of a text's records, the others kept for the
+    /// calls after), or lines that are no record.
+    fn next_record(&mut self) -> Option<std::io::Result<(u64, OneRecord)>> {
+        if let Some((at, r)) = self.split.pop_front() {
+            return Some(Ok((at, Ok(r))));
+        }
+        let (at, texts) = match self.next_text()? {
+            Ok(t) => t,
+            Err(e) => return Some(Err(e)),
+        };
+        Some(Ok((
+            at,
+            texts.map(|records| {
+                let mut records = records.into_iter();
+                let first = records.next().unwrap_or_default();
+                self.split.extend(records.map(|r| (at, r)));
+                first
+            }),
+        )))
+    }
+
     /// Reads the header: its names, each repeated name sharing the slot of
     /// its first column (its last cell gives the value, as a repeated JSON
     /// key's last value does).
     fn read_header(&mut self) -> Option<Result<()>> {
-        let (at, texts) = match self.next_text()? {
-            Ok(t) => t,
+        let names = match self.next_record()? {
+            Ok((_, Ok((names, _)))) => names,
+            Ok((_, Err((e, _)))) => return Some(Err(e)),
             Err(e) => return Some(Err(Error::io("input", e))),
         };
-        let mut records = match texts {
-            Ok(records) => records.into_iter(),
-            Err((e, _)) => return Some(Err(e)),
-        };
-        let (names, _) = records.next().unwrap_or_default();
-        for r in records {
-            self.split.push_back((at, r));
-        }
         let (mut unique, mut slots) = (Vec::<String>::new(), Vec::with_capacity(names.len()));
         for name in names {
             match unique.iter().position(|n| *n == name) {
@@ -503,21 +520,13 @@ impl Iterator for Csv {
                 }));
             }
         }
-        let (at, texts) = match self.split.pop_front() {
-            Some((at, r)) => (at, Ok(vec![r])),
-            None => match self.next_text()? {
-                Ok(t) => t,
-                Err(e) => return Some(Err(Error::io("input", e))),
-            },
+        let (at, parsed) = match self.next_record()? {
+            Ok(r) => r,
+            Err(e) => return Some(Err(Error::io("input", e))),
         };
-        let (raw, record) = match texts {
+        let (raw, record) = match parsed {
             Err((e, raw)) => (raw, Err(e)),
-            Ok(records) => {
-                let mut records = records.into_iter();
-                let (values, text) = records.next().unwrap_or_default();
-                for r in records {
-                    self.split.push_back((at, r));
-                }
+            Ok((values, text)) => {
                 let Some(header) = self.header.as_ref() else {
                     return Some(Err(Error::Internal("the CSV header was not read".into())));
                 };
@@ -634,65 +643,55 @@ async fn run_as<T: Decoded>(
     let mut chunks = read_ahead(inputs, batch.max(1), concurrency)?;
     let mut inflight: VecDeque<Task<T>> = VecDeque::new();
     let (mut ended, mut failure) = (false, None);
+    // What the loop waits for next.
+    enum Next<T> {
+        Chunk(Option<Chunk>),
+        Done(std::result::Result<Vec<Done<T>>, tokio::task::JoinError>),
+    }
     loop {
         // A chunk is taken as soon as it is handed over while there is room,
         // and the first task's outcomes as soon as they are ready: waiting
         // for the one would hold back the other (a partial chunk handed over
         // when the input went idle must not wait for more chunks).
-        let next = if ended || inflight.len() >= concurrency {
-            None
-        } else if let Some((_, front)) = inflight.front_mut() {
-            let first = tokio::select! {
+        let room = !ended && inflight.len() < concurrency;
+        let next = match (room, inflight.front_mut()) {
+            (true, None) => Next::Chunk(chunks.recv().await),
+            (true, Some((_, front))) => tokio::select! {
                 biased;
-                c = chunks.recv() => Ok(c),
-                r = front => Err(r),
-            };
-            match first {
-                Ok(c) => Some(c),
-                Err(r) => {
-                    let names = inflight.pop_front().map(|t| t.0).unwrap_or_default();
-                    let idle = inflight.is_empty();
-                    hand_over(names, r, idle, &mut sink)?;
-                    continue;
-                }
+                c = chunks.recv() => Next::Chunk(c),
+                r = front => Next::Done(r),
+            },
+            (false, Some((_, front))) => Next::Done(front.await),
+            (false, None) => {
+                return match failure {
+                    Some(e) => Err(e),
+                    None => Ok(()),
+                };
             }
-        } else {
-            Some(chunks.recv().await)
         };
         match next {
-            Some(Some(Chunk::Records(work))) => {
+            Next::Done(r) => {
+                let names = inflight.pop_front().map(|t| t.0).unwrap_or_default();
+                let idle = inflight.is_empty();
+                hand_over(names, r, idle, &mut sink)?;
+            }
+            Next::Chunk(Some(Chunk::Records(work))) => {
                 let (rule, route) = (rule.clone(), route.clone());
                 let names = work.iter().map(|i| (i.number, i.line)).collect();
                 inflight.push_back((names, tokio::spawn(async move { evaluate_chunk(&rule, &route, work).await })));
-                continue;
             }
-            Some(Some(Chunk::Failed(e))) => {
+            Next::Chunk(Some(Chunk::Failed(e))) => {
                 failure = Some(e);
                 ended = true;
-                continue;
             }
-            Some(Some(Chunk::End)) => {
-                ended = true;
-                continue;
-            }
+            Next::Chunk(Some(Chunk::End)) => ended = true,
             // The thread is gone without saying the input ended: it
             // panicked, and the records it held are lost with it.
-            Some(None) => {
+            Next::Chunk(None) => {
                 failure = Some(Error::Internal("the input's reading thread failed before the end of the input".into()));
                 ended = true;
-                continue;
             }
-            None => {}
         }
-        let Some((names, task)) = inflight.pop_front() else {
-            return match failure {
-                Some(e) => Err(e),
-                None => Ok(()),
-            };
-        };
-        let r = task.await;
-        let idle = inflight.is_empty();
-        hand_over(names, r, idle, &mut sink)?;
     }
 }
 
