@@ -217,7 +217,7 @@ impl serde::Serialize for Record {
 
 impl<'de> serde::Deserialize<'de> for Record {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        let TopLevel(fields) = TopLevel::deserialize(d)?;
+        let TopLevel(fields) = TopLevel::<false>::deserialize(d)?;
         Ok(Record { fields })
     }
 }
@@ -230,7 +230,7 @@ impl serde::Serialize for Value {
 
 impl<'de> serde::Deserialize<'de> for Value {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        let JsonValue(v) = JsonValue::deserialize(d)?;
+        let JsonValue(v) = JsonValue::<false>::deserialize(d)?;
         Ok(Value::from_lang(&v))
     }
 }
@@ -388,11 +388,14 @@ pub fn from_json_str(text: &str) -> std::result::Result<Record, String> {
         let json: Json = serde_json::from_str(text).map_err(|e| format!("invalid JSON: {e}"))?;
         return from_json(&json);
     }
-    let TopLevel(fields) = serde_json::from_str(text).map_err(|e| format!("invalid JSON: {e}"))?;
+    // A read through `Record`'s own Deserialize may have left a note.
+    big::forget();
+    let TopLevel::<false>(fields) = serde_json::from_str(text).map_err(|e| format!("invalid JSON: {e}"))?;
     if big::seen() {
         // An integer past u64 came as a float: read the text again, with
         // every number's literal at hand, to keep its digits.
-        let TopLevel(fields) = big::exact(text, || serde_json::from_str(text)).map_err(|e| format!("invalid JSON: {e}"))?;
+        let TopLevel::<true>(fields) =
+            big::exact(text, || serde_json::from_str(text)).map_err(|e| format!("invalid JSON: {e}"))?;
         return Ok(Record { fields });
     }
     Ok(Record { fields })
@@ -403,8 +406,9 @@ pub fn from_json_str(text: &str) -> std::result::Result<Record, String> {
 /// usual, which notes that a float could have been such an integer, and
 /// once more with the literals of the text's numbers, in order, at hand;
 /// serde visits numbers in the order they stand in the text, so the n-th
-/// visit is the n-th literal. Records without such a number pay one
-/// comparison per float.
+/// visit is the n-th literal. The usual read (`JsonValue<false>`) only
+/// looks at floats; the exact one (`JsonValue<true>`) takes a literal per
+/// number.
 mod big {
     use std::cell::{Cell, RefCell};
     use std::collections::VecDeque;
@@ -425,12 +429,16 @@ mod big {
         SEEN.with(|s| s.replace(false))
     }
 
+    /// Forgets a float noted by an earlier read.
+    pub(super) fn forget() {
+        SEEN.with(|s| s.set(false));
+    }
+
     /// Reads with the text's number literals at hand.
     pub(super) fn exact<T>(text: &str, read: impl FnOnce() -> T) -> T {
         LITERALS.with(|l| *l.borrow_mut() = Some(literals(text)));
         let out = read();
         LITERALS.with(|l| l.borrow_mut().take());
-        SEEN.with(|s| s.set(false));
         out
     }
 
@@ -439,25 +447,28 @@ mod big {
         LITERALS.with(|l| l.borrow_mut().as_mut().and_then(VecDeque::pop_front))
     }
 
-    /// An integer visit: the literal is consumed to keep the count.
-    pub(super) fn integer(v: LangValue<'static>) -> LangValue<'static> {
+    /// A float of the usual read: notes one that may have been an integer
+    /// past u64.
+    pub(super) fn float(f: f64) -> LangValue<'static> {
+        if f.fract() == 0.0 && f.abs() >= 9.2e18 {
+            SEEN.with(|s| s.set(true));
+        }
+        LangValue::Float(f)
+    }
+
+    /// An integer of the exact read: its literal is consumed to keep the
+    /// count.
+    pub(super) fn exact_integer(v: LangValue<'static>) -> LangValue<'static> {
         let _ = next();
         v
     }
 
-    /// A float visit: while reading exactly, an integer literal gives its
-    /// digits; otherwise a float that may be one is noted.
-    pub(super) fn float(f: f64) -> LangValue<'static> {
+    /// A float of the exact read: an integer literal gives its digits.
+    pub(super) fn exact_float(f: f64) -> LangValue<'static> {
         match next() {
             // serde_json reads an integer as a float past 64 bits, and `-0`.
             Some(Some(digits)) if digits.parse::<i64>().is_err() => LangValue::BigInt(Cow::Owned(digits)),
-            Some(_) => LangValue::Float(f),
-            None => {
-                if f.fract() == 0.0 && f.abs() >= 9.2e18 {
-                    SEEN.with(|s| s.set(true));
-                }
-                LangValue::Float(f)
-            }
+            _ => LangValue::Float(f),
         }
     }
 
@@ -500,24 +511,25 @@ const INDEX_FROM: usize = 32;
 
 /// A record read directly by serde: members in order; a repeated key keeps
 /// its first place and its last value, as an order-preserving JSON map does.
-struct TopLevel(Vec<Field<'static>>);
+/// `EXACT`: the numbers are read with their literals at hand (`big`).
+struct TopLevel<const EXACT: bool>(Vec<Field<'static>>);
 
-impl<'de> serde::Deserialize<'de> for TopLevel {
+impl<'de, const EXACT: bool> serde::Deserialize<'de> for TopLevel<EXACT> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        struct V;
-        impl<'de> serde::de::Visitor<'de> for V {
-            type Value = TopLevel;
+        struct V<const E: bool>;
+        impl<'de, const E: bool> serde::de::Visitor<'de> for V<E> {
+            type Value = TopLevel<E>;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
                 f.write_str("a JSON object")
             }
-            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> std::result::Result<TopLevel, A::Error> {
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> std::result::Result<TopLevel<E>, A::Error> {
                 let mut fields: Vec<Field<'static>> = Vec::with_capacity(map.size_hint().unwrap_or(8));
                 // Repeated keys are found by a scan while the record is small,
                 // and through an index past that, so a wide record is read in
                 // linear time (200,000 fields used to take minutes).
                 let mut index: Option<std::collections::HashMap<String, usize>> = None;
                 while let Some(key) = map.next_key_seed(Key)? {
-                    let JsonValue(value) = map.next_value()?;
+                    let JsonValue::<E>(value) = map.next_value()?;
                     if index.is_none() && fields.len() >= INDEX_FROM {
                         index = Some(fields.iter().enumerate().map(|(i, f)| (f.name.to_string(), i)).collect());
                     }
@@ -539,7 +551,7 @@ impl<'de> serde::Deserialize<'de> for TopLevel {
                 Ok(TopLevel(fields))
             }
         }
-        d.deserialize_map(V)
+        d.deserialize_map(V::<EXACT>)
     }
 }
 
@@ -566,57 +578,59 @@ impl<'de> serde::de::DeserializeSeed<'de> for Key {
     }
 }
 
-/// One JSON value as an OML value, read directly by serde.
-struct JsonValue(LangValue<'static>);
+/// One JSON value as an OML value, read directly by serde; `EXACT` as for
+/// [`TopLevel`].
+struct JsonValue<const EXACT: bool>(LangValue<'static>);
 
-impl<'de> serde::Deserialize<'de> for JsonValue {
+impl<'de, const EXACT: bool> serde::Deserialize<'de> for JsonValue<EXACT> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        struct V;
-        impl<'de> serde::de::Visitor<'de> for V {
-            type Value = JsonValue;
+        struct V<const E: bool>;
+        impl<'de, const E: bool> serde::de::Visitor<'de> for V<E> {
+            type Value = JsonValue<E>;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
                 f.write_str("a JSON value")
             }
-            fn visit_unit<E>(self) -> std::result::Result<JsonValue, E> {
+            fn visit_unit<Er>(self) -> std::result::Result<JsonValue<E>, Er> {
                 Ok(JsonValue(LangValue::Null))
             }
-            fn visit_bool<E>(self, b: bool) -> std::result::Result<JsonValue, E> {
+            fn visit_bool<Er>(self, b: bool) -> std::result::Result<JsonValue<E>, Er> {
                 Ok(JsonValue(LangValue::Bool(b)))
             }
-            fn visit_i64<E>(self, i: i64) -> std::result::Result<JsonValue, E> {
-                Ok(JsonValue(big::integer(LangValue::Digit(i))))
+            fn visit_i64<Er>(self, i: i64) -> std::result::Result<JsonValue<E>, Er> {
+                let v = LangValue::Digit(i);
+                Ok(JsonValue(if E { big::exact_integer(v) } else { v }))
             }
-            fn visit_u64<E>(self, u: u64) -> std::result::Result<JsonValue, E> {
+            fn visit_u64<Er>(self, u: u64) -> std::result::Result<JsonValue<E>, Er> {
                 let v = i64::try_from(u).map(LangValue::Digit).unwrap_or_else(|_| LangValue::BigInt(Cow::Owned(u.to_string())));
-                Ok(JsonValue(big::integer(v)))
+                Ok(JsonValue(if E { big::exact_integer(v) } else { v }))
             }
-            fn visit_f64<E>(self, f: f64) -> std::result::Result<JsonValue, E> {
-                Ok(JsonValue(big::float(f)))
+            fn visit_f64<Er>(self, f: f64) -> std::result::Result<JsonValue<E>, Er> {
+                Ok(JsonValue(if E { big::exact_float(f) } else { big::float(f) }))
             }
-            fn visit_str<E>(self, s: &str) -> std::result::Result<JsonValue, E> {
+            fn visit_str<Er>(self, s: &str) -> std::result::Result<JsonValue<E>, Er> {
                 Ok(JsonValue(LangValue::Chars(Cow::Owned(s.to_string()))))
             }
-            fn visit_string<E>(self, s: String) -> std::result::Result<JsonValue, E> {
+            fn visit_string<Er>(self, s: String) -> std::result::Result<JsonValue<E>, Er> {
                 Ok(JsonValue(LangValue::Chars(Cow::Owned(s))))
             }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<JsonValue, A::Error> {
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<JsonValue<E>, A::Error> {
                 let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(4));
-                while let Some(JsonValue(v)) = seq.next_element()? {
+                while let Some(JsonValue::<E>(v)) = seq.next_element()? {
                     items.push(Field::new(Cow::Borrowed(""), v));
                 }
                 Ok(JsonValue(LangValue::Array(Box::new(items))))
             }
-            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> std::result::Result<JsonValue, A::Error> {
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> std::result::Result<JsonValue<E>, A::Error> {
                 let mut members = Vec::with_capacity(map.size_hint().unwrap_or(4));
                 while let Some(key) = map.next_key::<String>()? {
-                    let JsonValue(v) = map.next_value()?;
+                    let JsonValue::<E>(v) = map.next_value()?;
                     members.push(Field::new(Cow::Owned(key), v));
                 }
                 // Sorted once (n log n), not one insertion per member.
                 Ok(JsonValue(LangValue::Obj(Box::new(obj_from(members)))))
             }
         }
-        d.deserialize_any(V)
+        d.deserialize_any(V::<EXACT>)
     }
 }
 
