@@ -193,7 +193,7 @@ impl Provider for InFlight {
     fn placeholders(&self) -> Placeholders {
         self.inner.placeholders()
     }
-    fn rewrite_sql(&self, sql: String) -> String {
+    fn rewrite_sql(&self, sql: String) -> Result<String, String> {
         self.inner.rewrite_sql(sql)
     }
     fn lookup_connections(&self) -> usize {

@@ -79,6 +79,13 @@ pub fn is_catalog(table: &str) -> bool {
         || parts[..parts.len() - 1].iter().any(|schema| CATALOG_SCHEMAS.iter().any(|s| is(schema, s)))
 }
 
+/// Whether `name` is a system schema of MySQL or MariaDB (its
+/// [`CATALOG_SCHEMAS`], or `information_schema`): a connection whose default
+/// database is one would read catalog tables under unqualified names.
+pub fn is_system_schema(name: &str) -> bool {
+    is(name, "information_schema") || CATALOG_SCHEMAS.iter().any(|s| is(name, s))
+}
+
 /// What statements may reach.
 #[derive(Debug, Clone, Default)]
 pub struct Policy {

@@ -337,13 +337,7 @@ pub async fn load_with(path: &Path, db: &dyn Provider, roots: &[PathBuf]) -> Res
             }
         }
         for columns in &t.index {
-            let sql = format!(
-                "create index if not exists {} on {} ({})",
-                super::provider::index_name(&t.name, columns),
-                t.name,
-                columns.join(", ")
-            );
-            db.execute(&sql)
+            db.create_index(&t.name, columns)
                 .await
                 .map_err(|e| Error::Knowledge(format!("{}:{}: table {}: {e}", path.display(), t.line, t.name)))?;
         }

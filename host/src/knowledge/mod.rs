@@ -325,7 +325,7 @@ impl Knowledge {
             let s = &SqlStatement { table: checked.table, columns: checked.columns, ..s.clone() };
             // Dialect rewrites first, so that a parameter they repeat gets
             // a placeholder per occurrence. They are bounded in size.
-            let sql = self.provider.try_rewrite_sql(s.sql.clone()).map_err(too_long)?;
+            let sql = self.provider.rewrite_sql(s.sql.clone()).map_err(too_long)?;
             let (sql, order) = rewrite_placeholders(&sql, &s.params, self.provider.placeholders());
             let prepared = match self.provider.prepare(&sql).await {
                 Ok(p) => p,
@@ -334,7 +334,11 @@ impl Knowledge {
                     // usual cause. (The guard allowed the name: a plain
                     // identifier, safe to put in SQL.)
                     let all = format!("select * from {}", s.table);
-                    let message = match self.provider.prepare(&self.provider.rewrite_sql(all)).await {
+                    let described = match self.provider.rewrite_sql(all) {
+                        Ok(all) => self.provider.prepare(&all).await,
+                        Err(e) => Err(e),
+                    };
+                    let message = match described {
                         Ok(t) if !t.columns.is_empty() => {
                             format!("{message} (the table `{}` has the columns {})", s.table, t.columns.join(", "))
                         }

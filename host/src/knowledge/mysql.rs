@@ -76,7 +76,7 @@ async fn system_database(provider: &MySqlProvider) -> Result<()> {
         .await
         .map_err(|e| crate::Error::Knowledge(format!("mysql: {e}")))?;
     match db {
-        Some(db) if ["mysql", "performance_schema", "sys", "information_schema"].iter().any(|s| db.eq_ignore_ascii_case(s)) => {
+        Some(db) if super::guard::is_system_schema(&db) => {
             provider.pool().close().await;
             Err(crate::Error::Knowledge(format!(
                 "mysql: the URL's database `{db}` is a system schema; lookups read the tables of a database of your own"

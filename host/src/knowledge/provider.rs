@@ -62,18 +62,12 @@ pub trait Provider: Tables + Send + Sync + 'static {
     fn placeholders(&self) -> Placeholders;
     /// Adapts a statement, still with its `:name` parameters, to this
     /// provider (for example, how the helper functions are reached; a
-    /// parameter may be repeated). The default keeps it.
-    fn rewrite_sql(&self, sql: String) -> String {
-        sql
-    }
-    /// [`rewrite_sql`](Self::rewrite_sql), or why the statement cannot be
-    /// written out for this provider (MySQL's inline helpers copy their
-    /// arguments, and the result may not pass
-    /// [`MAX_STATEMENT_BYTES`](super::guard::MAX_STATEMENT_BYTES)).
-    /// [`Knowledge::bind`](super::Knowledge::bind) calls this one. The
-    /// default is `rewrite_sql`'s result.
-    fn try_rewrite_sql(&self, sql: String) -> Result<String, String> {
-        Ok(self.rewrite_sql(sql))
+    /// parameter may be repeated), or says why it cannot be written out
+    /// (MySQL's inline helpers copy their arguments, and the result may not
+    /// pass [`MAX_STATEMENT_BYTES`](super::guard::MAX_STATEMENT_BYTES)).
+    /// The default keeps it.
+    fn rewrite_sql(&self, sql: String) -> Result<String, String> {
+        Ok(sql)
     }
     /// How many lookups this provider runs at once (its lookup
     /// connections); batching of misses is sized from it (`batch_slots`).
@@ -94,8 +88,9 @@ pub trait Provider: Tables + Send + Sync + 'static {
     fn close<'a>(&'a self) -> BoxFuture<'a, ()>;
     /// Creates an index on `columns` of `table` unless one of that name
     /// exists: omlet does so for the tables it loaded from a knowdb, on the
-    /// columns their lookups compare ([`index_name`] names it). `table` and
-    /// `columns` are plain identifiers the guard passed. A provider that
+    /// columns their lookups compare and those the knowdb names
+    /// ([`index_name`] names it). `table` and `columns` are plain
+    /// identifiers (the guard's, or checked as such by the knowdb reader). A provider that
     /// cannot create indexes says so; the lookups then run without one.
     fn create_index<'a>(&'a self, table: &'a str, columns: &'a [String]) -> BoxFuture<'a, Result<(), String>> {
         let _ = columns;

@@ -116,8 +116,7 @@ pub async fn watch(knowledge: &Arc<Knowledge>) -> Result<Option<Watcher>> {
     let query = r.poll_query.unwrap_or_default();
     let every = Duration::from_millis(r.poll_ms.max(10));
     let provider = knowledge.provider().clone();
-    let sql =
-        provider.try_rewrite_sql(query.clone()).map_err(|e| Error::Knowledge(format!("[reload] poll_query `{query}`: {e}")))?;
+    let sql = provider.rewrite_sql(query.clone()).map_err(|e| Error::Knowledge(format!("[reload] poll_query `{query}`: {e}")))?;
     let stmt = BoundStatement {
         sql: sql.into(),
         order: Vec::new(),

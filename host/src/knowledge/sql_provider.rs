@@ -240,14 +240,7 @@ where
         D::SPEC.placeholders
     }
 
-    /// The statement as [`try_rewrite_sql`](Provider::try_rewrite_sql)
-    /// writes it; one that cannot be written out becomes text that no
-    /// database prepares, so that it never runs half-rewritten.
-    fn rewrite_sql(&self, sql: String) -> String {
-        self.dialect.rewrite_sql(sql).unwrap_or_else(|e| format!("omlet refused this lookup: {e}"))
-    }
-
-    fn try_rewrite_sql(&self, sql: String) -> Result<String, String> {
+    fn rewrite_sql(&self, sql: String) -> Result<String, String> {
         self.dialect.rewrite_sql(sql)
     }
 
