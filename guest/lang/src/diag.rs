@@ -50,39 +50,40 @@ impl Diagnostic {
     pub fn render(&self, file: &str, src: &str) -> String {
         let mut out = String::new();
         let _ = writeln!(out, "{file}:{}:{}: error: {}", self.line, self.column, self.message);
-        if let Some(text) = src.lines().nth(self.line.saturating_sub(1) as usize)
-            && text.len() > MAX_SHOWN_LINE
-        {
-            // A very long line (a generated rule, a minified one): the part
-            // around the error, not the line, which could be megabytes.
-            let chars: Vec<char> = text.chars().collect();
-            let col = (self.column as usize).saturating_sub(1).min(chars.len());
-            let from = col.saturating_sub(EXCERPT);
-            let to = (col + EXCERPT).min(chars.len());
-            let window: String = chars[from..to].iter().collect();
-            let lead = if from > 0 { "… " } else { "" };
-            let tail = if to < chars.len() { " …" } else { "" };
-            let width = (self.span.end.saturating_sub(self.span.start) as usize).clamp(1, to.saturating_sub(col).max(1));
+        if let Some(text) = src.lines().nth(self.line.saturating_sub(1) as usize) {
+            // The line, its padding up to the column, and the caret's width.
+            let (shown, pad, width): (String, String, usize) = if text.len() > MAX_SHOWN_LINE {
+                // A very long line (a generated rule, a minified one): the
+                // part around the error, not the line, which could be megabytes.
+                let chars: Vec<char> = text.chars().collect();
+                let col = (self.column as usize).saturating_sub(1).min(chars.len());
+                let from = col.saturating_sub(EXCERPT);
+                let to = (col + EXCERPT).min(chars.len());
+                let window: String = chars[from..to].iter().collect();
+                let lead = if from > 0 { "… " } else { "" };
+                let tail = if to < chars.len() { " …" } else { "" };
+                let width = (self.span.end.saturating_sub(self.span.start) as usize).clamp(1, to.saturating_sub(col).max(1));
+                (alloc::format!("{lead}{window}{tail}"), " ".repeat(lead.chars().count() + (col - from)), width)
+            } else {
+                let width = text
+                    .get((self.column as usize).saturating_sub(1)..)
+                    .map(|_| {
+                        let start = self.span.start as usize;
+                        let end = (self.span.end as usize).min(start + text.len());
+                        src.get(start..end).map(|s| s.chars().take_while(|c| *c != '\n').count()).unwrap_or(1)
+                    })
+                    .unwrap_or(1)
+                    .max(1);
+                let pad = text
+                    .chars()
+                    .take((self.column as usize).saturating_sub(1))
+                    .map(|c| if c == '\t' { '\t' } else { ' ' })
+                    .collect();
+                (text.into(), pad, width)
+            };
             let gutter = alloc::format!("{}", self.line);
             let _ = writeln!(out, "{:w$} |", "", w = gutter.len());
-            let _ = writeln!(out, "{gutter} | {lead}{window}{tail}");
-            let pad = " ".repeat(lead.chars().count() + (col - from));
-            let _ = writeln!(out, "{:w$} | {pad}{}", "", "^".repeat(width), w = gutter.len());
-        } else if let Some(text) = src.lines().nth(self.line.saturating_sub(1) as usize) {
-            let gutter = alloc::format!("{}", self.line);
-            let _ = writeln!(out, "{:w$} |", "", w = gutter.len());
-            let _ = writeln!(out, "{gutter} | {text}");
-            let width = text
-                .get((self.column as usize).saturating_sub(1)..)
-                .map(|_| {
-                    let start = self.span.start as usize;
-                    let end = (self.span.end as usize).min(start + text.len());
-                    src.get(start..end).map(|s| s.chars().take_while(|c| *c != '\n').count()).unwrap_or(1)
-                })
-                .unwrap_or(1)
-                .max(1);
-            let pad: String =
-                text.chars().take((self.column as usize).saturating_sub(1)).map(|c| if c == '\t' { '\t' } else { ' ' }).collect();
+            let _ = writeln!(out, "{gutter} | {shown}");
             let _ = writeln!(out, "{:w$} | {pad}{}", "", "^".repeat(width), w = gutter.len());
         }
         if let Some(hint) = &self.hint {

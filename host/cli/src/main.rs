@@ -353,8 +353,16 @@ fn show(text: &str, d: &Shown<'_>) {
     let line = text.get(..start.min(text.len())).and_then(|b| b.rfind('\n')).map(|i| i + 1).unwrap_or(0);
     let line_len = text[line..].find('\n').unwrap_or(text.len() - line);
     if line_len > MAX_SNIPPET_LINE {
-        // A very long line: an excerpt around the column, not the line.
-        eprintln!("{}", excerpt(text, d, start, end.min(line + line_len)));
+        // A very long line: the library's rendering, an excerpt around the
+        // column rather than the line (miette would print all of it).
+        let diag = omlet_lang::Diagnostic {
+            message: d.message.to_string(),
+            span: omlet_lang::diag::Span::new(start, end.min(line + line_len)),
+            hint: d.hint.map(str::to_string),
+            line: d.line,
+            column: d.column,
+        };
+        eprint!("{}", diag.render(d.file, text));
         return;
     }
     let mut diag = miette::MietteDiagnostic::new(format!("{}:{}:{}: {}", d.file, d.line, d.column, d.message))
@@ -416,37 +424,6 @@ fn offset_of(text: &str, line: u32, column: u32) -> Option<usize> {
 const MAX_REPORTED: usize = 50;
 /// Source lines longer than this are shown as an excerpt around the error.
 const MAX_SNIPPET_LINE: usize = 400;
-
-/// `file:line:col: message`, then up to 60 characters each side of the
-/// error with a caret under it.
-fn excerpt(text: &str, d: &Shown<'_>, start: usize, end: usize) -> String {
-    let floor = |mut i: usize| {
-        while i > 0 && !text.is_char_boundary(i) {
-            i -= 1;
-        }
-        i
-    };
-    let from = floor(start.saturating_sub(60));
-    let from = text[from..start.min(text.len())].rfind('\n').map(|i| from + i + 1).unwrap_or(from);
-    let to = floor((end + 60).min(text.len()));
-    let to = text[start.min(text.len())..to].find('\n').map(|i| start + i).unwrap_or(to);
-    let window = &text[from..to];
-    let caret_at = text[from..start.min(text.len())].chars().count();
-    let width = text.get(start..end.min(to).max(start)).map(|s| s.chars().count()).unwrap_or(1).clamp(1, 60);
-    let mut out = format!(
-        "{}:{}:{}: error: {}\n  … {window} …\n    {}{}",
-        d.file,
-        d.line,
-        d.column,
-        d.message,
-        " ".repeat(caret_at),
-        "^".repeat(width)
-    );
-    if let Some(h) = d.hint {
-        out.push_str(&format!("\n  = hint: {h}"));
-    }
-    out
-}
 
 fn build(rules: &[PathBuf], output: &Path) -> omlet::Result<ExitCode> {
     let t = Instant::now();
@@ -708,22 +685,38 @@ fn sources(paths: &[PathBuf]) -> omlet::Result<Vec<RuleSource>> {
 
 async fn check(rules: &[PathBuf], knowdb: &[PathBuf], config: Option<&Path>, json: bool) -> omlet::Result<ExitCode> {
     let sources = sources(rules)?;
+    let mut warnings = Vec::new();
     let result = match omlet::build::compile(&sources) {
-        Ok(p) => match open_knowledge(knowdb, config).await? {
-            // Loading binds every lookup on the database: a wrong table or
-            // column is reported here, not at the first `run`.
-            Some(knowledge) => {
-                let options = omlet::LoadOptions::new().knowledge(knowledge);
-                Engine::new()?.load_sources(&sources, &options).await.map(|_| p)
+        Ok(p) => {
+            // The knowdbs' tables are loaded once: the load binds on them,
+            // and the scan warnings read their query plans.
+            let (knowledge, knowdb_db) = match knowdb {
+                [] => (open_knowledge(&[], config).await?, None),
+                dbs => {
+                    let (k, db) = open_knowdbs(dbs).await?;
+                    (Some(k), Some(db))
+                }
+            };
+            match knowledge {
+                // Loading binds every lookup on the database: a wrong table or
+                // column is reported here, not at the first `run`.
+                Some(knowledge) => {
+                    let options = omlet::LoadOptions::new().knowledge(knowledge.clone());
+                    match Engine::new()?.load_sources(&sources, &options).await {
+                        Ok(_) => {
+                            // Warnings do not fail the check.
+                            if let Some(db) = &knowdb_db {
+                                warnings = scan_warnings(&p, &knowledge, db).await?;
+                            }
+                            Ok(p)
+                        }
+                        Err(e) => Err(e),
+                    }
+                }
+                None => Ok(p),
             }
-            None => Ok(p),
-        },
+        }
         Err(e) => Err(e),
-    };
-    // Warnings do not fail the check.
-    let warnings = match &result {
-        Ok(p) if !knowdb.is_empty() => scan_warnings(p, knowdb).await?,
-        _ => Vec::new(),
     };
     if json {
         let (models, diagnostics) = match &result {
@@ -878,7 +871,7 @@ impl LineOut {
 
 /// Which signal stopped a run, once one has.
 #[derive(Default)]
-struct Stopped(std::sync::Mutex<Option<&'static str>>);
+struct Stopped(std::sync::OnceLock<&'static str>);
 
 /// On SIGTERM or SIGINT, asks `stop` to stop reading, so that the run
 /// finishes the records it read, flushes and prints its summary; a second
@@ -894,9 +887,7 @@ fn stop_on_signals(stop: omlet::stream::Stop) -> omlet::Result<Arc<Stopped>> {
             _ = term.recv() => "SIGTERM",
             _ = int.recv() => "SIGINT",
         };
-        if let Ok(mut s) = seen.0.lock() {
-            *s = Some(name);
-        }
+        let _ = seen.0.set(name);
         stop.stop();
         tokio::select! {
             _ = term.recv() => {},
@@ -937,9 +928,14 @@ const SCAN_WARN_ROWS: i64 = 10_000;
 /// The warnings of `omlet check --knowdb`: each lookup that SQLite would
 /// answer by scanning a table of more than [`SCAN_WARN_ROWS`] rows (every
 /// miss of the caches pays a pass over the table), with its place.
-async fn scan_warnings(program: &omlet_lang::ir::Program, knowdb: &[PathBuf]) -> omlet::Result<Vec<String>> {
+async fn scan_warnings(
+    program: &omlet_lang::ir::Program,
+    knowledge: &Knowledge,
+    db: &SqliteProvider,
+) -> omlet::Result<Vec<String>> {
     use omlet::knowledge::Tables;
-    let (knowledge, db) = open_knowdbs(knowdb).await?;
+    // Bound again for their SQL as the database runs it (cheap: prepared
+    // statements, the indexes made already).
     let bound = knowledge.bind(&program.statements).await?;
     let mut warnings = Vec::new();
     for (s, b) in program.statements.iter().zip(&bound) {
@@ -1131,7 +1127,7 @@ async fn run(rule: &Path, knowdb: &[PathBuf], config: Option<&Path>, o: RunOptio
     let flushed = out.finish().and(err_out.finish());
     result?;
     flushed?;
-    let stopped_by = stopped.0.lock().ok().and_then(|s| *s);
+    let stopped_by = stopped.0.get().copied();
 
     let secs = started.elapsed().as_secs_f64();
     let k = knowledge.as_ref().map(|k| k.stats().to_json());
