@@ -10,20 +10,27 @@ use omlet::knowledge::{BoundStatement, CacheMode, Knowledge, KnowledgeConfig, Ta
 use omlet_lang::Cell;
 
 async fn setup(cfg: impl FnOnce(&mut KnowledgeConfig)) -> (Arc<Knowledge>, Vec<BoundStatement>) {
+    let create = "create table perf (id integer primary key, value text);
+                  insert into perf values (1, 'a'), (2, 'b'), (3, 'c');";
+    knowledge_over(create, "perf", cfg).await
+}
+
+/// A knowledge base over the table `table (id, value)` that `create` makes,
+/// configured by `cfg`, and its lookup `select value from TABLE where id = :id`.
+async fn knowledge_over(
+    create: &str,
+    table: &str,
+    cfg: impl FnOnce(&mut KnowledgeConfig),
+) -> (Arc<Knowledge>, Vec<BoundStatement>) {
     let db = SqliteProvider::memory().await.unwrap();
-    db.execute(
-        "create table perf (id integer primary key, value text);
-         insert into perf values (1, 'a'), (2, 'b'), (3, 'c');",
-    )
-    .await
-    .unwrap();
+    db.execute(create).await.unwrap();
     let mut c = KnowledgeConfig::default();
     cfg(&mut c);
     let k = Arc::new(Knowledge::with_config(Arc::new(db), c));
     let stmt = omlet_lang::ir::SqlStatement {
-        sql: "select value from perf where id = :id".into(),
+        sql: format!("select value from {table} where id = :id"),
         params: vec!["id".into()],
-        table: "perf".into(),
+        table: table.into(),
         columns: vec!["value".into()],
         file: "t.oml".into(),
         line: 1,
@@ -244,29 +251,11 @@ async fn reloads_in_the_middle_of_a_concurrent_run_lose_nothing() {
 /// A knowledge base over `big (id, value)`: ids 1 to 300 hold 100 KB of
 /// text each, id 1000 holds 1.2 MB.
 async fn big_rows(cfg: impl FnOnce(&mut KnowledgeConfig)) -> (Arc<Knowledge>, Vec<BoundStatement>) {
-    let db = SqliteProvider::memory().await.unwrap();
-    db.execute(
-        "create table big (id integer primary key, value text);
-         with recursive n(i) as (select 1 union all select i + 1 from n where i < 300)
-         insert into big select i, hex(zeroblob(50000)) from n;
-         insert into big values (1000, hex(zeroblob(600000)));",
-    )
-    .await
-    .unwrap();
-    let mut c = KnowledgeConfig::default();
-    cfg(&mut c);
-    let k = Arc::new(Knowledge::with_config(Arc::new(db), c));
-    let stmt = omlet_lang::ir::SqlStatement {
-        sql: "select value from big where id = :id".into(),
-        params: vec!["id".into()],
-        table: "big".into(),
-        columns: vec!["value".into()],
-        file: "t.oml".into(),
-        line: 1,
-        column: 1,
-    };
-    let bound = k.bind(&[stmt]).await.unwrap();
-    (k, bound)
+    let create = "create table big (id integer primary key, value text);
+                  with recursive n(i) as (select 1 union all select i + 1 from n where i < 300)
+                  insert into big select i, hex(zeroblob(50000)) from n;
+                  insert into big values (1000, hex(zeroblob(600000)));";
+    knowledge_over(create, "big", cfg).await
 }
 
 fn text_len(row: Option<Vec<Cell>>) -> usize {

@@ -465,19 +465,26 @@ async fn rules_reach_only_their_tables_on_mariadb() {
 async fn a_backslash_in_a_literal_is_a_character_on_mariadb() {
     let m = MariaDb::start();
     let k = KnowledgeConfig::for_url(&m.url()).open().await.unwrap();
-    k.provider()
-        .execute("create table bs (k text, v text); insert into bs values ('\\', 'one backslash'), ('x', 'escaped');")
-        .await
-        .unwrap();
     // The row's key is one backslash (inserted through the pool, also in that mode).
+    k.provider().execute(BACKSLASH_TABLE).await.unwrap();
+    backslash_is_a_character(&k, "union select user from mysql.user").await;
+}
+
+/// A table whose key `k` is one backslash.
+const BACKSLASH_TABLE: &str =
+    "create table bs (k text, v text); insert into bs values ('\\', 'one backslash'), ('x', 'escaped');";
+
+/// The lookups of the backslash tests, on a knowledge base holding
+/// [`BACKSLASH_TABLE`]: `'\'` is one backslash, and the issue's escape,
+/// which would run `union` were `\` an escape, finds the row and no other.
+async fn backslash_is_a_character(k: &Knowledge, union: &str) {
     let bound = k.bind(&[statement("select v from bs where k = '\\' and v != :p", &["p"])]).await.unwrap();
     let row = k.query(&bound[0], &[omlet_lang::Cell::Text("none".into())]).await.unwrap();
     assert_eq!(row, Some(vec![omlet_lang::Cell::Text("one backslash".into())]));
-    // The issue's escape: with backslash escapes on, this literal would run a UNION.
-    let escape = "select v from bs where k = trim_quotes('\\') or k = ') union select user from mysql.user -- '";
-    let bound = k.bind(&[statement(escape, &[])]).await.unwrap();
+    let escape = format!("select v from bs where k = trim_quotes('\\') or k = ') {union} -- '");
+    let bound = k.bind(&[statement(&escape, &[])]).await.unwrap();
     let row = k.query(&bound[0], &[]).await.unwrap();
-    assert_eq!(row, Some(vec![omlet_lang::Cell::Text("one backslash".into())]), "no row from mysql.user");
+    assert_eq!(row, Some(vec![omlet_lang::Cell::Text("one backslash".into())]), "no row from `{union}`");
 }
 
 /// PostgreSQL reads `\` in a literal as an escape when
@@ -491,23 +498,16 @@ async fn a_backslash_in_a_literal_is_a_character_on_postgres() {
     let admin = KnowledgeConfig::for_url(&pg.url()).open().await.unwrap();
     admin
         .provider()
-        .execute(
-            "create table bs (k text, v text); insert into bs values ('\\', 'one backslash'), ('x', 'escaped');
-             alter role current_user set standard_conforming_strings = off;
-             alter role current_user set backslash_quote = on;",
-        )
+        .execute(&format!(
+            "{BACKSLASH_TABLE} alter role current_user set standard_conforming_strings = off;
+                 alter role current_user set backslash_quote = on;"
+        ))
         .await
         .unwrap();
     admin.provider().close().await;
     // New sessions of the role start with backslash escapes on.
     let k = KnowledgeConfig::for_url(&pg.url()).open().await.unwrap();
-    let bound = k.bind(&[statement("select v from bs where k = '\\' and v != :p", &["p"])]).await.unwrap();
-    let row = k.query(&bound[0], &[omlet_lang::Cell::Text("none".into())]).await.unwrap();
-    assert_eq!(row, Some(vec![omlet_lang::Cell::Text("one backslash".into())]));
-    let escape = "select v from bs where k = trim_quotes('\\') or k = ') union select usename::text from pg_user -- '";
-    let bound = k.bind(&[statement(escape, &[])]).await.unwrap();
-    let row = k.query(&bound[0], &[]).await.unwrap();
-    assert_eq!(row, Some(vec![omlet_lang::Cell::Text("one backslash".into())]), "no row from pg_user");
+    backslash_is_a_character(&k, "union select usename::text from pg_user").await;
     // A lookup connection says so itself.
     let settings = omlet::knowledge::BoundStatement {
         sql: "select current_setting('standard_conforming_strings') || ' ' || current_setting('backslash_quote')".into(),
@@ -525,17 +525,8 @@ async fn a_backslash_in_a_literal_is_a_character_on_postgres() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backslash_in_a_literal_is_a_character_on_sqlite() {
     let k = KnowledgeConfig::for_url("sqlite::memory:").open().await.unwrap();
-    k.provider()
-        .execute("create table bs (k text, v text); insert into bs values ('\\', 'one backslash'), ('x', 'escaped');")
-        .await
-        .unwrap();
-    let bound = k.bind(&[statement("select v from bs where k = '\\' and v != :p", &["p"])]).await.unwrap();
-    let row = k.query(&bound[0], &[omlet_lang::Cell::Text("none".into())]).await.unwrap();
-    assert_eq!(row, Some(vec![omlet_lang::Cell::Text("one backslash".into())]));
-    let escape = "select v from bs where k = trim_quotes('\\') or k = ') union select name from sqlite_master -- '";
-    let bound = k.bind(&[statement(escape, &[])]).await.unwrap();
-    let row = k.query(&bound[0], &[]).await.unwrap();
-    assert_eq!(row, Some(vec![omlet_lang::Cell::Text("one backslash".into())]), "no row from sqlite_master");
+    k.provider().execute(BACKSLASH_TABLE).await.unwrap();
+    backslash_is_a_character(&k, "union select name from sqlite_master").await;
 }
 
 /// A statement nesting 50,000 parentheses overflowed the guard's stack at
