@@ -288,6 +288,7 @@ def main():
                 lines.append(f"| `{cell}` | {what} | {cell_run['records']:,} | {cell_run['seconds']:.2f} | "
                              f"{fmt_rps(cell_run['records_per_second'])} | {cell_run['failed']} | {every} |")
         lines.append("")
+        lines += ["Session 16 changed this path after the run above (issue 30: the run loop takes chunks and finished tasks as they come, the reading thread keeps its partial chunk for an idle hand-over, JSON integers past u64 are read exactly, and the guest gained the `bigint` kind). It was not measured in a full run. This bench, at 629e8f9 and at the session's last code, in three alternating pairs in a slow stretch of the VM (both cells at about 0.6-0.7x of the table above), gave medians of `run/nginx` 334 / 331 / 281 K records/s before and 329 / 294 / 263 K after (0.98x, 0.89x, 0.93x), and `run/copy` 709 / 661 / 633 K before and 680 / 623 / 569 K after (0.96x, 0.94x, 0.90x). The runs drifted down as they went, and the first pair is within noise. The last two pairs, one in each order, point to a loss of up to 10%. A full run is needed to confirm it, and a profile to find where it comes from.", ""]
     else:
         lines += ["Not measured in this run.", ""]
 
