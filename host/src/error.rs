@@ -145,6 +145,10 @@ pub enum Limit {
     /// `EngineConfig::max_component_bytes`; it is refused before wasmtime
     /// compiles it (and, from a file, before it is read).
     ComponentBytes,
+    /// A knowdb table to be held in memory is bigger than
+    /// `memory.max_table_mb` of the knowledge config, and its
+    /// `memory.over_limit` is `fail` (with `sql`, its lookups go to SQL).
+    TableMemory,
 }
 
 impl std::fmt::Display for Limit {
@@ -159,6 +163,7 @@ impl std::fmt::Display for Limit {
             Limit::OutputBytes => "output bytes",
             Limit::StatementBytes => "lookup statement bytes",
             Limit::ComponentBytes => "component bytes",
+            Limit::TableMemory => "in-memory table size",
         })
     }
 }

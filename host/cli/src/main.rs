@@ -939,6 +939,12 @@ async fn scan_warnings(
     let bound = knowledge.bind(&program.statements).await?;
     let mut warnings = Vec::new();
     for (s, b) in program.statements.iter().zip(&bound) {
+        // Where its lookups are answered: an in-memory index, or SQL (and
+        // why not memory, for a knowdb table).
+        warnings.push(format!("{}:{}:{}: note: lookup path: {}", s.file, s.line, s.column, b.path));
+        if b.memory.is_some() {
+            continue;
+        }
         let Some(table) = db.scanned(&b.sql, b.order.len()).await? else { continue };
         let rows = db.count(&table).await?;
         if rows > SCAN_WARN_ROWS {
@@ -1169,8 +1175,8 @@ async fn run(rule: &Path, knowdb: &[PathBuf], config: Option<&Path>, o: RunOptio
             let rate = hit_rate.map(|r| format!("{:.1}%", r * 100.0)).unwrap_or_else(|| "n/a".into());
             let _ = writeln!(
                 stderr,
-                "lookups reaching the host: {} (guest-cache hits not counted), shared-cache hit rate: {rate}, database queries: {}, lookup errors: {}",
-                j["lookups"], j["queries"], j["errors"]
+                "lookups reaching the host: {} (guest-cache hits not counted), in memory: {}, shared-cache hit rate: {rate}, database queries: {}, lookup errors: {}",
+                j["lookups"], j["memory_lookups"], j["queries"], j["errors"]
             );
             if o.stats.is_some() {
                 for s in j["statements"].as_array().into_iter().flatten() {

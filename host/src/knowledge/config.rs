@@ -21,6 +21,11 @@
 //! negative = true                # cache "no row" answers too
 //! guest = true                   # each guest instance also keeps answers (lock-free local layer)
 //!
+//! [memory]                       # knowdb tables held in the host's memory (knowledge::memory)
+//! knowdb = true                  # answer the lookups an index serves from memory (default)
+//! max_table_mb = 1024            # most memory one table may take
+//! over_limit = "sql"             # or "fail": what a bigger table does
+//!
 //! [reload]                         # optional: changes in the database reach every worker's caches
 //! channel = "knowledge.reload"   # PostgreSQL: every NOTIFY on it reloads
 //! # poll_query = "select version from knowledge_version"  # any database: a new value reloads
@@ -216,6 +221,10 @@ pub struct KnowledgeConfig {
     /// (call [`Knowledge::reload`], or set a TTL).
     #[serde(default)]
     pub reload: super::reload::ReloadConfig,
+    /// The `[memory]` table: knowdb tables held in the host's memory, and
+    /// the lookups answered there ([`memory`](super::memory)).
+    #[serde(default)]
+    pub memory: super::memory::MemoryConfig,
 }
 
 fn default_url() -> String {

@@ -111,7 +111,8 @@ impl Policy {
 #[derive(Debug, Clone, PartialEq)]
 enum Tok<'s> {
     Word(&'s str),
-    Param,
+    /// A parameter, by its name (without the `:`).
+    Param(&'s str),
     Text,
     Number,
     /// A comparison: `=`, `!=`, `<>`, `<`, `<=`, `>` or `>=`.
@@ -157,7 +158,7 @@ fn tokens(sql: &str) -> Result<Vec<Tok<'_>>, String> {
                 if i == start + 1 {
                     return Err("a `:` without a parameter name".into());
                 }
-                out.push(Tok::Param);
+                out.push(Tok::Param(&sql[start + 1..i]));
             }
             b'0'..=b'9' | b'-' | b'.' => {
                 i += 1;
@@ -219,6 +220,23 @@ struct Reader<'t, 's> {
     compares: Vec<(&'s str, &'s str)>,
     /// An `or` at the top level: no index serves every branch.
     top_or: bool,
+    /// The comparisons of a column with a parameter, while the condition is
+    /// nothing but a conjunction of them (`None` from the first `or`,
+    /// `not`, parenthesis, call, literal or column-to-column comparison):
+    /// what an in-memory index may answer.
+    terms: Option<Vec<Term>>,
+}
+
+/// One comparison of a flat condition: `column op :param`, the column on
+/// the left (`:p >= lo` is read as `lo <= :p`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Term {
+    /// The column, as written.
+    pub column: String,
+    /// `=`, `!=`, `<>`, `<`, `<=`, `>` or `>=`.
+    pub op: String,
+    /// The parameter's name, without the `:`.
+    pub param: String,
 }
 
 /// What one side of a comparison is.
@@ -226,8 +244,10 @@ struct Reader<'t, 's> {
 enum Side<'s> {
     /// A column.
     Column(&'s str),
-    /// A value known before the query runs: a parameter, a literal, `null`,
-    /// or a call of those.
+    /// A parameter.
+    Param(&'s str),
+    /// A value known before the query runs: a literal, `null`, or a call
+    /// of values.
     Value,
     /// A call that reads a column (`cidr4_contains(cidr, :ip)`).
     Computed,
@@ -363,7 +383,8 @@ impl<'s> Reader<'_, 's> {
                 }
             }
         }
-        Ok(Checked { table, columns, keys, ranges })
+        let terms = self.terms.take().filter(|_| !self.top_or);
+        Ok(Checked { table, columns, keys, ranges, terms })
     }
 
     fn cond(&mut self) -> Result<(), String> {
@@ -372,6 +393,7 @@ impl<'s> Reader<'_, 's> {
             if self.depth == 0 {
                 self.top_or = true;
             }
+            self.terms = None;
             self.conj()?;
         }
         Ok(())
@@ -387,12 +409,14 @@ impl<'s> Reader<'_, 's> {
 
     fn unary(&mut self) -> Result<(), String> {
         if self.eat_word("not") {
+            self.terms = None;
             self.enter()?;
             self.unary()?;
             self.depth -= 1;
             return Ok(());
         }
         if self.peek() == Some(&Tok::Open) {
+            self.terms = None;
             self.at += 1;
             self.enter()?;
             self.cond()?;
@@ -408,10 +432,21 @@ impl<'s> Reader<'_, 's> {
             _ => return Err("expected a comparison".into()),
         };
         let right = self.operand(0)?;
+        let term = match (left, right) {
+            (Side::Column(c), Side::Param(p)) => Some((c, op, p)),
+            (Side::Param(p), Side::Column(c)) => Some((c, flipped(op), p)),
+            _ => None,
+        };
+        match (term, &mut self.terms) {
+            (Some((column, op, param)), Some(terms)) if self.depth == 0 => {
+                terms.push(Term { column: column.to_string(), op: op.to_string(), param: param.to_string() })
+            }
+            _ => self.terms = None,
+        }
         if self.depth == 0 {
             match (left, right) {
-                (Side::Column(c), Side::Value) => self.compares.push((c, op)),
-                (Side::Value, Side::Column(c)) => self.compares.push((c, flipped(op))),
+                (Side::Column(c), Side::Value | Side::Param(_)) => self.compares.push((c, op)),
+                (Side::Value | Side::Param(_), Side::Column(c)) => self.compares.push((c, flipped(op))),
                 _ => {}
             }
         }
@@ -423,7 +458,8 @@ impl<'s> Reader<'_, 's> {
             return Err("function calls nested too deep".into());
         }
         match self.next() {
-            Some(Tok::Param | Tok::Text | Tok::Number) => Ok(Side::Value),
+            Some(Tok::Param(p)) if depth == 0 => Ok(Side::Param(p)),
+            Some(Tok::Param(_) | Tok::Text | Tok::Number) => Ok(Side::Value),
             Some(Tok::Word(w)) if is(w, "null") => Ok(Side::Value),
             Some(Tok::Word(w)) if self.peek() == Some(&Tok::Open) => {
                 let allowed = HELPERS.iter().any(|h| is(w, h)) || self.policy.functions.iter().any(|f| is(w, f));
@@ -437,7 +473,7 @@ impl<'s> Reader<'_, 's> {
                 self.enter()?;
                 let mut side = Side::Value;
                 loop {
-                    if self.operand(depth + 1)? != Side::Value {
+                    if matches!(self.operand(depth + 1)?, Side::Column(_) | Side::Computed) {
                         side = Side::Computed;
                     }
                     match self.next() {
@@ -482,6 +518,11 @@ pub struct Checked {
     pub keys: Vec<String>,
     /// Columns compared with `<`, `<=`, `>` or `>=` to a value, likewise.
     pub ranges: Vec<String>,
+    /// When the condition is only a conjunction of column-to-parameter
+    /// comparisons (`ip = :ip`, `lo <= :x and hi >= :x`), those
+    /// comparisons, in order; else `None`. In-memory tables answer only
+    /// such statements.
+    pub terms: Option<Vec<Term>>,
 }
 
 /// Checks one statement as the guest hands it over (before dialect
@@ -491,7 +532,7 @@ pub fn check(sql: &str, policy: &Policy) -> Result<Checked, String> {
         return Err(format!("the lookup is {} bytes long; at most {MAX_STATEMENT_BYTES} are read", sql.len()));
     }
     let toks = tokens(sql)?;
-    let mut r = Reader { toks: &toks, at: 0, policy, depth: 0, compares: Vec::new(), top_or: false };
+    let mut r = Reader { toks: &toks, at: 0, policy, depth: 0, compares: Vec::new(), top_or: false, terms: Some(Vec::new()) };
     let checked = r.statement().map_err(|e| format!("not a lookup omlet runs ({e})"))?;
     let table = &checked.table;
     if is_catalog(table) {

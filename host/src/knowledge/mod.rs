@@ -31,6 +31,7 @@ pub mod config;
 pub mod guard;
 pub mod knowdb;
 mod lanes;
+pub mod memory;
 #[cfg(feature = "mysql")]
 pub mod mysql;
 #[cfg(feature = "postgres")]
@@ -76,6 +77,13 @@ pub struct BoundStatement {
     pub stats: usize,
     /// Set when the statement is a single-key lookup whose misses can be batched.
     pub batch: Option<BatchPlan>,
+    /// Set when an in-memory table answers it (see [`memory`]); SQL
+    /// answers what that cannot.
+    pub memory: Option<Arc<memory::Lookup>>,
+    /// Which path its lookups take, for `omlet check`: `memory: hash on ip
+    /// of bad_ip (…)`, or `sql`, with why not in memory when it was a
+    /// knowdb table.
+    pub path: String,
 }
 
 #[derive(Clone, Hash, PartialEq, Eq)]
@@ -144,6 +152,9 @@ pub struct Knowledge {
     /// The indexes this knowledge made (or found made) on knowdb tables, as
     /// (table, columns): each is asked for once.
     indexed: Mutex<std::collections::HashSet<(String, Vec<String>)>>,
+    /// Knowdb tables held in memory, read at the first bind that wants
+    /// them, or why one is not.
+    tables: tokio::sync::Mutex<std::collections::HashMap<String, Result<Arc<memory::Table>, String>>>,
     stats: Stats,
 }
 
@@ -188,6 +199,7 @@ impl Knowledge {
             cache_unit,
             pending: Mutex::new(Default::default()),
             indexed: Mutex::new(Default::default()),
+            tables: Default::default(),
             stats: Stats::default(),
         }
     }
@@ -298,6 +310,59 @@ impl Knowledge {
         }
     }
 
+    /// The in-memory lookup of a statement of `table` whose condition is
+    /// `terms`, and the path it takes (see [`BoundStatement::path`]). The
+    /// table is read at the first statement that wants it; a table that
+    /// cannot be held (too big, not SQLite, a collation) leaves its
+    /// lookups in SQL, unless `memory.over_limit = "fail"`.
+    async fn memory_for(
+        &self,
+        table: &str,
+        terms: Option<&[guard::Term]>,
+        params: &[String],
+        result: &[String],
+    ) -> Result<(Option<Arc<memory::Lookup>>, String)> {
+        let cfg = &self.config.memory;
+        if !self.config.knowdb_tables.iter().any(|t| t == table) {
+            return Ok((None, "sql".into()));
+        }
+        if !cfg.knowdb {
+            return Ok((None, "sql: memory.knowdb is off".into()));
+        }
+        let Some(terms) = terms else {
+            return Ok((None, "sql: the condition is not a conjunction of columns compared with parameters".into()));
+        };
+        let held = {
+            let mut tables = self.tables.lock().await;
+            match tables.get(table) {
+                Some(t) => t.clone(),
+                None => {
+                    let started = Instant::now();
+                    let t = match self.provider.read_table(table, cfg.max_table_mb.saturating_mul(1 << 20)).await {
+                        Ok(data) => Ok(Arc::new(memory::Table::new(table, data, started.elapsed()))),
+                        Err(e @ Error::Limit { .. }) if cfg.over_limit == memory::OverLimit::Fail => return Err(e),
+                        Err(e) => {
+                            tracing::warn!(target: "omlet::knowledge", "{table} stays in SQL: {e}");
+                            Err(e.to_string())
+                        }
+                    };
+                    if let Ok(t) = &t {
+                        tracing::info!(target: "omlet::knowledge", "{table}: {} rows in memory, about {} bytes, read in {:?}", t.len(), t.bytes, t.loaded_in);
+                    }
+                    tables.insert(table.to_string(), t.clone());
+                    t
+                }
+            }
+        };
+        Ok(match held.and_then(|t| t.plan(terms, params, result)) {
+            Ok(lookup) => {
+                let path = lookup.describe();
+                (Some(Arc::new(lookup)), path)
+            }
+            Err(why) => (None, format!("sql: {why}")),
+        })
+    }
+
     #[doc(hidden)]
     /// Binds a rule's statements; fails with [`Error::Statement`] naming the
     /// first that the database rejects.
@@ -320,6 +385,7 @@ impl Knowledge {
             }
             let checked = guard::check(&s.sql, &policy).map_err(refused)?;
             self.index_for(&checked).await;
+            let terms = checked.terms.clone();
             // The batch form is built from what the SQL reads, never from the
             // component's own account of its table and columns.
             let s = &SqlStatement { table: checked.table, columns: checked.columns, ..s.clone() };
@@ -357,6 +423,7 @@ impl Knowledge {
                     }
                 }
             };
+            let (memory, path) = self.memory_for(&s.table, terms.as_deref(), &s.params, &prepared.columns).await?;
             let mut bound = BoundStatement {
                 sql: sql.into(),
                 order,
@@ -364,6 +431,8 @@ impl Knowledge {
                 columns: prepared.columns,
                 stats,
                 batch: None,
+                memory,
+                path,
             };
             if self.config.batch_misses
                 && let Some(select) = batch_select(s)
@@ -400,6 +469,9 @@ impl Knowledge {
         params: &[Cell],
     ) -> Result<Option<Vec<Cell>>, LookupError> {
         self.stats.lookups.fetch_add(1, Ordering::Relaxed);
+        if let Some(row) = self.memory_answer(stmt, params) {
+            return Ok(row);
+        }
         let bound = bind(stmt, params);
         let Some(cache) = &self.cache else {
             return self.miss(stmt, bound).await;
@@ -442,6 +514,10 @@ impl Knowledge {
     /// cache), and the caller must take the path that may wait. A `None`
     /// counts nothing: the lookup is counted when it is made again.
     pub fn query_cached(&self, generation: u64, stmt: &BoundStatement, params: &[Cell]) -> Option<Option<Vec<Cell>>> {
+        if let Some(row) = self.memory_answer(stmt, params) {
+            self.stats.lookups.fetch_add(1, Ordering::Relaxed);
+            return Some(row);
+        }
         let cache = self.cache.as_ref()?;
         let started = Instant::now();
         let key = CacheKey::new(generation, stmt, &bind(stmt, params));
@@ -452,6 +528,14 @@ impl Knowledge {
         let std::task::Poll::Ready(Some(row)) = get.poll(&mut cx) else { return None };
         self.stats.lookups.fetch_add(1, Ordering::Relaxed);
         Some(self.hit(started, row))
+    }
+
+    /// The answer of the statement's in-memory table, when it has one that
+    /// is sure of it (counted).
+    fn memory_answer(&self, stmt: &BoundStatement, params: &[Cell]) -> Option<Option<Vec<Cell>>> {
+        let row = stmt.memory.as_ref()?.answer(params)?;
+        self.stats.memory.fetch_add(1, Ordering::Relaxed);
+        Some(row)
     }
 
     /// A shared-cache hit that began at `started`: counted, and its row.

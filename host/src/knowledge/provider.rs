@@ -160,6 +160,15 @@ pub trait Tables: Send + Sync {
     fn execute<'a>(&'a self, sql: &'a str) -> BoxFuture<'a, Result<()>> {
         refuse(format!("cannot run `{sql}`"))
     }
+    /// Every row of `table`, in its order, with its columns' names and
+    /// declared types, for an in-memory table whose lookups compare as
+    /// SQLite compares (see `memory`); reading stops with
+    /// [`Limit::TableMemory`](crate::Limit) once the rows take more than
+    /// `max_bytes` (estimated). Only SQLite reads tables this way; the
+    /// others refuse.
+    fn read_table<'a>(&'a self, table: &'a str, _max_bytes: u64) -> BoxFuture<'a, Result<super::memory::TableData>> {
+        refuse(format!("cannot hold {table} in memory"))
+    }
 }
 
 /// What a provider without tables answers.

@@ -124,6 +124,8 @@ pub async fn watch(knowledge: &Arc<Knowledge>) -> Result<Option<Watcher>> {
         columns: Vec::new(),
         stats: 0,
         batch: None,
+        memory: None,
+        path: "sql".into(),
     };
     let mut last = provider
         .query_first(&stmt, Vec::new())

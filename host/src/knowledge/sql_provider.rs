@@ -124,6 +124,13 @@ pub trait Dialect: Send + Sync + 'static {
     fn rewrite_sql(&self, sql: String) -> Result<String, String> {
         Ok(sql)
     }
+    /// For in-memory tables ([`Tables::read_table`]): the query giving a
+    /// table's column names and declared types, and the query reading its
+    /// rows in order; `None` where lookups do not compare values as SQLite
+    /// does (the default), so tables stay in SQL.
+    fn table_queries(_table: &str) -> Option<(String, String)> {
+        None
+    }
     /// The batched form of `plan` for `keys` keys.
     fn batch_sql(plan: &BatchPlan, keys: usize) -> String {
         format!("{} in ({})", plan.select, vec!["?"; keys.max(1)].join(", "))
@@ -196,6 +203,15 @@ where
 
     fn insert_sql(&self, table: &str, columns: &[String]) -> String {
         table_sql(table, columns, &[], D::SPEC.quote, D::column_type, placeholder(D::SPEC.placeholders)).1
+    }
+
+    /// The insert of `rows` rows in one statement.
+    fn insert_many_sql(&self, table: &str, columns: &[String], rows: usize) -> String {
+        let ph = placeholder(D::SPEC.placeholders);
+        let width = columns.len();
+        let tuples: Vec<String> =
+            (0..rows).map(|r| format!("({})", (1..=width).map(|i| ph(r * width + i)).collect::<Vec<_>>().join(", "))).collect();
+        format!("insert into {} values {}", quote_ident(table, D::SPEC.quote), tuples.join(", "))
     }
 
     /// The insert of one row, its cells bound as they are.
@@ -345,10 +361,27 @@ where
                 }
                 return Ok((inserted, skipped));
             }
+            // Many rows a statement: one round trip to the database (or to
+            // sqlx's SQLite thread) per row made a 200,000-row knowdb take
+            // seconds. A chunk holds at most 30,000 values (SQLite allows
+            // 32,766 parameters, PostgreSQL and MySQL 65,535). A chunk that
+            // fails is run again row by row, to name the row at fault.
+            let width = columns.len().max(1);
+            let per_chunk = (30_000 / width).clamp(1, 1000);
             let mut tx = self.pool.begin().await.map_err(knowledge_err)?;
-            for (n, row) in rows.iter().enumerate() {
-                Self::insert_row(&insert, row).execute(&mut *tx).await.map_err(|e| row_err(n, e))?;
-                inserted += 1;
+            for (c, chunk) in rows.chunks(per_chunk).enumerate() {
+                let sql = self.insert_many_sql(table, columns, chunk.len());
+                let q =
+                    chunk.iter().flatten().fold(sqlx::query(AssertSqlSafe(sql)), |q, c| D::bind(q, c.clone(), ParamType::Any));
+                if let Err(e) = q.execute(&mut *tx).await {
+                    drop(tx);
+                    let mut tx = self.pool.begin().await.map_err(knowledge_err)?;
+                    for (n, row) in chunk.iter().enumerate() {
+                        Self::insert_row(&insert, row).execute(&mut *tx).await.map_err(|e| row_err(c * per_chunk + n, e))?;
+                    }
+                    return Err(Error::Knowledge(format!("table {table}: {e}")));
+                }
+                inserted += chunk.len() as u64;
             }
             tx.commit().await.map_err(knowledge_err)?;
             Ok((inserted, skipped))
@@ -371,6 +404,53 @@ where
                 Some(Cell::Integer(n)) => Ok(*n),
                 other => Err(Error::Knowledge(format!("count(*) of {table} gave {other:?}"))),
             }
+        })
+    }
+
+    fn read_table<'a>(&'a self, table: &'a str, max_bytes: u64) -> BoxFuture<'a, Result<super::memory::TableData>> {
+        boxed(async move {
+            use futures_util::TryStreamExt;
+            let Some((describe, scan)) = D::table_queries(table) else {
+                return Err(Error::Knowledge(format!("{} tables are not held in memory ({table})", D::SPEC.kind)));
+            };
+            let mut data = super::memory::TableData::default();
+            for row in sqlx::query(AssertSqlSafe(describe)).fetch_all(&self.pool).await.map_err(knowledge_err)? {
+                let cells = D::cells(&row).map_err(knowledge_err)?;
+                match &cells[..] {
+                    [Cell::Text(name), ty] => {
+                        data.columns.push(name.clone());
+                        data.types.push(if let Cell::Text(t) = ty { t.clone() } else { String::new() });
+                    }
+                    _ => return Err(Error::Knowledge(format!("cannot read the columns of {table}"))),
+                }
+            }
+            if data.columns.is_empty() {
+                return Err(Error::Knowledge(format!("no table {table}")));
+            }
+            let mut rows = sqlx::query(AssertSqlSafe(scan)).fetch(&self.pool);
+            while let Some(row) = rows.try_next().await.map_err(knowledge_err)? {
+                let cells = D::cells(&row).map_err(knowledge_err)?.into_boxed_slice();
+                if cells.len() != data.columns.len() {
+                    return Err(Error::Knowledge(format!(
+                        "{table}: a row of {} cells for {} columns",
+                        cells.len(),
+                        data.columns.len()
+                    )));
+                }
+                data.bytes += super::memory::row_bytes(&cells);
+                if data.bytes > max_bytes {
+                    return Err(Error::limit(
+                        crate::Limit::TableMemory,
+                        format!(
+                            "the table {table} takes more than {} MiB in memory by row {}",
+                            max_bytes >> 20,
+                            data.rows.len() + 1
+                        ),
+                    ));
+                }
+                data.rows.push(cells);
+            }
+            Ok(data)
         })
     }
 

@@ -117,6 +117,20 @@ impl Dialect for Sqlite {
         super::sql_provider::bind_as_is(q, c)
     }
 
+    fn table_queries(table: &str) -> Option<(String, String)> {
+        // A column with a collation other than BINARY compares otherwise
+        // than `memory` does; a table without rowid has no rowid order.
+        // Either is read as an empty column list, and the table stays in SQL.
+        let lit = table.replace('\'', "''");
+        let plain = format!(
+            "(select count(*) from sqlite_schema where type = 'table' and name = '{lit}' \
+             and (lower(sql) like '%collate%' or lower(sql) like '%without%rowid%')) = 0"
+        );
+        let describe = format!("select name, type from pragma_table_info('{lit}') where {plain} order by cid");
+        let scan = format!("select * from {} order by rowid", super::quote_ident(table, '"'));
+        Some((describe, scan))
+    }
+
     fn cell(row: &SqliteRow, i: usize, ty: &str) -> Result<Cell, String> {
         let e = |e: sqlx::Error| e.to_string();
         Ok(match ty {

@@ -91,6 +91,8 @@ pub struct StatementStats {
 pub struct Stats {
     /// Lookups that reached the host (the guest cache missed).
     pub lookups: AtomicU64,
+    /// Lookups answered by an in-memory table.
+    pub memory: AtomicU64,
     /// Shared-cache hits.
     pub hits: AtomicU64,
     /// Shared-cache misses; concurrent misses on one key count each, though
@@ -124,6 +126,7 @@ impl Stats {
         });
         serde_json::json!({
             "lookups": self.get(&self.lookups),
+            "memory_lookups": self.get(&self.memory),
             "cache_hits": self.get(&self.hits),
             "cache_misses": self.get(&self.misses),
             "queries": self.get(&self.queries),

@@ -516,6 +516,8 @@ async fn a_backslash_in_a_literal_is_a_character_on_postgres() {
         columns: Vec::new(),
         stats: 0,
         batch: None,
+        memory: None,
+        path: "sql".into(),
     };
     let row = k.provider().query_first(&settings, Vec::new()).await.unwrap();
     assert_eq!(row, Some(vec![omlet_lang::Cell::Text("on off".into())]));
