@@ -518,38 +518,6 @@ fn benches(c: &mut Criterion) {
     side::flush();
 }
 
-/// A database for the provider paths: from the environment, or a throwaway
-/// server started here (kept alive by the returned guard).
-#[allow(dead_code)] // the servers are held only to keep them running until the benches end
-enum Server {
-    Pg(omlet_testdb::Postgres),
-    Maria(omlet_testdb::MariaDb),
-    External,
-}
-
-fn database(kind: &str) -> Option<(String, Server)> {
-    let var = if kind == "postgres" { "OMLET_BENCH_PG_URL" } else { "OMLET_BENCH_MYSQL_URL" };
-    if let Ok(url) = std::env::var(var) {
-        return Some((url, Server::External));
-    }
-    let started = std::panic::catch_unwind(|| {
-        if kind == "postgres" {
-            let pg = omlet_testdb::Postgres::start();
-            (pg.url(), Server::Pg(pg))
-        } else {
-            let m = omlet_testdb::MariaDb::start();
-            (m.url(), Server::Maria(m))
-        }
-    });
-    match started {
-        Ok(s) => Some(s),
-        Err(_) => {
-            eprintln!("skipping {kind}: no server (set {var} or install the Debian packages)");
-            None
-        }
-    }
-}
-
 /// The lookup rule against one provider: the bare round trip, the bypass
 /// path (every lookup to the database) at several concurrencies, and cold
 /// lookups at c=64 with the shared cache batching misses.

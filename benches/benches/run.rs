@@ -26,16 +26,27 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 ///   cost with next to no evaluation, roughly the ceiling for records of
 ///   this size (into a sink; the CLI also writes a file).
 ///
+/// And the same runs against large tables (issue 31), each over a knowdb of
+/// `OMLET_BENCH_LARGE_ROWS` rows (1 M; 100 K in quick mode) held in memory,
+/// with `K` distinct client addresses among the records (128, 4,096, 65,536,
+/// and one per record):
+/// - `run/ranges/K`: the nginx rule against `ip_zone` with 1 M ranges;
+/// - `run/exact/K`: the nginx rule with its range lookup replaced by an
+///   exact one, `zone = select category from hosts where ip =
+///   read(client_ip) ;`, against 1 M addresses.
+///
 /// Each is timed `OMLET_BENCH_RUN_REPEATS` times (3; once in quick mode), from
 /// opening the input to the last output, as `omlet run` times itself (rule
 /// load and knowdb not included), and the median is kept: on a 2-core VM a
 /// single run can land in a stretch where the cores are slow.
 fn main() {
     let cells: Vec<&str> = ["run/nginx", "run/copy"].into_iter().filter(|id| side_wanted(id)).collect();
+    let n = env_usize("OMLET_BENCH_RUN_RECORDS", if quick() { 100_000 } else { 1_000_000 });
+    large_tables(n);
     if cells.is_empty() {
+        side::flush();
         return;
     }
-    let n = env_usize("OMLET_BENCH_RUN_RECORDS", if quick() { 100_000 } else { 1_000_000 });
     let dir = std::env::temp_dir().join(format!("omlet-bench-run-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let input = dir.join("access.jsonl");
@@ -60,6 +71,76 @@ fn main() {
     }
     let _ = std::fs::remove_dir_all(&dir);
     side::flush();
+}
+
+/// Distinct client addresses in the large-table cells.
+const KEYS: [u64; 4] = [128, 4096, 65_536, u64::MAX];
+
+/// The `run/ranges/K` and `run/exact/K` cells (see [`main`]).
+fn large_tables(n: usize) {
+    let wanted = |kind: &str| KEYS.iter().any(|k| side_wanted(&key_id(kind, *k, n)));
+    if !wanted("ranges") && !wanted("exact") {
+        return;
+    }
+    let rows = env_usize("OMLET_BENCH_LARGE_ROWS", if quick() { 100_000 } else { 1_000_000 });
+    let dir = std::env::temp_dir().join(format!("omlet-bench-large-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let knowdb = large_knowdb(&dir, rows).unwrap();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(cores).enable_all().build().unwrap();
+    let root = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/nginx"));
+    let nginx = std::fs::read_to_string(root.join("nginx.oml")).unwrap();
+    let range_lookup = "zone, owner = select zone, owner from ip_zone\n    where lo_int <= ip4_int(read(client_ip)) and hi_int >= ip4_int(read(client_ip)) ;";
+    assert!(nginx.contains(range_lookup), "the nginx rule's lookup moved: update benches/benches/run.rs");
+    let exact = nginx.replace(range_lookup, "zone = select category from hosts where ip = read(client_ip) ;");
+    // As `omlet run --knowdb`: the knowdb loaded once, its tables in memory.
+    let knowledge = rt.block_on(async {
+        let db = SqliteProvider::memory().await.unwrap();
+        let started = Instant::now();
+        let tables = omlet::knowledge::knowdb::load(&knowdb, &db).await.unwrap();
+        eprintln!("large knowdb: {rows} + {rows} rows loaded in {:.2} s", started.elapsed().as_secs_f64());
+        let config =
+            omlet::knowledge::KnowledgeConfig { tables: Some(tables.clone()), knowdb_tables: tables, ..Default::default() };
+        Arc::new(Knowledge::with_config(Arc::new(db), config))
+    });
+    for (kind, text) in [("ranges", nginx.as_str()), ("exact", exact.as_str())] {
+        if !wanted(kind) {
+            continue;
+        }
+        let (rss_before, _) = rss_kib();
+        let started = Instant::now();
+        let rule = rt.block_on(async {
+            let options = omlet::LoadOptions::new().knowledge(knowledge.clone());
+            Engine::new().unwrap().load_source(&format!("{kind}.oml"), text, &options).await.unwrap()
+        });
+        // The first load of a table reads it into memory: its time and RSS.
+        let (rss_after, _) = rss_kib();
+        side::put(
+            &format!("memory_table/{kind}"),
+            side::object(&[
+                ("rows", rows.to_string()),
+                ("load_seconds", side::number((started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0)),
+                ("rss_kib", rss_after.saturating_sub(rss_before).to_string()),
+            ]),
+        );
+        for keys in KEYS {
+            let id = key_id(kind, keys, n);
+            if !side_wanted(&id) {
+                continue;
+            }
+            let input = dir.join(format!("{kind}-{keys}.jsonl"));
+            nginx_jsonl_keys(&input, n, keys).unwrap();
+            measure(&rt, &id, rule.clone(), &input, cores + 1);
+            let _ = std::fs::remove_file(&input);
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The id of a large-table cell: `run/ranges/4096`, or `run/ranges/distinct`
+/// for one address per record.
+fn key_id(kind: &str, keys: u64, n: usize) -> String {
+    if keys >= n as u64 { format!("run/{kind}/distinct") } else { format!("run/{kind}/{keys}") }
 }
 
 /// Timed runs of `rule` over `input`; the median run is kept as side result

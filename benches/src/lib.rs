@@ -115,6 +115,79 @@ pub fn nginx_jsonl(path: &std::path::Path, n: usize) -> std::io::Result<()> {
     out.flush()
 }
 
+/// The address a distinct-key workload gives record `i`: one of `keys`
+/// addresses in 10.0.0.0/8, each key `k` mapped to `10.0.0.0 + (k *
+/// 2654435761) mod 2^24` (an odd multiplier, so distinct keys below 2^24
+/// give distinct addresses, spread over the block). With `keys` at least the
+/// record count, each record has its own address (key = record number);
+/// below it, a fixed LCG draws the key.
+pub fn distinct_address(i: u64, keys: u64, lcg: &mut u64) -> u32 {
+    let k = if keys >= 1 << 24 || keys == 0 {
+        i
+    } else {
+        *lcg = lcg.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (*lcg >> 33) % keys
+    };
+    (10 << 24) | (k.wrapping_mul(2654435761) & 0xFF_FFFF) as u32
+}
+
+/// `n` nginx records as [`nginx_jsonl`] writes them, but with client
+/// addresses from [`distinct_address`]: every record its own address when
+/// `keys >= n`, else `keys` addresses drawn over and over.
+pub fn nginx_jsonl_keys(path: &std::path::Path, n: usize, keys: u64) -> std::io::Result<()> {
+    use std::io::Write;
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/nginx");
+    let lines = std::fs::read_to_string(format!("{root}/access.jsonl"))?;
+    let parts: Vec<(String, String)> = lines
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let key = if l.contains("\"client_ip\":\"") { "\"client_ip\":\"" } else { "\"remote_addr\":\"" };
+            let start = l.find(key).expect("an nginx line with an address") + key.len();
+            let end = start + l[start..].find('"').expect("a closed string");
+            (l[..start].to_string(), l[end..].to_string())
+        })
+        .collect();
+    let keys = if keys >= n as u64 { 1 << 24 } else { keys };
+    let mut out = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(path)?);
+    let mut lcg: u64 = 0x2545_F491_4F6C_DD1D;
+    for i in 0..n {
+        let (before, after) = &parts[i % parts.len()];
+        let a = std::net::Ipv4Addr::from(distinct_address(i as u64, keys, &mut lcg));
+        writeln!(out, "{before}{a}{after}")?;
+    }
+    out.flush()
+}
+
+/// A knowdb of two 1-in-16 views of 10.0.0.0/8, `rows` rows each, in `dir`:
+/// `ip_zone` (`cidr,lo_int,hi_int,zone,owner`, the nginx example's table),
+/// ranges of 16 addresses from 10.0.0.0 up, none overlapping; and `hosts`
+/// (`ip,category`), the addresses of [`distinct_address`] for keys below
+/// `rows`. Returns the `knowdb.toml`'s path.
+pub fn large_knowdb(dir: &std::path::Path, rows: usize) -> std::io::Result<std::path::PathBuf> {
+    use std::io::Write;
+    let mut z = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(dir.join("ip_zone.csv"))?);
+    writeln!(z, "cidr,lo_int,hi_int,zone,owner")?;
+    for i in 0..rows as u64 {
+        let lo = (10u64 << 24) + i * 16;
+        writeln!(z, "{}/28,{lo},{},z{},team-{}", std::net::Ipv4Addr::from(lo as u32), lo + 15, i % 97, i % 13)?;
+    }
+    z.flush()?;
+    let mut h = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(dir.join("hosts.csv"))?);
+    writeln!(h, "ip,category")?;
+    let mut lcg = 0;
+    for k in 0..rows as u64 {
+        writeln!(h, "{},c{}", std::net::Ipv4Addr::from(distinct_address(k, 1 << 24, &mut lcg)), k % 11)?;
+    }
+    h.flush()?;
+    let toml = dir.join("knowdb.toml");
+    std::fs::write(
+        &toml,
+        "[[tables]]\nname = \"ip_zone\"\ncsv = \"ip_zone.csv\"\n\n[[tables]]\nname = \"hosts\"\ncsv = \"hosts.csv\"\n",
+    )?;
+    Ok(toml)
+}
+
 /// The process's resident set and its peak so far, in KiB (VmRSS, VmHWM of
 /// /proc/self/status).
 pub fn rss_kib() -> (u64, u64) {
@@ -175,6 +248,47 @@ pub fn side_wanted(id: &str) -> bool {
     filters.is_empty() || filters.iter().any(|f| id.contains(f))
 }
 
+/// A database server for the SQL paths of the benches: from the environment
+/// (`OMLET_BENCH_PG_URL`, `OMLET_BENCH_MYSQL_URL`), or a throwaway server
+/// started here (kept alive by the returned guard).
+#[allow(dead_code)] // the servers are held only to keep them running until the benches end
+pub enum Server {
+    /// A PostgreSQL server started for the bench.
+    Pg(omlet_testdb::Postgres),
+    /// A MariaDB server started for the bench.
+    Maria(omlet_testdb::MariaDb),
+    /// One named by the environment.
+    External,
+}
+
+/// The URL of a `kind` (`postgres` or `mysql`) server and its guard, or
+/// `None` (said on stderr) when there is none.
+pub fn database(kind: &str) -> Option<(String, Server)> {
+    let var = if kind == "postgres" { "OMLET_BENCH_PG_URL" } else { "OMLET_BENCH_MYSQL_URL" };
+    if let Ok(url) = std::env::var(var) {
+        return Some((url, Server::External));
+    }
+    let started = std::panic::catch_unwind(|| {
+        if kind == "postgres" {
+            let pg = omlet_testdb::Postgres::start();
+            (pg.url(), Server::Pg(pg))
+        } else {
+            let m = omlet_testdb::MariaDb::start();
+            (m.url(), Server::Maria(m))
+        }
+    });
+    match started {
+        Ok(s) => Some(s),
+        Err(_) => {
+            eprintln!("skipping {kind}: no server (set {var} or install the Debian packages)");
+            None
+        }
+    }
+}
+
+pub mod floor;
+pub mod peers;
+
 /// What criterion does not keep, written next to its results for
 /// `benches/report.py`: per-call latency percentiles of the cells, the
 /// databases' own load tools, `omlet run`, memory.
@@ -183,9 +297,6 @@ pub fn side_wanted(id: &str) -> bool {
 /// entry per line, keyed `latency/<bench id>`, `tool/<group>/<tool>/<c>`,
 /// `run/<name>`, `memory/<name>`; each run rewrites the entries it measured
 /// and keeps the others (last run wins per key).
-pub mod floor;
-pub mod peers;
-
 pub mod side {
     use std::collections::BTreeMap;
     use std::path::PathBuf;
