@@ -4,7 +4,7 @@
 //!
 //! Two tables of `OMLET_BENCH_LARGE_ROWS` rows (1 M; 100 K in quick mode),
 //! those of `large_knowdb`: `hosts` (an address and its category) and
-//! `ip_zone` (ranges of 16 addresses, none overlapping). Each lookup draws
+//! `ip_zone` (ranges of equal width, none overlapping, holding every key). Each lookup draws
 //! its key from 10^6 values (a fixed LCG), so nearly every key is new.
 //! - `distinct_exact/*`: `select category from hosts where ip = :ip`;
 //! - `distinct_range/*`: `select zone, owner from ip_zone where lo_int <= :n
@@ -122,10 +122,11 @@ fn benches(c: &mut Criterion) {
     let hosts: HashMap<String, String> = (0..rows)
         .map(|k| (std::net::Ipv4Addr::from(distinct_address(k, 1 << 24, &mut lcg)).to_string(), format!("c{}", k % 11)))
         .collect();
+    let width = (1u64 << 24).div_ceil(rows) as i64;
     let ranges: Vec<(i64, i64, String, String)> = (0..rows as i64)
         .map(|i| {
-            let lo = (10i64 << 24) + i * 16;
-            (lo, lo + 15, format!("z{}", i % 97), format!("team-{}", i % 13))
+            let lo = (10i64 << 24) + i * width;
+            (lo, lo + width - 1, format!("z{}", i % 97), format!("team-{}", i % 13))
         })
         .collect();
 
@@ -154,7 +155,7 @@ fn benches(c: &mut Criterion) {
             };
             for (table, file, types, index) in [
                 ("hosts", "hosts.csv", vec!["TEXT", "TEXT"], vec!["ip"]),
-                ("ip_zone", "ip_zone.csv", vec!["TEXT", "INTEGER", "INTEGER", "TEXT", "TEXT"], vec!["lo_int"]),
+                ("ip_zone", "ip_zone.csv", vec!["INTEGER", "INTEGER", "TEXT", "TEXT"], vec!["lo_int"]),
             ] {
                 let (header, data) = read(file);
                 let types: Vec<String> = types.into_iter().map(String::from).collect();

@@ -159,18 +159,20 @@ pub fn nginx_jsonl_keys(path: &std::path::Path, n: usize, keys: u64) -> std::io:
     out.flush()
 }
 
-/// A knowdb of two 1-in-16 views of 10.0.0.0/8, `rows` rows each, in `dir`:
-/// `ip_zone` (`cidr,lo_int,hi_int,zone,owner`, the nginx example's table),
-/// ranges of 16 addresses from 10.0.0.0 up, none overlapping; and `hosts`
+/// A knowdb of two tables of `rows` rows over 10.0.0.0/8, in `dir`:
+/// `ip_zone` (`lo_int,hi_int,zone,owner`, as the nginx example's table),
+/// ranges of equal width from 10.0.0.0 up, none overlapping, together
+/// holding every address that [`distinct_address`] gives; and `hosts`
 /// (`ip,category`), the addresses of [`distinct_address`] for keys below
 /// `rows`. Returns the `knowdb.toml`'s path.
 pub fn large_knowdb(dir: &std::path::Path, rows: usize) -> std::io::Result<std::path::PathBuf> {
     use std::io::Write;
+    let width = (1u64 << 24).div_ceil(rows.max(1) as u64);
     let mut z = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(dir.join("ip_zone.csv"))?);
-    writeln!(z, "cidr,lo_int,hi_int,zone,owner")?;
+    writeln!(z, "lo_int,hi_int,zone,owner")?;
     for i in 0..rows as u64 {
-        let lo = (10u64 << 24) + i * 16;
-        writeln!(z, "{}/28,{lo},{},z{},team-{}", std::net::Ipv4Addr::from(lo as u32), lo + 15, i % 97, i % 13)?;
+        let lo = (10u64 << 24) + i * width;
+        writeln!(z, "{lo},{},z{},team-{}", lo + width - 1, i % 97, i % 13)?;
     }
     z.flush()?;
     let mut h = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(dir.join("hosts.csv"))?);

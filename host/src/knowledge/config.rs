@@ -122,6 +122,17 @@ pub struct CacheConfig {
 }
 
 impl CacheConfig {
+    /// A Warp Parse knowdb's `[cache]` in these terms: `enabled = false`
+    /// is `bypass`; its capacity and TTL are the shared cache's.
+    pub fn apply_warp(&mut self, c: &super::warp::CacheSection) {
+        if !c.enabled {
+            self.mode = CacheMode::Bypass;
+            return;
+        }
+        self.capacity = c.capacity.max(1);
+        self.ttl_ms = (c.ttl_ms > 0).then_some(c.ttl_ms);
+    }
+
     /// `ttl_ms` as a duration.
     pub fn ttl(&self) -> Option<Duration> {
         self.ttl_ms.map(Duration::from_millis)
@@ -312,15 +323,37 @@ impl KnowledgeConfig {
                 )));
             }
         }
+        let mut config = self;
+        // A Warp Parse knowdb may name the database itself ([provider.sqldb]).
+        if let Some(k) = &config.knowdb
+            && let Some(db) = super::warp::external(k)?
+        {
+            if config.url != default_url() {
+                return Err(Error::Knowledge(format!(
+                    "{} names a database ([provider.sqldb] {}) and the knowledge config names another (`url`): keep one",
+                    k.display(),
+                    db.name()
+                )));
+            }
+            config.url = db.connection_uri.clone();
+            config.pool_size = db.pool_size.unwrap_or(config.pool_size);
+            if let Some(ms) = db.acquire_timeout_ms {
+                config.connect_timeout_ms = ms;
+            }
+        }
         let provider =
-            connect_with(&self.url, self.pool_size, Duration::from_millis(self.connect_timeout_ms), self.query_timeout())
+            connect_with(&config.url, config.pool_size, Duration::from_millis(config.connect_timeout_ms), config.query_timeout())
                 .await?
                 .into_dyn();
-        let mut config = self;
         if let Some(k) = &config.knowdb {
-            let tables = super::knowdb::load_with(k, provider.as_ref(), &config.knowdb_roots).await?;
-            config.knowdb_tables = tables.clone();
-            config.tables.get_or_insert(tables);
+            let loaded = super::knowdb::load_any(k, provider.as_ref(), &config.knowdb_roots).await?;
+            if let Some(c) = loaded.cache {
+                config.cache.apply_warp(&c);
+            }
+            if !loaded.tables.is_empty() {
+                config.knowdb_tables = loaded.tables.clone();
+                config.tables.get_or_insert(loaded.tables);
+            }
         }
         Ok(Arc::new(Knowledge::with_config(provider, config)))
     }
@@ -482,7 +515,7 @@ fn redact_parameters(text: &str) -> String {
 /// Replaces `${NAME}` with the environment variable NAME, for the names
 /// that begin with `OMLET_` and those in `allowed`; the error says what is
 /// wrong, without the text's passwords.
-fn expand_env(s: &str, allowed: &[String]) -> std::result::Result<String, String> {
+pub(crate) fn expand_env(s: &str, allowed: &[String]) -> std::result::Result<String, String> {
     let mut out = String::with_capacity(s.len());
     let mut rest = s;
     while let Some(i) = rest.find("${") {

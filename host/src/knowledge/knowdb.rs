@@ -267,12 +267,32 @@ pub async fn load(path: &Path, db: &dyn Provider) -> Result<Vec<String>> {
 /// [`load`], where the files a knowdb names may also lie inside any of
 /// `roots` (folders; the knowledge config's `knowdb_roots`).
 pub async fn load_with(path: &Path, db: &dyn Provider, roots: &[PathBuf]) -> Result<Vec<String>> {
-    let spec = read(path)?;
+    let loaded = load_any(path, db, roots).await?;
+    if let Some(s) = loaded.sqldb.first() {
+        return Err(Error::Knowledge(format!(
+            "{}: [provider.sqldb] {}: an external database in a knowdb is reached through a knowledge config \
+             (omlet's `url`), not loaded as a table",
+            path.display(),
+            s.name()
+        )));
+    }
+    Ok(loaded.tables)
+}
+
+/// [`load_with`] for either layout: omlet's own, or Warp Parse's (`version
+/// = 2`, see [`warp`](super::warp)), whose `[cache]` and
+/// `[provider.sqldb]` come back beside the tables.
+pub async fn load_any(path: &Path, db: &dyn Provider, roots: &[PathBuf]) -> Result<super::warp::Loaded> {
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let mut allowed = vec![dir.canonicalize().map_err(|e| Error::io(dir, e))?];
     for r in roots {
         allowed.push(r.canonicalize().map_err(|e| Error::io(r, e))?);
     }
+    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    if super::warp::is_warp(&text) {
+        return super::warp::load(path, &text, db, &allowed).await;
+    }
+    let spec = read(path)?;
     for t in &spec.tables {
         let skip = t.on_error == OnError::Skip;
         // A file the table names, resolved and checked to lie inside `allowed`.
@@ -353,7 +373,7 @@ pub async fn load_with(path: &Path, db: &dyn Provider, roots: &[PathBuf]) -> Res
             }
         }
     }
-    Ok(spec.tables.iter().map(|t| t.name.clone()).collect())
+    Ok(super::warp::Loaded { tables: spec.tables.iter().map(|t| t.name.clone()).collect(), ..Default::default() })
 }
 
 fn read_csv(path: &Path, skip_bad: bool) -> Result<(Vec<String>, Vec<Vec<String>>)> {

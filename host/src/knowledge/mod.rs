@@ -42,6 +42,7 @@ mod sql;
 mod sql_provider;
 pub mod sqlite;
 mod stats;
+pub mod warp;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -55,7 +56,7 @@ use batching::{Pending, batch_select};
 pub use config::{CacheConfig, CacheMode, KnowledgeConfig, OnLookupError};
 pub use provider::{BoxFuture, ParamType, Placeholders, Prepared, Provider, Tables, coerce};
 pub(crate) use provider::{quote_ident, table_sql};
-pub use sql::{HELPER_FUNCTIONS, qualify_helpers, rewrite_helper_calls, rewrite_placeholders};
+pub use sql::{HELPER_FUNCTIONS, qualify_helpers, rewrite_helper_calls, rewrite_placeholders, values_for_rows};
 pub use sql_provider::{Dialect, SqlProvider};
 pub use stats::{AtomicHistogram, Histogram, StatementStats, Stats};
 

@@ -148,6 +148,21 @@ pub trait Tables: Send + Sync {
     ) -> BoxFuture<'a, Result<(u64, u64)>> {
         refuse(format!("cannot insert into {table}"))
     }
+    /// Runs `sql`, a statement with numbered parameters `?1..?N` (`N` =
+    /// `width`, each row's cells bound in order), once per row, in one
+    /// transaction; many rows a statement when it is a plain `INSERT …
+    /// VALUES (…)` ([`values_for_rows`](super::values_for_rows)). With
+    /// `skip_bad`, a row the database rejects is skipped and counted.
+    /// Returns (run, skipped). Warp Parse's `insert.sql` files load this way.
+    fn execute_rows<'a>(
+        &'a self,
+        sql: &'a str,
+        _width: usize,
+        _rows: &'a [Vec<Cell>],
+        _skip_bad: bool,
+    ) -> BoxFuture<'a, Result<(u64, u64)>> {
+        refuse(format!("cannot run `{sql}` for rows"))
+    }
     /// Drops `table` if it exists.
     fn drop_table<'a>(&'a self, table: &'a str) -> BoxFuture<'a, Result<()>> {
         refuse(format!("cannot drop {table}"))

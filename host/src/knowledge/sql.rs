@@ -156,9 +156,102 @@ pub fn rewrite_placeholders(sql: &str, params: &[String], style: Placeholders) -
     (out, order)
 }
 
+/// An `INSERT … VALUES (…)` statement with numbered parameters `?1..?N`
+/// (Warp Parse's `insert.sql`) written for `rows` rows at once: the tuple
+/// after `VALUES` repeated, row r's parameters renumbered from `r * N + 1`.
+/// `None` when the statement is not of that plain form (a bare `?`, a
+/// `SELECT` source, an `ON CONFLICT` tail, a second statement): it then
+/// runs once per row.
+pub fn values_for_rows(sql: &str, width: usize, rows: usize) -> Option<String> {
+    let body = sql.trim_end().trim_end_matches(';').trim_end();
+    let lower = body.to_ascii_lowercase();
+    if !lower.trim_start().starts_with("insert") || body.contains('\'') || body.contains('"') || body.contains("--") {
+        return None;
+    }
+    let at = lower.rfind("values")?;
+    let tuple = body[at + "values".len()..].trim();
+    // One balanced parenthesis, and nothing after it.
+    let mut depth = 0usize;
+    for (i, c) in tuple.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => {
+                depth = depth.checked_sub(1)?;
+                if depth == 0 && i + 1 != tuple.len() {
+                    return None;
+                }
+            }
+            ';' => return None,
+            _ => {}
+        }
+    }
+    if depth != 0 || !tuple.starts_with('(') {
+        return None;
+    }
+    // Every `?` numbered, none past `width`.
+    let b = tuple.as_bytes();
+    let mut pieces: Vec<(usize, usize, usize)> = Vec::new(); // (start, end, number)
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'?' {
+            let start = i;
+            i += 1;
+            while i < b.len() && b[i].is_ascii_digit() {
+                i += 1;
+            }
+            let n: usize = tuple[start + 1..i].parse().ok()?;
+            if n == 0 || n > width {
+                return None;
+            }
+            pieces.push((start, i, n));
+        } else {
+            i += 1;
+        }
+    }
+    let mut out = String::with_capacity(at + rows * (tuple.len() + 8));
+    out.push_str(&body[..at + "values".len()]);
+    for r in 0..rows {
+        out.push_str(if r == 0 { " " } else { ", " });
+        let mut last = 0;
+        for &(start, end, n) in &pieces {
+            out.push_str(&tuple[last..start]);
+            out.push_str(&format!("?{}", r * width + n));
+            last = end;
+        }
+        out.push_str(&tuple[last..]);
+    }
+    Some(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_plain_insert_is_written_for_many_rows_and_anything_else_is_not() {
+        assert_eq!(
+            values_for_rows("INSERT INTO t (lo, hi, zone)\nVALUES (ip4_int(?1), ip4_int(?2), trim_quotes(?3));\n", 3, 2)
+                .as_deref(),
+            Some(
+                "INSERT INTO t (lo, hi, zone)\nVALUES (ip4_int(?1), ip4_int(?2), trim_quotes(?3)), (ip4_int(?4), ip4_int(?5), trim_quotes(?6))"
+            )
+        );
+        assert_eq!(
+            values_for_rows("insert into t values (?2, ?1)", 2, 2).as_deref(),
+            Some("insert into t values (?2, ?1), (?4, ?3)")
+        );
+        for no in [
+            "insert into t values (?, ?)",
+            "insert into t values (?1, ?3)",
+            "insert into t select ?1, ?2",
+            "insert into t values (?1, ?2) on conflict do nothing",
+            "insert into t values (?1, 'a;b')",
+            "insert into t values (?1, ?2); delete from t",
+            "update t set a = ?1",
+        ] {
+            assert_eq!(values_for_rows(no, 2, 2), None, "{no}");
+        }
+    }
 
     #[test]
     fn the_rewrite_is_bounded_in_size_and_depth() {

@@ -20,7 +20,10 @@ use sqlx::{
 };
 
 use super::lanes::{self, Lanes};
-use super::{BatchPlan, BoundStatement, BoxFuture, ParamType, Placeholders, Prepared, Provider, Tables, quote_ident, table_sql};
+use super::{
+    BatchPlan, BoundStatement, BoxFuture, ParamType, Placeholders, Prepared, Provider, Tables, quote_ident, table_sql,
+    values_for_rows,
+};
 use crate::{Error, Result};
 
 /// A sqlx query of database `DB` with its own arguments.
@@ -385,6 +388,61 @@ where
             }
             tx.commit().await.map_err(knowledge_err)?;
             Ok((inserted, skipped))
+        })
+    }
+
+    fn execute_rows<'a>(
+        &'a self,
+        sql: &'a str,
+        width: usize,
+        rows: &'a [Vec<Cell>],
+        skip_bad: bool,
+    ) -> BoxFuture<'a, Result<(u64, u64)>> {
+        boxed(async move {
+            let bind_all = |sql: String, rows: &[Vec<Cell>]| {
+                rows.iter().flatten().fold(sqlx::query(AssertSqlSafe(sql)), |q, c| D::bind(q, c.clone(), ParamType::Any))
+            };
+            let row_err = |n: usize, e: sqlx::Error| Error::Knowledge(format!("row {}: `{}`: {e}", n + 1, sql.trim()));
+            let per_chunk = (30_000 / width.max(1)).clamp(1, 1000);
+            // Many rows a statement, when the statement allows it and no row fails.
+            if values_for_rows(sql, width, 1).is_some() {
+                let mut tx = self.pool.begin().await.map_err(knowledge_err)?;
+                let mut failed = false;
+                for chunk in rows.chunks(per_chunk) {
+                    let many = values_for_rows(sql, width, chunk.len()).unwrap_or_default();
+                    if bind_all(many, chunk).execute(&mut *tx).await.is_err() {
+                        failed = true;
+                        break;
+                    }
+                }
+                if !failed {
+                    tx.commit().await.map_err(knowledge_err)?;
+                    return Ok((rows.len() as u64, 0));
+                }
+            }
+            // One row a statement: to skip, or to name, the rows that fail.
+            // Skipping runs outside a transaction (PostgreSQL aborts one at
+            // its first error), as `insert_rows` does.
+            let (mut run, mut skipped) = (0, 0);
+            if skip_bad {
+                for (n, row) in rows.iter().enumerate() {
+                    match bind_all(sql.to_string(), std::slice::from_ref(row)).execute(&self.pool).await {
+                        Ok(_) => run += 1,
+                        Err(e) => {
+                            skipped += 1;
+                            tracing::warn!("{}", row_err(n, e));
+                        }
+                    }
+                }
+                return Ok((run, skipped));
+            }
+            let mut tx = self.pool.begin().await.map_err(knowledge_err)?;
+            for (n, row) in rows.iter().enumerate() {
+                bind_all(sql.to_string(), std::slice::from_ref(row)).execute(&mut *tx).await.map_err(|e| row_err(n, e))?;
+                run += 1;
+            }
+            tx.commit().await.map_err(knowledge_err)?;
+            Ok((run, skipped))
         })
     }
 

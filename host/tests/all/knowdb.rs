@@ -328,3 +328,191 @@ async fn in_memory_answers_are_sqlites_answers() {
     assert!(from_memory * 2 > compared, "{from_memory} of {compared} from memory");
     assert!(k.stats().memory.load(std::sync::atomic::Ordering::Relaxed) > 0);
 }
+
+/// Issue 31: a knowdb in Warp Parse's layout loads as it is: `version = 2`,
+/// `base_dir`, one folder per table with `create.sql` (its `{table}` and a
+/// `CREATE INDEX`), `insert.sql` with `?1..?N` calling the OML helpers,
+/// `clean.sql`, `data.csv` or `data_file`, `columns.by_header` and
+/// `by_index`, `expected_rows`, `[csv]`, `[default]`, `[cache]`, and the
+/// sections omlet ignores with a warning (Redis, `[fun.*]`,
+/// `[intranet_nets]`). Its lookups are then answered from memory.
+#[tokio::test]
+async fn a_warp_parse_knowdb_loads_as_it_is() {
+    use omlet::knowledge::KnowledgeConfig;
+    use omlet_lang::Cell;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("models/knowledge");
+    for t in ["zone", "hosts", "words"] {
+        std::fs::create_dir_all(d.join(t)).unwrap();
+    }
+    write(
+        &d,
+        "knowdb.toml",
+        r#"version = 2
+base_dir = "."
+
+[default]
+transaction = true
+batch_size = 500
+on_error = "fail"
+
+[csv]
+has_header = true
+delimiter = ","
+encoding = "utf-8"
+trim = true
+
+[cache]
+enabled = true
+capacity = 2048
+ttl_ms = 60000
+
+[[tables]]
+name = "zone"
+columns.by_header = ["start", "end", "zone"]
+[tables.expected_rows]
+min = 2
+max = 10
+
+[[tables]]
+name = "hosts"
+dir = "hosts"
+data_file = "inventory.csv"
+columns.by_header = ["ip", "owner"]
+
+[[tables]]
+name = "words"
+columns.by_index = [1]
+
+[[tables]]
+name = "old"
+enabled = false
+
+[provider.redis]
+connection_uri = "redis://127.0.0.1:6379"
+
+[fun.weak_password]
+call = "bf_exists"
+key = "weak_passwords"
+
+[intranet_nets]
+enable = true
+nets = ["100.64.0.0/10"]
+"#,
+    );
+    let z = d.join("zone");
+    write(
+        &z,
+        "create.sql",
+        "CREATE TABLE IF NOT EXISTS {table} (id INTEGER PRIMARY KEY, ip_start_int INTEGER, ip_end_int INTEGER, zone TEXT);\n\
+         CREATE INDEX IF NOT EXISTS {table}_start ON {table} (ip_start_int);\n",
+    );
+    write(
+        &z,
+        "insert.sql",
+        "INSERT INTO {table} (ip_start_int, ip_end_int, zone)\nVALUES (ip4_int(?1), ip4_int(?2), trim_quotes(?3));\n",
+    );
+    write(
+        &z,
+        "data.csv",
+        "start,end,zone\n10.0.0.0 , 10.0.0.255,'dmz'\n10.0.1.0,10.0.1.255,\"office\"\n192.168.0.0,192.168.255.255,lab\n",
+    );
+    let h = d.join("hosts");
+    write(&h, "create.sql", "create table {table} (ip text, owner text)");
+    write(&h, "insert.sql", "insert into {table} (owner, ip) values (?2, ?1)");
+    write(&h, "clean.sql", "delete from {table} where 1 = 1");
+    write(&h, "inventory.csv", "owner,ip,extra\nalice,10.0.0.7,x\nbob,10.0.1.20,y\n");
+    let w = d.join("words");
+    write(&w, "create.sql", "create table {table} (word text)");
+    write(&w, "insert.sql", "insert into {table} (word) values (lower(?1))");
+    write(&w, "data.csv", "n,word\n1,Alpha\n2,Beta\n");
+    let config = KnowledgeConfig { knowdb: Some(d.join("knowdb.toml")), ..Default::default() };
+    let k = config.open().await.unwrap();
+    assert_eq!(k.config().knowdb_tables, ["zone", "hosts", "words"], "the disabled table is not loaded");
+    assert_eq!(k.config().cache.capacity, 2048);
+    assert_eq!(k.config().cache.ttl_ms, Some(60_000));
+    let stmt = crate::databases::statement;
+    let bound = k
+        .bind(&[
+            stmt("select zone from zone where ip_start_int <= :n and ip_end_int >= :n_2", &["n", "n_2"]),
+            stmt("select owner from hosts where ip = :ip", &["ip"]),
+            stmt("select word from words where word = :w", &["w"]),
+        ])
+        .await
+        .unwrap();
+    assert!(bound.iter().all(|b| b.memory.is_some()), "{:?}", bound.iter().map(|b| &b.path).collect::<Vec<_>>());
+    let at = |ip: &str| {
+        let n: u32 = ip.parse::<std::net::Ipv4Addr>().unwrap().into();
+        vec![Cell::Integer(n.into()), Cell::Integer(n.into())]
+    };
+    assert_eq!(k.query(&bound[0], &at("10.0.1.9")).await.unwrap(), Some(vec![Cell::Text("office".into())]));
+    assert_eq!(k.query(&bound[0], &at("10.0.0.255")).await.unwrap(), Some(vec![Cell::Text("dmz".into())]));
+    assert_eq!(k.query(&bound[0], &at("10.0.2.1")).await.unwrap(), None);
+    assert_eq!(k.query(&bound[1], &[Cell::Text("10.0.1.20".into())]).await.unwrap(), Some(vec![Cell::Text("bob".into())]));
+    assert_eq!(k.query(&bound[2], &[Cell::Text("beta".into())]).await.unwrap(), Some(vec![Cell::Text("beta".into())]));
+}
+
+/// Issue 31: a malformed Warp Parse knowdb is an error naming the file (and
+/// the line, for the TOML), and no knowledge comes of it.
+#[tokio::test]
+async fn a_malformed_warp_parse_knowdb_names_the_file() {
+    use omlet::knowledge::KnowledgeConfig;
+    // (knowdb.toml, the files beside it, what the error says)
+    type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a str);
+    let cases: &[Case] = &[
+        ("version = 2\n[[tables]]\nname = \"t\"\ncolumns.by_header = [\"a\"]\nfolder = \"x\"\n", &[], "line 5"),
+        ("version = 3\n", &[], "knowdb.toml:1: knowdb version 3"),
+        ("version = 2\n[[tables]]\nname = \"t\"\ncolumns.by_header = [\"a\"]\n", &[], "knowdb.toml:3: table t:"),
+        (
+            "version = 2\n[[tables]]\nname = \"t\"\ncolumns.by_header = [\"a\"]\n",
+            &[
+                ("t/create.sql", "create tabel {table} (a text)"),
+                ("t/insert.sql", "insert into {table} values (?1)"),
+                ("t/data.csv", "a\n1\n"),
+            ],
+            "create.sql",
+        ),
+        (
+            "version = 2\n[[tables]]\nname = \"t\"\ncolumns.by_header = [\"b\"]\n",
+            &[
+                ("t/create.sql", "create table {table} (a text)"),
+                ("t/insert.sql", "insert into {table} values (?1)"),
+                ("t/data.csv", "a\n1\n"),
+            ],
+            "no column `b` in its header (a)",
+        ),
+        (
+            "version = 2\n[[tables]]\nname = \"t\"\ncolumns.by_header = [\"a\"]\nexpected_rows = { min = 5 }\n",
+            &[
+                ("t/create.sql", "create table {table} (a text)"),
+                ("t/insert.sql", "insert into {table} values (?1)"),
+                ("t/data.csv", "a\n1\n"),
+            ],
+            "1 rows loaded, fewer than expected_rows.min = 5",
+        ),
+        (
+            "version = 2\n[[tables]]\nname = \"t\"\ncolumns.by_header = [\"a\"]\n",
+            &[
+                ("t/create.sql", "create table {table} (a integer not null)"),
+                ("t/insert.sql", "insert into {table} values (nullif(?1, 'x'))"),
+                ("t/data.csv", "a\n1\nx\n"),
+            ],
+            "row 2",
+        ),
+    ];
+    for (toml, files, expected) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::create_dir_all(d.join("t")).unwrap();
+        write(d, "knowdb.toml", toml);
+        for (name, text) in files.iter() {
+            write(d, name, text);
+        }
+        let config = KnowledgeConfig { knowdb: Some(d.join("knowdb.toml")), ..Default::default() };
+        let err = match config.open().await {
+            Ok(_) => panic!("{toml} loaded"),
+            Err(e) => e.to_string(),
+        };
+        assert!(err.contains("knowdb.toml") && err.contains(expected), "{toml}: {err}");
+    }
+}
