@@ -392,6 +392,11 @@ impl Table {
         self.rows.is_empty()
     }
 
+    /// The estimated bytes of the indexes built on it so far.
+    pub fn index_bytes(&self) -> u64 {
+        self.indexes.lock().map(|all| all.values().flatten().map(|i| i.bytes()).sum()).unwrap_or(0)
+    }
+
     fn column(&self, name: &str) -> Option<usize> {
         self.columns.iter().position(|c| c.eq_ignore_ascii_case(name))
     }

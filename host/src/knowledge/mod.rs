@@ -271,6 +271,12 @@ impl Knowledge {
         self.cache.is_some() && self.config.cache.guest
     }
 
+    /// The knowdb tables held in memory so far (read at the first bind of
+    /// a lookup that an index of theirs serves).
+    pub async fn memory_tables(&self) -> Vec<Arc<memory::Table>> {
+        self.tables.lock().await.values().filter_map(|t| t.as_ref().ok().cloned()).collect()
+    }
+
     /// The counters (what `omlet run --stats` prints).
     pub fn stats(&self) -> &Stats {
         &self.stats
