@@ -34,12 +34,8 @@ use tokio::runtime::Runtime;
 const KEY_SPACE: u64 = 1_000_000;
 
 fn config() -> Criterion {
-    let c = Criterion::default().configure_from_args();
-    if quick() {
-        c.warm_up_time(Duration::from_millis(300)).measurement_time(Duration::from_secs(1)).sample_size(10)
-    } else {
-        c.warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3)).sample_size(20)
-    }
+    let (warm_up, measure, samples) = criterion_timing();
+    Criterion::default().configure_from_args().warm_up_time(warm_up).measurement_time(measure).sample_size(samples)
 }
 
 /// The i-th key: an address of `hosts` (all keys below the row count are in it).

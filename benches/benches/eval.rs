@@ -43,12 +43,8 @@ fn load(rt: &Runtime, engine: &Engine, text: &str, k: Option<Arc<Knowledge>>) ->
 }
 
 fn config() -> Criterion {
-    let c = Criterion::default().configure_from_args();
-    if quick() {
-        c.warm_up_time(Duration::from_millis(300)).measurement_time(Duration::from_secs(1)).sample_size(10)
-    } else {
-        c.warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3)).sample_size(20)
-    }
+    let (warm_up, measure, samples) = criterion_timing();
+    Criterion::default().configure_from_args().warm_up_time(warm_up).measurement_time(measure).sample_size(samples)
 }
 
 /// Records evaluated one per call, in one async loop.

@@ -20,6 +20,17 @@ pub fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
+/// Criterion's timing for the benches: (warm-up, measurement, samples),
+/// shorter in quick mode.
+pub fn criterion_timing() -> (std::time::Duration, std::time::Duration, usize) {
+    use std::time::Duration;
+    if quick() {
+        (Duration::from_millis(300), Duration::from_secs(1), 10)
+    } else {
+        (Duration::from_secs(1), Duration::from_secs(3), 20)
+    }
+}
+
 pub fn quick() -> bool {
     std::env::var("OMLET_BENCH_QUICK").is_ok_and(|v| v != "0" && !v.is_empty())
 }
@@ -82,19 +93,7 @@ pub async fn nginx(sizes: &Sizes) -> (String, Arc<Knowledge>, Vec<Record>) {
 /// that the IP-range lookup sees many keys, as a real log would.
 pub fn nginx_jsonl(path: &std::path::Path, n: usize) -> std::io::Result<()> {
     use std::io::Write;
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/nginx");
-    let lines = std::fs::read_to_string(format!("{root}/access.jsonl"))?;
-    // Each line split around its address value: (before, after).
-    let parts: Vec<(String, String)> = lines
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| {
-            let key = if l.contains("\"client_ip\":\"") { "\"client_ip\":\"" } else { "\"remote_addr\":\"" };
-            let start = l.find(key).expect("an nginx line with an address") + key.len();
-            let end = start + l[start..].find('"').expect("a closed string");
-            (l[..start].to_string(), l[end..].to_string())
-        })
-        .collect();
+    let parts = nginx_parts()?;
     let address = |k: u64| -> String {
         let (a, b) = ((k / 5) % 256, (k / 1280) % 256);
         match k % 5 {
@@ -113,6 +112,23 @@ pub fn nginx_jsonl(path: &std::path::Path, n: usize) -> std::io::Result<()> {
         writeln!(out, "{before}{}{after}", address((x >> 33) % 4096))?;
     }
     out.flush()
+}
+
+/// The lines of examples/nginx/access.jsonl, each split around its client
+/// address's value (`client_ip`, else `remote_addr`): (before, after).
+fn nginx_parts() -> std::io::Result<Vec<(String, String)>> {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/nginx");
+    let lines = std::fs::read_to_string(format!("{root}/access.jsonl"))?;
+    Ok(lines
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let key = if l.contains("\"client_ip\":\"") { "\"client_ip\":\"" } else { "\"remote_addr\":\"" };
+            let start = l.find(key).expect("an nginx line with an address") + key.len();
+            let end = start + l[start..].find('"').expect("a closed string");
+            (l[..start].to_string(), l[end..].to_string())
+        })
+        .collect())
 }
 
 /// The address a distinct-key workload gives record `i`: one of `keys`
@@ -136,18 +152,7 @@ pub fn distinct_address(i: u64, keys: u64, lcg: &mut u64) -> u32 {
 /// `keys >= n`, else `keys` addresses drawn over and over.
 pub fn nginx_jsonl_keys(path: &std::path::Path, n: usize, keys: u64) -> std::io::Result<()> {
     use std::io::Write;
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/nginx");
-    let lines = std::fs::read_to_string(format!("{root}/access.jsonl"))?;
-    let parts: Vec<(String, String)> = lines
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| {
-            let key = if l.contains("\"client_ip\":\"") { "\"client_ip\":\"" } else { "\"remote_addr\":\"" };
-            let start = l.find(key).expect("an nginx line with an address") + key.len();
-            let end = start + l[start..].find('"').expect("a closed string");
-            (l[..start].to_string(), l[end..].to_string())
-        })
-        .collect();
+    let parts = nginx_parts()?;
     let keys = if keys >= n as u64 { 1 << 24 } else { keys };
     let mut out = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(path)?);
     let mut lcg: u64 = 0x2545_F491_4F6C_DD1D;

@@ -105,15 +105,19 @@ pub struct TableData {
 
 /// The estimated bytes of one row held in memory.
 pub fn row_bytes(cells: &[Cell]) -> u64 {
-    let heap: usize = cells
+    (std::mem::size_of::<Box<[Cell]>>() + std::mem::size_of_val(cells) + heap_bytes(cells)) as u64
+}
+
+/// The bytes that cells' text and blobs hold on the heap.
+pub(crate) fn heap_bytes(cells: &[Cell]) -> usize {
+    cells
         .iter()
         .map(|c| match c {
             Cell::Text(t) => t.capacity(),
             Cell::Blob(b) => b.capacity(),
             _ => 0,
         })
-        .sum();
-    (std::mem::size_of::<Box<[Cell]>>() + std::mem::size_of_val(cells) + heap) as u64
+        .sum()
 }
 
 /// SQLite's column affinity (its manual, "Determination Of Column Affinity").

@@ -607,16 +607,8 @@ fn key_bytes(key: &CacheKey) -> u64 {
 fn entry_bytes(key: u64, row: Option<&Vec<Cell>>) -> u64 {
     const PER_ENTRY: u64 = 128;
     let row = row.map_or(0, |cells| {
-        let heap: usize = cells
-            .iter()
-            .map(|c| match c {
-                Cell::Text(t) => t.capacity(),
-                Cell::Blob(b) => b.capacity(),
-                _ => 0,
-            })
-            .sum();
         // The Arc's two counts, the Vec, the cells, their text.
-        16 + std::mem::size_of::<Vec<Cell>>() + cells.capacity() * std::mem::size_of::<Cell>() + heap
+        16 + std::mem::size_of::<Vec<Cell>>() + cells.capacity() * std::mem::size_of::<Cell>() + memory::heap_bytes(cells)
     });
     PER_ENTRY + key + row as u64
 }
