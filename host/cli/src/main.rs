@@ -685,7 +685,7 @@ fn sources(paths: &[PathBuf]) -> omlet::Result<Vec<RuleSource>> {
 
 async fn check(rules: &[PathBuf], knowdb: &[PathBuf], config: Option<&Path>, json: bool) -> omlet::Result<ExitCode> {
     let sources = sources(rules)?;
-    let mut warnings = Vec::new();
+    let (mut notes, mut warnings) = (Vec::new(), Vec::new());
     let result = match omlet::build::compile(&sources) {
         Ok(p) => {
             // The knowdbs' tables are loaded once: the load binds on them,
@@ -706,7 +706,7 @@ async fn check(rules: &[PathBuf], knowdb: &[PathBuf], config: Option<&Path>, jso
                         Ok(_) => {
                             // Warnings do not fail the check.
                             if let Some(db) = &knowdb_db {
-                                warnings = scan_warnings(&p, &knowledge, db).await?;
+                                (notes, warnings) = scan_warnings(&p, &knowledge, db).await?;
                             }
                             Ok(p)
                         }
@@ -724,12 +724,15 @@ async fn check(rules: &[PathBuf], knowdb: &[PathBuf], config: Option<&Path>, jso
             Err(e) => (Vec::new(), json_diagnostics(e)),
         };
         let ok = result.is_ok();
-        println!("{}", serde_json::json!({ "ok": ok, "models": models, "diagnostics": diagnostics, "warnings": warnings }));
+        println!(
+            "{}",
+            serde_json::json!({ "ok": ok, "models": models, "diagnostics": diagnostics, "warnings": warnings, "notes": notes })
+        );
         return Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE });
     }
     match result {
         Ok(p) => {
-            for w in &warnings {
+            for w in notes.iter().chain(&warnings) {
                 eprintln!("{w}");
             }
             for m in &p.models {
@@ -925,23 +928,24 @@ async fn open_knowdbs(knowdb: &[PathBuf]) -> omlet::Result<(Arc<Knowledge>, Arc<
 /// its table.
 const SCAN_WARN_ROWS: i64 = 10_000;
 
-/// The warnings of `omlet check --knowdb`: each lookup that SQLite would
+/// The notes and warnings of `omlet check --knowdb`: each lookup's path (an
+/// in-memory index, or SQL and why), and each lookup that SQLite would
 /// answer by scanning a table of more than [`SCAN_WARN_ROWS`] rows (every
 /// miss of the caches pays a pass over the table), with its place.
 async fn scan_warnings(
     program: &omlet_lang::ir::Program,
     knowledge: &Knowledge,
     db: &SqliteProvider,
-) -> omlet::Result<Vec<String>> {
+) -> omlet::Result<(Vec<String>, Vec<String>)> {
     use omlet::knowledge::Tables;
     // Bound again for their SQL as the database runs it (cheap: prepared
     // statements, the indexes made already).
     let bound = knowledge.bind(&program.statements).await?;
-    let mut warnings = Vec::new();
+    let (mut notes, mut warnings) = (Vec::new(), Vec::new());
     for (s, b) in program.statements.iter().zip(&bound) {
         // Where its lookups are answered: an in-memory index, or SQL (and
         // why not memory, for a knowdb table).
-        warnings.push(format!("{}:{}:{}: note: lookup path: {}", s.file, s.line, s.column, b.path));
+        notes.push(format!("{}:{}:{}: note: lookup path: {}", s.file, s.line, s.column, b.path));
         if b.memory.is_some() {
             continue;
         }
@@ -955,7 +959,7 @@ async fn scan_warnings(
             ));
         }
     }
-    Ok(warnings)
+    Ok((notes, warnings))
 }
 
 /// `--concurrency` when not given: one call per core, and one more. The

@@ -263,6 +263,11 @@ fn check_with_a_knowdb_warns_about_lookups_that_scan_large_tables() {
     let err = text(&out.stderr);
     assert!(err.contains("either.oml:3:5: warning: this lookup reads every row of `bad_ip` (10001 rows)"), "{err}");
     assert!(err.contains("either.oml:3:5: note: lookup path: sql: the condition is not a conjunction"), "{err}");
+    // In JSON, the paths are notes, apart from the warnings.
+    let out = omlet(&["check", &either, "--knowdb", kb, "--json"]);
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["warnings"].as_array().map(Vec::len), Some(1), "{j}");
+    assert!(j["notes"][0].as_str().is_some_and(|n| n.contains("lookup path: sql")), "{j}");
 }
 
 /// Issue 33: `omlet test DIR` reads the case files of the folder and passes
