@@ -132,12 +132,17 @@ const MAX_NAME_BYTES: usize = 63;
 /// column type not in the list of [`TableSpec::types`].
 pub fn read(path: &Path) -> Result<KnowDb> {
     let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    parse(path, &text)
+}
+
+/// [`read`] of a file's `text`, already read from `path`.
+fn parse(path: &Path, text: &str) -> Result<KnowDb> {
     let raw: RawDb =
-        toml::from_str(&text).map_err(|e| Error::Knowledge(format!("{}: {}", path.display(), e.to_string().trim())))?;
-    let at = |offset: usize| format!("{}:{}", path.display(), line_of(&text, offset));
+        toml::from_str(text).map_err(|e| Error::Knowledge(format!("{}: {}", path.display(), e.to_string().trim())))?;
+    let at = |offset: usize| format!("{}:{}", path.display(), line_of(text, offset));
     let mut tables = Vec::with_capacity(raw.tables.len());
     for t in raw.tables {
-        let line = line_of(&text, t.name.span().start);
+        let line = line_of(text, t.name.span().start);
         let name = t.name.into_inner();
         if !is_table_name(&name) {
             return Err(Error::Knowledge(format!(
@@ -292,7 +297,7 @@ pub async fn load_any(path: &Path, db: &dyn Provider, roots: &[PathBuf]) -> Resu
     if super::warp::is_warp(&text) {
         return super::warp::load(path, &text, db, &allowed).await;
     }
-    let spec = read(path)?;
+    let spec = parse(path, &text)?;
     for t in &spec.tables {
         let skip = t.on_error == OnError::Skip;
         // A file the table names, resolved and checked to lie inside `allowed`.

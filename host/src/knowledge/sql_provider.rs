@@ -217,10 +217,10 @@ where
         format!("insert into {} values {}", quote_ident(table, D::SPEC.quote), tuples.join(", "))
     }
 
-    /// The insert of one row, its cells bound as they are.
-    fn insert_row<'q>(insert: &str, row: &[Cell]) -> Query<'q, D::Db> {
-        let q = sqlx::query(AssertSqlSafe(insert.to_string()));
-        row.iter().fold(q, |q, c| D::bind(q, c.clone(), ParamType::Any))
+    /// `sql` with the cells of `rows`, row after row, bound as they are:
+    /// one row's insert, or a statement written for several rows.
+    fn bind_rows<'q>(sql: String, rows: &[Vec<Cell>]) -> Query<'q, D::Db> {
+        rows.iter().flatten().fold(sqlx::query(AssertSqlSafe(sql)), |q, c| D::bind(q, c.clone(), ParamType::Any))
     }
 
     /// Runs a lookup on a lane: `make` builds the query, `fetch` runs it.
@@ -230,6 +230,14 @@ where
     {
         self.lanes.run(lanes::query(|conn: &mut <D::Db as Database>::Connection| fetch(make(), conn))).await
     }
+}
+
+/// How many rows of `width` cells one statement loads. One round trip to the
+/// database (or to sqlx's SQLite thread) per row made a 200,000-row knowdb
+/// take seconds; a statement holds at most 30,000 values (SQLite allows
+/// 32,766 parameters, PostgreSQL and MySQL 65,535).
+fn rows_per_statement(width: usize) -> usize {
+    (30_000 / width.max(1)).clamp(1, 1000)
 }
 
 /// Writes placeholder `i` (1-based) of a dialect.
@@ -354,7 +362,7 @@ where
             if skip_bad {
                 // Row by row, outside a transaction: a bad row is skipped and counted.
                 for (n, row) in rows.iter().enumerate() {
-                    match Self::insert_row(&insert, row).execute(&self.pool).await {
+                    match Self::bind_rows(insert.clone(), std::slice::from_ref(row)).execute(&self.pool).await {
                         Ok(_) => inserted += 1,
                         Err(e) => {
                             skipped += 1;
@@ -364,23 +372,20 @@ where
                 }
                 return Ok((inserted, skipped));
             }
-            // Many rows a statement: one round trip to the database (or to
-            // sqlx's SQLite thread) per row made a 200,000-row knowdb take
-            // seconds. A chunk holds at most 30,000 values (SQLite allows
-            // 32,766 parameters, PostgreSQL and MySQL 65,535). A chunk that
-            // fails is run again row by row, to name the row at fault.
-            let width = columns.len().max(1);
-            let per_chunk = (30_000 / width).clamp(1, 1000);
+            // Many rows a statement; a chunk that fails is run again row by
+            // row, to name the row at fault.
+            let per_chunk = rows_per_statement(columns.len());
             let mut tx = self.pool.begin().await.map_err(knowledge_err)?;
             for (c, chunk) in rows.chunks(per_chunk).enumerate() {
                 let sql = self.insert_many_sql(table, columns, chunk.len());
-                let q =
-                    chunk.iter().flatten().fold(sqlx::query(AssertSqlSafe(sql)), |q, c| D::bind(q, c.clone(), ParamType::Any));
-                if let Err(e) = q.execute(&mut *tx).await {
+                if let Err(e) = Self::bind_rows(sql, chunk).execute(&mut *tx).await {
                     drop(tx);
                     let mut tx = self.pool.begin().await.map_err(knowledge_err)?;
                     for (n, row) in chunk.iter().enumerate() {
-                        Self::insert_row(&insert, row).execute(&mut *tx).await.map_err(|e| row_err(c * per_chunk + n, e))?;
+                        Self::bind_rows(insert.clone(), std::slice::from_ref(row))
+                            .execute(&mut *tx)
+                            .await
+                            .map_err(|e| row_err(c * per_chunk + n, e))?;
                     }
                     return Err(Error::Knowledge(format!("table {table}: {e}")));
                 }
@@ -399,18 +404,15 @@ where
         skip_bad: bool,
     ) -> BoxFuture<'a, Result<(u64, u64)>> {
         boxed(async move {
-            let bind_all = |sql: String, rows: &[Vec<Cell>]| {
-                rows.iter().flatten().fold(sqlx::query(AssertSqlSafe(sql)), |q, c| D::bind(q, c.clone(), ParamType::Any))
-            };
             let row_err = |n: usize, e: sqlx::Error| Error::Knowledge(format!("row {}: `{}`: {e}", n + 1, sql.trim()));
-            let per_chunk = (30_000 / width.max(1)).clamp(1, 1000);
+            let per_chunk = rows_per_statement(width);
             // Many rows a statement, when the statement allows it and no row fails.
             if values_for_rows(sql, width, 1).is_some() {
                 let mut tx = self.pool.begin().await.map_err(knowledge_err)?;
                 let mut failed = false;
                 for chunk in rows.chunks(per_chunk) {
                     let many = values_for_rows(sql, width, chunk.len()).unwrap_or_default();
-                    if bind_all(many, chunk).execute(&mut *tx).await.is_err() {
+                    if Self::bind_rows(many, chunk).execute(&mut *tx).await.is_err() {
                         failed = true;
                         break;
                     }
@@ -426,7 +428,7 @@ where
             let (mut run, mut skipped) = (0, 0);
             if skip_bad {
                 for (n, row) in rows.iter().enumerate() {
-                    match bind_all(sql.to_string(), std::slice::from_ref(row)).execute(&self.pool).await {
+                    match Self::bind_rows(sql.to_string(), std::slice::from_ref(row)).execute(&self.pool).await {
                         Ok(_) => run += 1,
                         Err(e) => {
                             skipped += 1;
@@ -438,7 +440,7 @@ where
             }
             let mut tx = self.pool.begin().await.map_err(knowledge_err)?;
             for (n, row) in rows.iter().enumerate() {
-                bind_all(sql.to_string(), std::slice::from_ref(row)).execute(&mut *tx).await.map_err(|e| row_err(n, e))?;
+                Self::bind_rows(sql.to_string(), std::slice::from_ref(row)).execute(&mut *tx).await.map_err(|e| row_err(n, e))?;
                 run += 1;
             }
             tx.commit().await.map_err(knowledge_err)?;

@@ -265,13 +265,12 @@ pub fn external(path: &Path) -> Result<Option<SqlDb>> {
     if !is_warp(&text) {
         return Ok(None);
     }
-    let raw: Raw =
-        toml::from_str(&text).map_err(|e| Error::Knowledge(format!("{}: {}", path.display(), e.to_string().trim())))?;
-    let mut dbs = match raw.provider.and_then(|p| p.sqldb) {
-        Some(OneOrMany::One(one)) => vec![one],
-        Some(OneOrMany::Many(many)) => many,
-        None => return Ok(None),
-    };
+    let raw = parse(path, &text)?;
+    let enabled_tables = raw.tables.iter().any(|t| t.enabled);
+    let mut dbs = databases(path, raw.provider)?;
+    if dbs.is_empty() {
+        return Ok(None);
+    }
     let refuse = |what: &str| {
         Err(Error::Knowledge(format!(
             "{}: {what}: omlet reaches one database per knowledge for now (routing by the first dotted segment of a \
@@ -282,13 +281,46 @@ pub fn external(path: &Path) -> Result<Option<SqlDb>> {
     if dbs.len() > 1 {
         return refuse(&format!("{} [[provider.sqldb]] databases", dbs.len()));
     }
-    if raw.tables.iter().any(|t| t.enabled) {
+    if enabled_tables {
         return refuse("[[tables]] beside [provider.sqldb]");
     }
-    let mut db = dbs.remove(0);
-    db.connection_uri = super::config::expand_env(&db.connection_uri, &[])
-        .map_err(|e| Error::Knowledge(format!("{}: [provider.sqldb] connection_uri: {e}", path.display())))?;
-    Ok(Some(db))
+    Ok(Some(dbs.remove(0)))
+}
+
+/// The file's text as written, or an error naming the file and line.
+fn parse(path: &Path, text: &str) -> Result<Raw> {
+    toml::from_str(text).map_err(|e| Error::Knowledge(format!("{}: {}", path.display(), e.to_string().trim())))
+}
+
+/// The `[provider.sqldb]` databases (one, or `[[provider.sqldb]]`), each
+/// checked (a name of its own, of `[A-Za-z0-9_]`; kind `postgres` or
+/// `mysql`) and its `connection_uri`'s `${VAR}`s filled in.
+fn databases(path: &Path, provider: Option<ProviderSection>) -> Result<Vec<SqlDb>> {
+    let mut sqldb = match provider.and_then(|p| p.sqldb) {
+        Some(OneOrMany::One(one)) => vec![one],
+        Some(OneOrMany::Many(many)) => many,
+        None => Vec::new(),
+    };
+    let mut names = std::collections::HashSet::new();
+    for s in &mut sqldb {
+        let name = s.name().to_string();
+        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') || !names.insert(name.clone()) {
+            return Err(Error::Knowledge(format!(
+                "{}: [provider.sqldb] name `{name}`: each database needs a name of its own, of A-Z a-z 0-9 _",
+                path.display()
+            )));
+        }
+        if !matches!(s.kind.as_str(), "postgres" | "mysql") {
+            return Err(Error::Knowledge(format!(
+                "{}: [provider.sqldb] {name}: kind `{}` (postgres or mysql)",
+                path.display(),
+                s.kind
+            )));
+        }
+        s.connection_uri = super::config::expand_env(&s.connection_uri, &[])
+            .map_err(|e| Error::Knowledge(format!("{}: [provider.sqldb] {name}: connection_uri: {e}", path.display())))?;
+    }
+    Ok(sqldb)
 }
 
 /// Whether `text` (a knowdb.toml) is in Warp Parse's layout: it has a
@@ -305,8 +337,7 @@ pub fn is_warp(text: &str) -> bool {
 /// or statement the database rejects, or fewer rows than
 /// `expected_rows.min`.
 pub async fn load(path: &Path, text: &str, db: &dyn Provider, allowed: &[PathBuf]) -> Result<Loaded> {
-    let at = |e: toml::de::Error| Error::Knowledge(format!("{}: {}", path.display(), e.to_string().trim()));
-    let raw: Raw = toml::from_str(text).map_err(at)?;
+    let raw = parse(path, text)?;
     let line = |offset: usize| text.as_bytes()[..offset.min(text.len())].iter().filter(|&&b| b == b'\n').count() + 1;
     if *raw.version.get_ref() != 2 {
         return Err(Error::Knowledge(format!(
@@ -341,30 +372,7 @@ pub async fn load(path: &Path, text: &str, db: &dyn Provider, allowed: &[PathBuf
     let skip = raw.default.on_error == super::knowdb::OnError::Skip;
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let base = dir.join(raw.base_dir.as_deref().unwrap_or("."));
-    let mut sqldb = match raw.provider.and_then(|p| p.sqldb) {
-        Some(OneOrMany::One(one)) => vec![one],
-        Some(OneOrMany::Many(many)) => many,
-        None => Vec::new(),
-    };
-    let mut names = std::collections::HashSet::new();
-    for s in &mut sqldb {
-        let name = s.name().to_string();
-        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') || !names.insert(name.clone()) {
-            return Err(Error::Knowledge(format!(
-                "{}: [provider.sqldb] name `{name}`: each database needs a name of its own, of A-Z a-z 0-9 _",
-                path.display()
-            )));
-        }
-        if !matches!(s.kind.as_str(), "postgres" | "mysql") {
-            return Err(Error::Knowledge(format!(
-                "{}: [provider.sqldb] {name}: kind `{}` (postgres or mysql)",
-                path.display(),
-                s.kind
-            )));
-        }
-        s.connection_uri = super::config::expand_env(&s.connection_uri, &[])
-            .map_err(|e| Error::Knowledge(format!("{}: [provider.sqldb] {name}: connection_uri: {e}", path.display())))?;
-    }
+    let sqldb = databases(path, raw.provider)?;
     let mut out = Loaded { tables: Vec::new(), cache: raw.cache, sqldb };
     for t in raw.tables {
         let at_line = line(t.name.span().start);
