@@ -223,6 +223,28 @@ where
         rows.iter().flatten().fold(sqlx::query(AssertSqlSafe(sql)), |q, c| D::bind(q, c.clone(), ParamType::Any))
     }
 
+    /// Runs `sql` once for each row, outside a transaction (PostgreSQL
+    /// aborts one at its first error): a row the database rejects is
+    /// logged with `row_err` and skipped. Returns (run, skipped).
+    async fn each_row_skipping(
+        &self,
+        sql: &str,
+        rows: &[Vec<Cell>],
+        row_err: impl Fn(usize, sqlx::Error) -> Error,
+    ) -> (u64, u64) {
+        let (mut run, mut skipped) = (0, 0);
+        for (n, row) in rows.iter().enumerate() {
+            match Self::bind_rows(sql.to_string(), std::slice::from_ref(row)).execute(&self.pool).await {
+                Ok(_) => run += 1,
+                Err(e) => {
+                    skipped += 1;
+                    tracing::warn!("{}", row_err(n, e));
+                }
+            }
+        }
+        (run, skipped)
+    }
+
     /// Runs a lookup on a lane: `make` builds the query, `fetch` runs it.
     async fn on_lane<T, F>(&self, make: impl Fn() -> Query<'static, D::Db>, fetch: F) -> Result<T, String>
     where
@@ -358,20 +380,10 @@ where
         boxed(async move {
             let insert = self.insert_sql(table, columns);
             let row_err = |n: usize, e: sqlx::Error| Error::Knowledge(format!("table {table}, row {}: {e}", n + 1));
-            let (mut inserted, mut skipped) = (0, 0);
             if skip_bad {
-                // Row by row, outside a transaction: a bad row is skipped and counted.
-                for (n, row) in rows.iter().enumerate() {
-                    match Self::bind_rows(insert.clone(), std::slice::from_ref(row)).execute(&self.pool).await {
-                        Ok(_) => inserted += 1,
-                        Err(e) => {
-                            skipped += 1;
-                            tracing::warn!("{}", row_err(n, e));
-                        }
-                    }
-                }
-                return Ok((inserted, skipped));
+                return Ok(self.each_row_skipping(&insert, rows, row_err).await);
             }
+            let (mut inserted, skipped) = (0, 0);
             // Many rows a statement; a chunk that fails is run again row by
             // row, to name the row at fault.
             let per_chunk = rows_per_statement(columns.len());
@@ -423,21 +435,10 @@ where
                 }
             }
             // One row a statement: to skip, or to name, the rows that fail.
-            // Skipping runs outside a transaction (PostgreSQL aborts one at
-            // its first error), as `insert_rows` does.
-            let (mut run, mut skipped) = (0, 0);
             if skip_bad {
-                for (n, row) in rows.iter().enumerate() {
-                    match Self::bind_rows(sql.to_string(), std::slice::from_ref(row)).execute(&self.pool).await {
-                        Ok(_) => run += 1,
-                        Err(e) => {
-                            skipped += 1;
-                            tracing::warn!("{}", row_err(n, e));
-                        }
-                    }
-                }
-                return Ok((run, skipped));
+                return Ok(self.each_row_skipping(sql, rows, row_err).await);
             }
+            let (mut run, skipped) = (0, 0);
             let mut tx = self.pool.begin().await.map_err(knowledge_err)?;
             for (n, row) in rows.iter().enumerate() {
                 Self::bind_rows(sql.to_string(), std::slice::from_ref(row)).execute(&mut *tx).await.map_err(|e| row_err(n, e))?;
