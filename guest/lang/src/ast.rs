@@ -52,6 +52,8 @@ pub enum Expr {
     },
     Match(Box<Match>),
     Object(Vec<Member>, Span),
+    /// `array { item … }` (delta §1).
+    Array(Vec<Expr>, Span),
     Collect(Box<Expr>, Span),
     Fmt {
         format: String,
@@ -71,6 +73,7 @@ impl Expr {
             | Expr::Now(_, s)
             | Expr::Pipe { span: s, .. }
             | Expr::Object(_, s)
+            | Expr::Array(_, s)
             | Expr::Collect(_, s)
             | Expr::Fmt { span: s, .. }
             | Expr::Ident(_, s) => *s,

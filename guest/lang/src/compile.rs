@@ -512,6 +512,14 @@ impl Checker<'_> {
                 }
                 Expr::Object(out)
             }
+            ast::Expr::Array(items, _) => {
+                let mut out = Vec::with_capacity(items.len());
+                for e in items {
+                    // Every item reads with the array's target as its key.
+                    out.push(self.expr(e, key_of, false)?);
+                }
+                Expr::Array(out)
+            }
             ast::Expr::Collect(src, _) => Expr::Collect(self.var_access(*src, key_of)?),
             ast::Expr::Fmt { format, args, .. } => {
                 let mut accs = Vec::new();

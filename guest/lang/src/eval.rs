@@ -249,6 +249,10 @@ impl<'a, 'h> Ctx<'a, 'h> {
             Stmt::Assign { target, expr } => {
                 if let Some(v) = self.expr(expr, &target.name) {
                     let v = convert(v, &target.ty);
+                    // Delta §4: a null value stores no field.
+                    if matches!(v, Value::Null) {
+                        return;
+                    }
                     self.push_dst(Field { name: Cow::Borrowed(&target.name), value: v, sym: target.sym });
                 }
             }
@@ -269,9 +273,12 @@ impl<'a, 'h> Ctx<'a, 'h> {
 
     // ----- field lookup ------------------------------------------------------
 
-    /// Finds `name` (slot `sym`) for `read` (dst, then src) or `take`
-    /// (src, removed). Names the program knows compare by slot: the first
-    /// field of the slot in dst, then the first one left in src.
+    /// Finds `name` (slot `sym`) for `read` or `take`. Both look at the
+    /// first field of that name in dst, then at the first one left in src.
+    /// `read` returns the first it finds. `take` (delta §3) removes both,
+    /// and returns dst's, or else src's. With `skip_empty` (an `option:`
+    /// name) an empty field is neither returned nor removed. Names the
+    /// program knows compare by slot.
     fn find(&mut self, take: bool, name: &str, sym: u32, skip_empty: bool) -> Option<Field<'a>> {
         self.ensure_index();
         let hit = |f: &Field<'_>| if sym != NO_SYM { f.sym == sym } else { f.name == name };
@@ -280,19 +287,15 @@ impl<'a, 'h> Ctx<'a, 'h> {
             Some(ix) if sym != NO_SYM && (sym as usize) < ix.dst_first.len() => Some(sym as usize),
             _ => None,
         };
-        if !take {
-            let d = match (slot, &self.index) {
-                // `NONE` is past the end of any `dst`: `get` finds nothing.
-                (Some(s), Some(ix)) => self.dst.get(ix.dst_first[s] as usize),
-                _ => self.dst.iter().find(|f| hit(f)),
-            };
-            if let Some(f) = d
-                && !(skip_empty && f.value.is_empty())
-            {
-                return Some(f.clone());
-            }
+        let in_dst = match (slot, &self.index) {
+            (Some(s), Some(ix)) => Some(ix.dst_first[s] as usize).filter(|&i| i < self.dst.len()),
+            _ => self.dst.iter().position(hit),
         }
-        let i = match (slot, &mut self.index) {
+        .filter(|&i| !(skip_empty && self.dst[i].value.is_empty()));
+        if !take && let Some(i) = in_dst {
+            return Some(self.dst[i].clone());
+        }
+        let in_src = match (slot, &mut self.index) {
             (Some(s), Some(ix)) => {
                 let mut i = ix.src_head[s];
                 while i != NONE && self.src[i as usize].is_none() {
@@ -302,13 +305,22 @@ impl<'a, 'h> Ctx<'a, 'h> {
                 (i != NONE).then_some(i as usize)
             }
             _ => self.src.iter().position(|f| matches!(f, Some(f) if hit(f))),
-        }?;
-        let slot = &mut self.src[i];
-        let field = slot.as_ref()?;
-        if skip_empty && field.value.is_empty() {
-            return None;
         }
-        if take { slot.take() } else { Some(field.clone()) }
+        .filter(|&i| !(skip_empty && self.src[i].as_ref().is_some_and(|f| f.value.is_empty())));
+        if !take {
+            return self.src[in_src?].clone();
+        }
+        let from_src = in_src.and_then(|i| self.src[i].take());
+        match in_dst {
+            Some(i) => {
+                // Positions after `i` move down: the index is rebuilt when
+                // next needed. Taking from the output is rare (a rule moving
+                // its own field), so the O(fields) rebuild is too.
+                self.index = None;
+                Some(self.dst.remove(i))
+            }
+            None => from_src,
+        }
     }
 
     /// `read(…)` / `take(…)` with options and default (spec §8.3).
@@ -358,6 +370,18 @@ impl<'a, 'h> Ctx<'a, 'h> {
                     }
                 }
                 Some(Value::Obj(Box::new(obj_from(out))))
+            }
+            Expr::Array(items) => {
+                // Delta §1.3: absent, null and ignore items are skipped; an
+                // array with none left is absent.
+                let mut out = Vec::with_capacity(items.len());
+                for e in items {
+                    match self.expr(e, target) {
+                        None | Some(Value::Null | Value::Ignore) => {}
+                        Some(v) => out.push(Field::new(target, v)),
+                    }
+                }
+                if out.is_empty() { None } else { Some(Value::Array(Box::new(out))) }
             }
             Expr::Collect(a) => self.collect(a),
             Expr::Fmt { pieces, args } => Some(self.fmt(pieces, args)),
@@ -509,6 +533,13 @@ impl<'a, 'h> Ctx<'a, 'h> {
     /// A SQL lookup statement (spec §8.11.3).
     fn lookup(&mut self, targets: &'a [Target], l: &'a Lookup) {
         let params: Vec<Cell> = l.params.iter().map(|p| self.param(p)).collect();
+        // Delta §13.5: when every parameter read from the record is null, the
+        // query is not sent. Literals and built-ins are text of the
+        // statement in the reference, not parameters, so they do not count.
+        let mut read = l.params.iter().zip(&params).filter(|(p, _)| matches!(p, Param::Access(_) | Param::Helper(..)));
+        if read.clone().next().is_some() && read.all(|(_, c)| matches!(c, Cell::Null)) {
+            return;
+        }
         let row = match self.host.query(l.statement, &params) {
             Ok(Some(row)) => row,
             Ok(None) => return,
@@ -537,7 +568,14 @@ impl<'a, 'h> Ctx<'a, 'h> {
             } else {
                 Cow::Borrowed(t.name.as_str())
             };
-            let v = convert(value_of_cell(cell), &t.ty);
+            // Delta §4: a NULL column stores no field, typed target or not.
+            let v = match cell {
+                Cell::Null => continue,
+                cell => convert(value_of_cell(cell), &t.ty),
+            };
+            if matches!(v, Value::Null) {
+                continue;
+            }
             let sym = if t.name == "_" { self.program.resolve(&name) } else { t.sym };
             self.push_dst(Field { name, value: v, sym });
         }

@@ -361,8 +361,8 @@ impl<'s> Printer<'s> {
                 self.inline(n);
                 self.out.nl();
             }
-            K::Arm | K::Member => self.item(n),
-            K::Match | K::Object | K::StaticBlock => self.block(n),
+            K::Arm | K::Member | K::Item => self.item(n),
+            K::Match | K::Object | K::Array | K::StaticBlock => self.block(n),
             _ => self.inline(n),
         }
     }
@@ -407,7 +407,7 @@ impl<'s> Printer<'s> {
     /// is written ` ;`, and the next one starts a new line.
     fn item(&mut self, n: &SyntaxNode) {
         let kind = n.kind;
-        let mut body = kind == K::Member;
+        let mut body = matches!(kind, K::Member | K::Item);
         self.tokens(n, |p, text| {
             if text == "=>" {
                 body = true;

@@ -164,11 +164,19 @@ pub enum Expr {
     Const(Const),
     Access(Access),
     Now(NowFn),
-    Pipe { source: Access, fns: Vec<PipeFn> },
+    Pipe {
+        source: Access,
+        fns: Vec<PipeFn>,
+    },
     Match(Match),
     Object(Vec<Member>),
     Collect(Access),
-    Fmt { pieces: Vec<FmtPiece>, args: Vec<Access> },
+    Fmt {
+        pieces: Vec<FmtPiece>,
+        args: Vec<Access>,
+    },
+    /// `array { … }` (delta §1); last, so that older IR still reads.
+    Array(Vec<Expr>),
 }
 
 /// `read(...)` / `take(...)`, `@name`, with an optional default.
@@ -314,7 +322,8 @@ pub enum PipeFn {
         zone_hours: i64,
         unit: TsUnit,
     },
-    /// `|z| >= 24`: the value passes unchanged.
+    /// `|z| >= 24`: the value passes unchanged. No longer produced: such a
+    /// zone is a compile error (delta §6); kept so that older IR reads.
     ToTsNoop,
     Nth(u64),
     Get(Vec<String>),
@@ -332,6 +341,13 @@ pub enum PipeFn {
     /// `ip_to_biguint` (OML 1.25 delta §8), after the others for the same
     /// reason.
     IpToBigUint,
+    /// `Time::from_ts*(zone)` (delta §6): epoch digits to a naive time.
+    FromTs {
+        zone_hours: i64,
+        unit: TsUnit,
+    },
+    /// `on_fail('text')` (delta §5): ignore or null becomes `text`.
+    OnFail(String),
 }
 
 /// A SQL lookup site: which statement, and how to compute its parameters.
@@ -463,6 +479,7 @@ fn visit_expr(e: &mut Expr, f: &mut dyn FnMut(&mut Named<'_>)) {
             }
         }
         Expr::Object(members) => members.iter_mut().for_each(|m| visit_expr(&mut m.expr, f)),
+        Expr::Array(items) => items.iter_mut().for_each(|e| visit_expr(e, f)),
         Expr::Fmt { args, .. } => args.iter_mut().for_each(|a| visit_access(a, f)),
     }
 }

@@ -19,6 +19,7 @@ pub fn apply<'a>(f: &'a PipeFn, v: Value<'a>) -> Value<'a> {
     if matches!(v, Value::Ignore) {
         return match f {
             PipeFn::ToJson => Value::Chars(Cow::Borrowed("\"\"")),
+            PipeFn::OnFail(text) => Value::Chars(Cow::Owned(text.clone())),
             _ => Value::Ignore,
         };
     }
@@ -52,7 +53,18 @@ pub fn apply<'a>(f: &'a PipeFn, v: Value<'a>) -> Value<'a> {
         (PipeFn::Get(path), Value::Obj(m)) => get_path(Value::Obj(m), path),
         (PipeFn::Path(part), Value::Chars(s)) => path_part(s, *part),
         (PipeFn::Url(part), Value::Chars(s)) => url_part(s, *part),
+        // Delta §7: IPv6 and text that is no IPv4 address give null.
         (PipeFn::Ip4ToInt, Value::Ip(IpAddr::V4(a))) => Value::Digit(u32::from(a) as i64),
+        (PipeFn::Ip4ToInt, Value::Ip(IpAddr::V6(_))) => Value::Null,
+        (PipeFn::Ip4ToInt, Value::Chars(s)) => match s.trim().parse::<Ipv4Addr>() {
+            Ok(a) => Value::Digit(i64::from(u32::from(a))),
+            Err(_) => Value::Null,
+        },
+        (PipeFn::FromTs { zone_hours, unit }, Value::Digit(d)) => match time::from_timestamp(d, *zone_hours, *unit) {
+            Some(t) => Value::Time(t),
+            None => Value::Digit(d),
+        },
+        (PipeFn::OnFail(text), Value::Ignore | Value::Null) => Value::Chars(Cow::Owned(text.clone())),
         (PipeFn::IpToBigUint, v) => ip_to_biguint(&v),
         (PipeFn::ToJson, v) => {
             let mut out = String::new();

@@ -76,6 +76,10 @@ pub enum SyntaxKind {
     /// `object { members }`
     Object,
     Member,
+    /// `array { items }`
+    Array,
+    /// One item of an array.
+    Item,
     /// `select … from … where …`
     Sql,
     /// `a or b`, `a and b`, `not a`, `( a )`

@@ -194,6 +194,17 @@ pub fn to_timestamp(t: i64, zone_hours: i64, unit: TsUnit) -> i64 {
     }
 }
 
+/// The naive time at UTC+`zone_hours` of an epoch value in `unit`, or
+/// `None` when it falls outside the years a time value holds (1677–2262).
+pub fn from_timestamp(value: i64, zone_hours: i64, unit: TsUnit) -> Option<i64> {
+    let per = match unit {
+        TsUnit::Seconds => NANOS_PER_SEC,
+        TsUnit::Millis => 1_000_000,
+        TsUnit::Micros => 1_000,
+    };
+    value.checked_mul(per)?.checked_add(zone_hours.checked_mul(3600 * NANOS_PER_SEC)?)
+}
+
 /// Local naive time from the host clock.
 pub fn local(unix_nanos: i64, offset_secs: i32) -> i64 {
     unix_nanos + offset_secs as i64 * NANOS_PER_SEC

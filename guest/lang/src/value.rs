@@ -398,6 +398,12 @@ pub fn parse_ipv4(s: &str) -> Option<Ipv4Addr> {
     s.parse::<Ipv4Addr>().ok()
 }
 
+/// An address of either family in any standard notation, surrounding
+/// whitespace trimmed (delta §10): what text becomes as an `ip`.
+pub fn parse_ip(s: &str) -> Option<IpAddr> {
+    s.trim().parse::<IpAddr>().ok()
+}
+
 /// Applies the conversion table of spec §7 for a declared type.
 pub fn convert<'a>(value: Value<'a>, ty: &Type) -> Value<'a> {
     let kind = match ty {
@@ -439,9 +445,11 @@ pub fn convert<'a>(value: Value<'a>, ty: &Type) -> Value<'a> {
             "false" => Value::Bool(false),
             _ => Value::Chars(s),
         },
-        (Kind::Ip, Value::Chars(s)) => match parse_ipv4(&s) {
-            Some(ip) => Value::Ip(IpAddr::V4(ip)),
-            None => Value::Chars(s),
+        // Delta §10: trimmed, either family; text that is no address is
+        // null (it used to stay text, so an IPv6 address silently did).
+        (Kind::Ip, Value::Chars(s)) => match parse_ip(&s) {
+            Some(ip) => Value::Ip(ip),
+            None => Value::Null,
         },
         (_, v) => v,
     }

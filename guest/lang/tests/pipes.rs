@@ -39,7 +39,13 @@ fn time_functions() {
     assert_eq!(pipe("Time::to_ts_us", Value::Time(t)), r#"{"x":1705300200000000}"#);
     assert_eq!(pipe("Time::to_ts_zone(0, ms)", Value::Time(t)), r#"{"x":1705329000000}"#);
     assert_eq!(pipe("Time::to_ts_zone(-5, s)", Value::Time(t)), r#"{"x":1705347000}"#);
-    assert_eq!(pipe("Time::to_ts_zone(24, s)", Value::Time(t)), r#"{"x":"2024-01-15 14:30:00"}"#);
+    // Delta §6: the zone may be given to every function, and from_ts* go back.
+    assert_eq!(pipe("Time::to_ts(0)", Value::Time(t)), r#"{"x":1705329000}"#);
+    assert_eq!(pipe("Time::from_ts(0)", Value::Digit(1705329000)), r#"{"x":"2024-01-15 14:30:00"}"#);
+    assert_eq!(pipe("Time::from_ts_us(-1)", Value::Digit(-1)), r#"{"x":"1969-12-31 22:59:59.999999"}"#);
+    // Past the years a time holds, the number passes unchanged.
+    assert_eq!(pipe("Time::from_ts_ms", Value::Digit(i64::MAX)), format!(r#"{{"x":{}}}"#, i64::MAX));
+    assert_eq!(pipe("Time::from_ts", Value::Float(1.5)), r#"{"x":1.5}"#);
     // Text timestamps are not parsed (spec §9 note).
     assert_eq!(pipe("Time::to_ts", chars("2024-01-15 14:30:00")), r#"{"x":"2024-01-15 14:30:00"}"#);
 }
@@ -78,7 +84,10 @@ fn path_and_url() {
 fn conversions_and_markers() {
     let ip = Value::Ip("10.0.0.1".parse().unwrap());
     assert_eq!(pipe("ip4_to_int", ip.clone()), r#"{"x":167772161}"#);
-    assert_eq!(pipe("ip4_to_int", chars("10.0.0.1")), r#"{"x":"10.0.0.1"}"#);
+    // Delta §7: text is parsed; IPv6 and anything else is null, which stores nothing.
+    assert_eq!(pipe("ip4_to_int", chars(" 10.0.0.1 ")), r#"{"x":167772161}"#);
+    assert_eq!(pipe("ip4_to_int", chars("fe80::1")), r#"{}"#);
+    assert_eq!(pipe("ip4_to_int", Value::Ip("::1".parse().unwrap())), r#"{}"#);
     assert_eq!(pipe("to_str", ip), r#"{"x":"10.0.0.1"}"#);
     assert_eq!(pipe("to_str", Value::Float(3.0)), r#"{"x":"3"}"#);
     assert_eq!(pipe("to_json", chars("é\"")), r#"{"x":"\"é\\\"\""}"#);

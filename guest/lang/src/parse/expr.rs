@@ -21,6 +21,9 @@ impl<'s> Parser<'s> {
         if self.at_word("object") && self.peek_after(6) == b'{' {
             return self.object();
         }
+        if self.at_word("array") && self.peek_after(5) == b'{' {
+            return self.array();
+        }
         if self.eat_word("collect") {
             let src = self.var_access()?;
             self.done(SyntaxKind::Collect, start);
@@ -252,7 +255,18 @@ impl<'s> Parser<'s> {
                 let span = self.here();
                 return self.err(format!("expected a field name or `)`, found {found}"), span);
             }
-            self.eat(b',');
+            // Delta §2: arguments are separated by commas, and nothing else
+            // may stand between them (a trailing comma is fine).
+            if !self.eat(b',') && self.peek_after_ws() != b')' {
+                self.ws();
+                let found = self.found();
+                let span = self.here();
+                return self.err_hint(
+                    format!("expected `,` or `)` after a read/take argument, found {found}"),
+                    span,
+                    "separate arguments with commas: read(option:[a, b], keys:[c])",
+                );
+            }
         }
         if allow_default && self.peek_after_ws() == b'{' {
             self.ws();

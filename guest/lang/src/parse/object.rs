@@ -1,4 +1,4 @@
-//! Constructors: `object { … }` and `fmt("…", …)`.
+//! Constructors: `object { … }`, `array { … }` and `fmt("…", …)`.
 
 use super::*;
 
@@ -41,6 +41,31 @@ impl<'s> Parser<'s> {
         }
         self.done(SyntaxKind::Object, start);
         Ok(Expr::Object(members, Span::new(start, self.pos)))
+    }
+
+    /// `array { item [;] … }` (delta §1.1): items follow each other, `;`
+    /// after each optional; an empty array is allowed (and always absent).
+    pub(super) fn array(&mut self) -> PResult<Expr> {
+        let start = self.pos;
+        self.bump_str("array");
+        self.expect(b'{', "`{`")?;
+        let mut items = Vec::new();
+        loop {
+            self.ws();
+            if self.eat(b'}') {
+                break;
+            }
+            if self.at_end() {
+                let span = self.here();
+                return self.err("unclosed array: expected `}`", span);
+            }
+            let is = self.pos;
+            items.push(self.expr(false)?);
+            self.eat(b';');
+            self.done(SyntaxKind::Item, is);
+        }
+        self.done(SyntaxKind::Array, start);
+        Ok(Expr::Array(items, Span::new(start, self.pos)))
     }
 
     pub(super) fn fmt(&mut self) -> PResult<Expr> {

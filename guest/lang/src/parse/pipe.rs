@@ -90,31 +90,47 @@ pub(super) fn pipe_fn(name: &str, args: Option<&str>) -> Result<PipeFn, FnError>
         "json_escape" => no_args(PipeFn::JsonEscape)?,
         "json_unescape" => no_args(PipeFn::JsonUnescape)?,
         "str_escape" => no_args(PipeFn::StrEscape)?,
-        "Time::to_ts" => no_args(PipeFn::ToTs { zone_hours: 8, unit: TsUnit::Seconds })?,
-        "Time::to_ts_ms" => no_args(PipeFn::ToTs { zone_hours: 8, unit: TsUnit::Millis })?,
-        "Time::to_ts_us" => no_args(PipeFn::ToTs { zone_hours: 8, unit: TsUnit::Micros })?,
+        "Time::to_ts" | "Time::to_ts_ms" | "Time::to_ts_us" | "Time::from_ts" | "Time::from_ts_ms" | "Time::from_ts_us" => {
+            let unit = match name.rsplit('_').next() {
+                Some("ms") => TsUnit::Millis,
+                Some("us") => TsUnit::Micros,
+                _ => TsUnit::Seconds,
+            };
+            // Delta §6: the zone is optional, 8 when left out.
+            let zone_hours = match arg {
+                None => 8,
+                Some(a) => zone(name, a)?,
+            };
+            if name.starts_with("Time::from") { PipeFn::FromTs { zone_hours, unit } } else { PipeFn::ToTs { zone_hours, unit } }
+        }
         "Time::to_ts_zone" => {
             let a = arg.unwrap_or("");
             let mut parts = a.split(',').map(str::trim);
             let (z, u) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-            let digits = z.strip_prefix('-').unwrap_or(z);
-            if parts.next().is_some() || digits.is_empty() || !digits.bytes().all(|c| c.is_ascii_digit()) {
+            if parts.next().is_some() || u.is_empty() {
                 return Err((
                     format!("bad arguments for Time::to_ts_zone: `{a}`"),
                     Some(Cow::Borrowed("write Time::to_ts_zone(8, s): an hour offset (no `+`) and s, ms or us")),
                 ));
             }
+            let zone_hours = zone(name, z)?;
             let unit = match u {
                 "s" | "ss" => TsUnit::Seconds,
                 "ms" => TsUnit::Millis,
                 "us" => TsUnit::Micros,
                 _ => return Err((format!("unknown time unit `{u}`"), Some(Cow::Borrowed("units are s, ms and us")))),
             };
-            match z.parse::<i64>() {
-                Ok(h) if h.abs() < 24 => PipeFn::ToTs { zone_hours: h, unit },
-                _ => PipeFn::ToTsNoop,
-            }
+            PipeFn::ToTs { zone_hours, unit }
         }
+        "on_fail" => match arg.and_then(quoted) {
+            Some(text) => PipeFn::OnFail(text),
+            None => {
+                return Err((
+                    "on_fail takes one quoted text".to_string(),
+                    Some(Cow::Borrowed("write on_fail('none'): the text that replaces an ignore or null value")),
+                ));
+            }
+        },
         "nth" => {
             let a = arg.unwrap_or("");
             if a.is_empty() || !a.bytes().all(|c| c.is_ascii_digit()) {
@@ -209,6 +225,10 @@ pub(super) const PIPE_FNS: &[&str] = &[
     "Time::to_ts_ms",
     "Time::to_ts_us",
     "Time::to_ts_zone",
+    "Time::from_ts",
+    "Time::from_ts_ms",
+    "Time::from_ts_us",
+    "on_fail",
     "nth",
     "get",
     "path",
@@ -226,4 +246,22 @@ pub(super) const PIPE_FNS: &[&str] = &[
 pub(super) fn pipe_catalogue() -> String {
     let (last, rest) = PIPE_FNS.split_last().unwrap_or((&"", &[]));
     format!("the pipe functions are {} and {last} (docs/language.md §7)", rest.join(", "))
+}
+
+/// A zone argument of the `Time::` functions (delta §6.1): whole hours east
+/// of UTC, `-23` to `23`, an optional `-` (blanks may follow it), no `+`.
+pub(super) fn zone(name: &str, arg: &str) -> Result<i64, FnError> {
+    let t = arg.trim();
+    let (negative, digits) = match t.strip_prefix('-') {
+        Some(rest) => (true, rest.trim_start()),
+        None => (false, t),
+    };
+    let hint = || Some(Cow::Borrowed("a zone is whole hours east of UTC, from -23 to 23, written without `+`: Time::from_ts(8)"));
+    if digits.is_empty() || !digits.bytes().all(|c| c.is_ascii_digit()) {
+        return Err((format!("bad zone `{t}` for {name}"), hint()));
+    }
+    match digits.parse::<i32>() {
+        Ok(h) if h <= 23 => Ok(if negative { -i64::from(h) } else { i64::from(h) }),
+        _ => Err((format!("zone `{t}` of {name} is out of range"), hint())),
+    }
 }
