@@ -149,7 +149,18 @@ pub enum SqlCond {
     And(Vec<SqlCond>),
     Not(Box<SqlCond>),
     Group(Box<SqlCond>),
-    Cmp { left: SqlOperand, op: &'static str, right: SqlOperand, span: Span },
+    Cmp {
+        left: SqlOperand,
+        op: &'static str,
+        right: SqlOperand,
+        span: Span,
+    },
+    /// `column in (item, …)` (delta §13.2).
+    In {
+        left: SqlOperand,
+        items: Vec<SqlOperand>,
+        span: Span,
+    },
 }
 
 #[derive(Debug, Clone)]

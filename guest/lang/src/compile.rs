@@ -570,7 +570,55 @@ impl Checker<'_> {
                 Ok(())
             }
             SqlCond::Cmp { left, op, right, span } => self.sql_cmp(left, op, right, span, b),
+            SqlCond::In { left, items, span } => self.sql_in(left, items, span, b),
         }
+    }
+
+    /// `column in (item, …)` (delta §13.2): each item that reads the record
+    /// is a parameter named after what it reads (`@sip` gives `:sip`); a
+    /// literal or static symbol is bound under the column's name.
+    fn sql_in(&mut self, left: SqlOperand, items: Vec<SqlOperand>, span: Span, b: &mut SqlBuilder) -> CResult<()> {
+        let SqlOperand::Column(col, _) = &left else {
+            return self.err_hint("the left of `in` must be a column", span, "write `column in (@a, read(b), 'c')`");
+        };
+        let col = col.clone();
+        self.sql_operand(left, &col, b, span)?;
+        b.sql.push_str(" in (");
+        for (i, item) in items.into_iter().enumerate() {
+            if i > 0 {
+                b.sql.push_str(", ");
+            }
+            let item = self.sql_value(item)?;
+            let hint = param_hint(&item).unwrap_or_else(|| col.clone());
+            self.sql_operand(item, &hint, b, span)?;
+        }
+        b.sql.push(')');
+        Ok(())
+    }
+
+    /// The value side of a comparison: a bare name is a static symbol, or a
+    /// temporary field (`__x`, delta §13.3) read from the record; any other
+    /// bare name is an error (it would otherwise compare two columns).
+    fn sql_value(&mut self, value: SqlOperand) -> CResult<SqlOperand> {
+        Ok(match value {
+            SqlOperand::Column(name, at) if self.statics.contains_key(&name) => SqlOperand::Literal(self.static_ref(&name, at)?),
+            SqlOperand::Column(name, at) if name.starts_with("__") => SqlOperand::Value(ast::Expr::Access(ast::Access {
+                take: false,
+                key: Some(name),
+                options: Vec::new(),
+                keys: Vec::new(),
+                default: None,
+                span: at,
+            })),
+            SqlOperand::Column(name, at) => {
+                return self.err_hint(
+                    format!("`{name}` on the right of a SQL comparison is neither a value nor a static symbol"),
+                    at,
+                    &format!("to compare with the field `{name}`, write `read({name})`"),
+                );
+            }
+            v => v,
+        })
     }
 
     fn sql_join(&mut self, parts: Vec<SqlCond>, sep: &str, b: &mut SqlBuilder) -> CResult<()> {
@@ -622,21 +670,8 @@ impl Checker<'_> {
             (l, r) => (l, op, r),
         };
         // Spec §8.11: the value side is an accessor, a built-in, a literal, a
-        // SQL function or a static symbol; any other bare name is an error
-        // (it would otherwise compare two columns).
-        let value = match value {
-            SqlOperand::Column(name, at) => {
-                if !self.statics.contains_key(&name) {
-                    return self.err_hint(
-                        format!("`{name}` on the right of a SQL comparison is neither a value nor a static symbol"),
-                        at,
-                        &format!("to compare with the field `{name}`, write `read({name})`"),
-                    );
-                }
-                SqlOperand::Literal(self.static_ref(&name, at)?)
-            }
-            v => v,
-        };
+        // SQL function, a static symbol or (delta §13.3) a `__temp` name.
+        let value = self.sql_value(value)?;
         let hint = match &col {
             SqlOperand::Column(c, _) => c.clone(),
             other => param_hint(other).unwrap_or_else(|| "p".to_string()),

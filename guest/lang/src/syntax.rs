@@ -89,6 +89,8 @@ pub enum SyntaxKind {
     SqlGroup,
     /// `left op right`
     SqlCmp,
+    /// `column in (items)`
+    SqlIn,
     SqlColumn,
     /// A quoted or numeric literal in SQL.
     SqlLiteral,

@@ -427,6 +427,30 @@ impl<'s> Reader<'_, 's> {
             };
         }
         let left = self.operand(0)?;
+        // `column in (value, …)` (OML 1.25 delta §13.2): an equality for the
+        // default index, never an in-memory key (one of several values).
+        if matches!(self.peek(), Some(Tok::Word(w)) if is(w, "in")) {
+            self.next();
+            self.terms = None;
+            let Side::Column(c) = left else { return Err("the left of `in` must be a column".into()) };
+            if self.next() != Some(Tok::Open) {
+                return Err("expected `(` after `in`".into());
+            }
+            loop {
+                if !matches!(self.operand(0)?, Side::Value | Side::Param(_)) {
+                    return Err("an `in` list holds values, not columns".into());
+                }
+                match self.next() {
+                    Some(Tok::Comma) => continue,
+                    Some(Tok::Close) => break,
+                    _ => return Err("expected `,` or `)` in the `in` list".into()),
+                }
+            }
+            if self.depth == 0 {
+                self.compares.push((c, "="));
+            }
+            return Ok(());
+        }
         let op = match self.next() {
             Some(Tok::Op(op)) => op,
             _ => return Err("expected a comparison".into()),
@@ -574,6 +598,19 @@ mod tests {
         assert!(ok("select zone from zone where ip_start_int <= :ip and 1 = ip4_between(:ip, lo, hi)"));
         assert!(ok("select z from t where cidr4_contains(net, :ip) = 1 and v = -1.5e3 and w = null"));
         assert!(ok("select z from t where n = trim_quotes('\\')"), "a backslash is a character");
+    }
+
+    #[test]
+    fn in_lists_hold_values_and_index_their_column() {
+        assert!(ok("select owner from assets where ip in (:sip, :dip, 'x', 3)"));
+        assert!(ok("select owner from assets where ip in (ip4_int(:a)) and team = :t"));
+        assert!(!ok("select owner from assets where ip in (team)"), "a column in the list compares two columns");
+        assert!(!ok("select owner from assets where ip in :a"));
+        assert!(!ok("select owner from assets where ip in (:a"));
+        assert!(!ok("select owner from assets where :a in (:b)"));
+        let c = check("select owner from assets where ip in (:sip, :dip)", &Policy::default()).unwrap();
+        assert_eq!(c.keys, vec!["ip".to_string()]);
+        assert!(c.terms.is_none(), "an in list is no in-memory key");
     }
 
     #[test]

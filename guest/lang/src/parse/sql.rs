@@ -127,6 +127,20 @@ impl<'s> Parser<'s> {
         let start = self.pos;
         let left = self.sql_operand()?;
         self.ws();
+        // Delta §13.2: `column in (item, …)`, `in(` without a blank too.
+        if self.eat_word_ci("in") {
+            self.expect(b'(', "`(` opening the `in` list")?;
+            let mut items = Vec::new();
+            loop {
+                items.push(self.sql_operand()?);
+                if self.eat(b')') {
+                    break;
+                }
+                self.expect(b',', "`,` or `)` in the `in` list")?;
+            }
+            self.done(SyntaxKind::SqlIn, start);
+            return Ok(SqlCond::In { left, items, span: Span::new(start, self.pos) });
+        }
         let op = ["!=", "<>", "<=", ">=", "=", "<", ">"].into_iter().find(|op| self.rest().starts_with(op));
         let Some(op) = op else {
             let found = self.found();
