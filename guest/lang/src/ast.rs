@@ -54,6 +54,16 @@ pub enum Expr {
     Object(Vec<Member>, Span),
     /// `array { item … }` (delta §1).
     Array(Vec<Expr>, Span),
+    /// `calc( … )` (delta §11).
+    Calc(Box<CalcExpr>, Span),
+    /// `lookup_nocase(dict, key, default)` (delta §12.1).
+    LookupNocase {
+        dict: String,
+        dict_span: Span,
+        key: Box<Expr>,
+        default: Box<Expr>,
+        span: Span,
+    },
     Collect(Box<Expr>, Span),
     Fmt {
         format: String,
@@ -74,6 +84,8 @@ impl Expr {
             | Expr::Pipe { span: s, .. }
             | Expr::Object(_, s)
             | Expr::Array(_, s)
+            | Expr::Calc(_, s)
+            | Expr::LookupNocase { span: s, .. }
             | Expr::Collect(_, s)
             | Expr::Fmt { span: s, .. }
             | Expr::Ident(_, s) => *s,
@@ -176,4 +188,16 @@ pub enum SqlOperand {
         args: Vec<SqlOperand>,
         span: Span,
     },
+}
+
+/// A `calc` expression (delta §11).
+#[derive(Debug, Clone)]
+pub enum CalcExpr {
+    Int(i64),
+    Float(f64),
+    /// `read(…)`, `take(…)` or `@name`.
+    Field(Box<Expr>),
+    Neg(Box<CalcExpr>),
+    Bin(crate::ir::CalcOp, Box<CalcExpr>, Box<CalcExpr>),
+    Fn(crate::ir::CalcFn, Box<CalcExpr>),
 }

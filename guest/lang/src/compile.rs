@@ -313,8 +313,14 @@ impl Checker<'_> {
         }
         let ty = self.ty(&t.ty)?;
         let name = t.name.clone();
-        if matches!(b.expr, ast::Expr::Sql(_)) {
-            return self.err("a static binding cannot be a SQL lookup", b.expr.span());
+        // Delta §14: constants only, so a static is the same value in every
+        // record and at every compile.
+        if let Err((what, span)) = static_safe(&b.expr) {
+            return self.err_hint(
+                format!("a static binding holds constants only: {what} is not one"),
+                span,
+                "statics are literals, and objects, arrays and calc over literals; compute the rest in a statement, into a `__temp` field",
+            );
         }
         let clock_before = self.uses_clock;
         let expr = self.expr(b.expr, &name, false)?;
@@ -520,6 +526,30 @@ impl Checker<'_> {
                 }
                 Expr::Array(out)
             }
+            ast::Expr::Calc(c, _) => Expr::Calc(self.calc(*c, key_of)?),
+            ast::Expr::LookupNocase { dict, dict_span, key, default, .. } => {
+                let members = match self.static_ref(&dict, dict_span)? {
+                    Const::Obj(m) => m,
+                    _ => {
+                        return self.err_hint(
+                            format!("`{dict}` is not a static object"),
+                            dict_span,
+                            "lookup_nocase looks a key up in a static `object { … }`",
+                        );
+                    }
+                };
+                // Keys trimmed and lower-cased; of two that become equal, the
+                // later in key order wins.
+                let mut table = BTreeMap::new();
+                for (k, v) in members {
+                    table.insert(k.trim().to_lowercase(), v);
+                }
+                Expr::LookupNocase {
+                    table: table.into_iter().collect(),
+                    key: Box::new(self.expr(*key, key_of, false)?),
+                    default: Box::new(self.expr(*default, key_of, false)?),
+                }
+            }
             ast::Expr::Collect(src, _) => Expr::Collect(self.var_access(*src, key_of)?),
             ast::Expr::Fmt { format, args, .. } => {
                 let mut accs = Vec::new();
@@ -529,6 +559,17 @@ impl Checker<'_> {
                 Expr::Fmt { pieces: fmt_pieces(&format), args: accs }
             }
             ast::Expr::Sql(q) => return self.err("a SQL lookup must be a whole statement", q.span),
+        })
+    }
+
+    fn calc(&mut self, c: ast::CalcExpr, key_of: &str) -> CResult<Calc> {
+        Ok(match c {
+            ast::CalcExpr::Int(i) => Calc::Int(i),
+            ast::CalcExpr::Float(f) => Calc::Float(f),
+            ast::CalcExpr::Field(e) => Calc::Field(self.var_access(*e, key_of)?),
+            ast::CalcExpr::Neg(x) => Calc::Neg(Box::new(self.calc(*x, key_of)?)),
+            ast::CalcExpr::Fn(f, x) => Calc::Fn(f, Box::new(self.calc(*x, key_of)?)),
+            ast::CalcExpr::Bin(op, l, r) => Calc::Bin(op, Box::new(self.calc(*l, key_of)?), Box::new(self.calc(*r, key_of)?)),
         })
     }
 
@@ -763,6 +804,36 @@ impl Checker<'_> {
             SqlOperand::Call { name, .. } => self.err(format!("`{name}(…)` cannot be computed as a parameter here"), span),
             SqlOperand::Column(c, at) => self.err(format!("column `{c}` where a value was expected"), at),
         }
+    }
+}
+
+/// Whether a static binding's value is a constant (delta §14): a literal,
+/// or an object, array or `calc` built of constants only. Else what is not,
+/// and where.
+fn static_safe(e: &ast::Expr) -> Result<(), (&'static str, Span)> {
+    fn calc(c: &ast::CalcExpr, at: Span) -> Result<(), (&'static str, Span)> {
+        match c {
+            ast::CalcExpr::Int(_) | ast::CalcExpr::Float(_) => Ok(()),
+            ast::CalcExpr::Field(e) => Err(("a field read", e.span())),
+            ast::CalcExpr::Neg(x) | ast::CalcExpr::Fn(_, x) => calc(x, at),
+            ast::CalcExpr::Bin(_, l, r) => calc(l, at).and(calc(r, at)),
+        }
+    }
+    match e {
+        ast::Expr::Literal(..) => Ok(()),
+        ast::Expr::Object(members, _) => members.iter().try_for_each(|m| static_safe(&m.expr)),
+        ast::Expr::Array(items, _) => items.iter().try_for_each(static_safe),
+        ast::Expr::Calc(c, s) => calc(c, *s),
+        ast::Expr::Ident(_, s) => Err(("another static symbol", *s)),
+        ast::Expr::Access(a) => Err(("a field read", a.span)),
+        ast::Expr::At(_, s) => Err(("a field read", *s)),
+        ast::Expr::Now(_, s) => Err(("the clock (`Now::…`)", *s)),
+        ast::Expr::Pipe { span, .. } => Err(("a pipe", *span)),
+        ast::Expr::Match(m) => Err(("a match", m.span)),
+        ast::Expr::Collect(_, s) => Err(("collect", *s)),
+        ast::Expr::Fmt { span, .. } => Err(("fmt", *span)),
+        ast::Expr::Sql(q) => Err(("a SQL lookup", q.span)),
+        ast::Expr::LookupNocase { span, .. } => Err(("lookup_nocase", *span)),
     }
 }
 

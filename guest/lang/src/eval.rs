@@ -383,6 +383,26 @@ impl<'a, 'h> Ctx<'a, 'h> {
                 }
                 if out.is_empty() { None } else { Some(Value::Array(Box::new(out))) }
             }
+            // Delta §11: an error (a non-number operand, a zero divisor, an
+            // overflow) stores an ignore field.
+            Expr::Calc(c) => Some(match self.calc(c) {
+                Some(Num::Int(i)) => Value::Digit(i),
+                Some(Num::Float(f)) => Value::Float(f),
+                None => Value::Ignore,
+            }),
+            Expr::LookupNocase { table, key, default } => {
+                let hit = match self.expr(key, target) {
+                    Some(Value::Chars(s)) => {
+                        let k = s.trim().to_lowercase();
+                        table.binary_search_by(|(name, _)| name.as_str().cmp(k.as_str())).ok()
+                    }
+                    _ => None,
+                };
+                match hit {
+                    Some(i) => Some(const_value(&table[i].1)),
+                    None => self.expr(default, target),
+                }
+            }
             Expr::Collect(a) => self.collect(a),
             Expr::Fmt { pieces, args } => Some(self.fmt(pieces, args)),
         }
@@ -411,6 +431,51 @@ impl<'a, 'h> Ctx<'a, 'h> {
             }
         }
         self.expr(m.default.as_ref()?, target)
+    }
+
+    /// A `calc` expression (delta §11), or `None` on any error.
+    fn calc(&mut self, c: &'a Calc) -> Option<Num> {
+        let n = match c {
+            Calc::Int(i) => Num::Int(*i),
+            Calc::Float(f) => Num::Float(*f),
+            Calc::Field(a) => match self.access(a)?.value {
+                Value::Digit(i) => Num::Int(i),
+                Value::Float(f) => Num::Float(f),
+                _ => return None,
+            },
+            Calc::Neg(x) => match self.calc(x)? {
+                Num::Int(i) => Num::Int(i.checked_neg()?),
+                Num::Float(f) => Num::Float(-f),
+            },
+            Calc::Fn(f, x) => match (f, self.calc(x)?) {
+                (CalcFn::Abs, Num::Int(i)) => Num::Int(i.checked_abs()?),
+                (CalcFn::Abs, Num::Float(x)) => Num::Float(x.abs()),
+                (_, Num::Int(i)) => Num::Int(i),
+                (f, Num::Float(x)) => Num::Int(to_integer(*f, x)?),
+            },
+            Calc::Bin(op, l, r) => {
+                let (l, r) = (self.calc(l)?, self.calc(r)?);
+                match (op, l, r) {
+                    (CalcOp::Add, Num::Int(a), Num::Int(b)) => Num::Int(a.checked_add(b)?),
+                    (CalcOp::Sub, Num::Int(a), Num::Int(b)) => Num::Int(a.checked_sub(b)?),
+                    (CalcOp::Mul, Num::Int(a), Num::Int(b)) => Num::Int(a.checked_mul(b)?),
+                    (CalcOp::Rem, Num::Int(a), Num::Int(b)) => Num::Int(a.checked_rem(b)?),
+                    (CalcOp::Rem, ..) => return None,
+                    (CalcOp::Div, a, b) if b.float() == 0.0 => {
+                        let _ = a;
+                        return None;
+                    }
+                    (CalcOp::Div, a, b) => Num::Float(a.float() / b.float()),
+                    (CalcOp::Add, a, b) => Num::Float(a.float() + b.float()),
+                    (CalcOp::Sub, a, b) => Num::Float(a.float() - b.float()),
+                    (CalcOp::Mul, a, b) => Num::Float(a.float() * b.float()),
+                }
+            }
+        };
+        match n {
+            Num::Float(f) if !f.is_finite() => None,
+            n => Some(n),
+        }
     }
 
     /// `collect read/take(keys:[…])` (spec §8.9).
@@ -592,6 +657,43 @@ impl<'a> Index<'a> {
         {
             *first = at as u32;
         }
+    }
+}
+
+/// A number of `calc`: integer arithmetic stays integer (checked), any
+/// float makes the operation a float one.
+#[derive(Clone, Copy)]
+enum Num {
+    Int(i64),
+    Float(f64),
+}
+
+impl Num {
+    fn float(self) -> f64 {
+        match self {
+            Num::Int(i) => i as f64,
+            Num::Float(f) => f,
+        }
+    }
+}
+
+/// `round` (halves away from zero), `floor` or `ceil` of `x` as an
+/// integer, or `None` outside the 64-bit range. Without `std` there is no
+/// `f64::floor`: the integer part comes from the cast, which truncates, and
+/// is exact wherever `x` has a fraction at all (|x| < 2^52).
+fn to_integer(f: CalcFn, x: f64) -> Option<i64> {
+    // Exactly the floats whose integer part fits in an i64 (NaN fails too).
+    if !(-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&x) {
+        return None;
+    }
+    let t = x as i64;
+    let frac = x - t as f64;
+    match f {
+        CalcFn::Floor if frac < 0.0 => t.checked_sub(1),
+        CalcFn::Ceil if frac > 0.0 => t.checked_add(1),
+        CalcFn::Round if frac >= 0.5 => t.checked_add(1),
+        CalcFn::Round if frac <= -0.5 => t.checked_sub(1),
+        _ => Some(t),
     }
 }
 

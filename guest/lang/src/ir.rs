@@ -177,6 +177,45 @@ pub enum Expr {
     },
     /// `array { … }` (delta §1); last, so that older IR still reads.
     Array(Vec<Expr>),
+    /// `calc( … )` (delta §11).
+    Calc(Calc),
+    /// `lookup_nocase` (delta §12.1): `table` holds the static object's
+    /// members keyed by their trimmed, lower-case names, sorted.
+    LookupNocase {
+        table: Vec<(String, Const)>,
+        key: Box<Expr>,
+        default: Box<Expr>,
+    },
+}
+
+/// A `calc` expression, compiled (delta §11).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Calc {
+    Int(i64),
+    Float(f64),
+    Field(Access),
+    Neg(Box<Calc>),
+    Bin(CalcOp, Box<Calc>, Box<Calc>),
+    Fn(CalcFn, Box<Calc>),
+}
+
+/// A binary operator of `calc`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CalcOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Rem,
+}
+
+/// A function of `calc`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CalcFn {
+    Abs,
+    Round,
+    Floor,
+    Ceil,
 }
 
 /// `read(...)` / `take(...)`, `@name`, with an optional default.
@@ -480,7 +519,24 @@ fn visit_expr(e: &mut Expr, f: &mut dyn FnMut(&mut Named<'_>)) {
         }
         Expr::Object(members) => members.iter_mut().for_each(|m| visit_expr(&mut m.expr, f)),
         Expr::Array(items) => items.iter_mut().for_each(|e| visit_expr(e, f)),
+        Expr::Calc(c) => visit_calc(c, f),
+        Expr::LookupNocase { key, default, .. } => {
+            visit_expr(key, f);
+            visit_expr(default, f);
+        }
         Expr::Fmt { args, .. } => args.iter_mut().for_each(|a| visit_access(a, f)),
+    }
+}
+
+fn visit_calc(c: &mut Calc, f: &mut dyn FnMut(&mut Named<'_>)) {
+    match c {
+        Calc::Int(_) | Calc::Float(_) => {}
+        Calc::Field(a) => visit_access(a, f),
+        Calc::Neg(x) | Calc::Fn(_, x) => visit_calc(x, f),
+        Calc::Bin(_, l, r) => {
+            visit_calc(l, f);
+            visit_calc(r, f);
+        }
     }
 }
 

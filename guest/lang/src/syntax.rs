@@ -80,6 +80,10 @@ pub enum SyntaxKind {
     Array,
     /// One item of an array.
     Item,
+    /// `calc( … )`
+    Calc,
+    /// `lookup_nocase( … )`
+    LookupNocase,
     /// `select … from … where …`
     Sql,
     /// `a or b`, `a and b`, `not a`, `( a )`

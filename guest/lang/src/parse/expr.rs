@@ -24,6 +24,12 @@ impl<'s> Parser<'s> {
         if self.at_word("array") && self.peek_after(5) == b'{' {
             return self.array();
         }
+        if self.at_word("calc") && self.peek_after(4) == b'(' {
+            return self.calc();
+        }
+        if self.at_word("lookup_nocase") && self.peek_after(13) == b'(' {
+            return self.lookup_nocase();
+        }
         if self.eat_word("collect") {
             let src = self.var_access()?;
             self.done(SyntaxKind::Collect, start);

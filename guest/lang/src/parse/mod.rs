@@ -13,7 +13,7 @@
 //! pattern (§3.1), not a comment.
 //!
 //! The grammar is split by construct, one file each: [`rule`] (header,
-//! static blocks, statements), [`expr`] (what starts an expression,
+//! static blocks, statements), [`calc`] (`calc`, `lookup_nocase`), [`expr`] (what starts an expression,
 //! accessors, literals), [`pipe`], [`object`] (`object`, `array`, `fmt`),
 //! [`matching`] and [`sql`]. This file holds the cursor: every step goes
 //! through `bump`, `eat`, `eat_word`, `eat_str` or `expect`, never through
@@ -40,6 +40,7 @@ use crate::syntax::{Recording, SyntaxKind};
 use crate::time::{self, TsUnit};
 use crate::value;
 
+mod calc;
 mod expr;
 mod matching;
 mod object;
