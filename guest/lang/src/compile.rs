@@ -811,19 +811,19 @@ impl Checker<'_> {
 /// or an object, array or `calc` built of constants only. Else what is not,
 /// and where.
 fn static_safe(e: &ast::Expr) -> Result<(), (&'static str, Span)> {
-    fn calc(c: &ast::CalcExpr, at: Span) -> Result<(), (&'static str, Span)> {
+    fn calc(c: &ast::CalcExpr) -> Result<(), (&'static str, Span)> {
         match c {
             ast::CalcExpr::Int(_) | ast::CalcExpr::Float(_) => Ok(()),
             ast::CalcExpr::Field(e) => Err(("a field read", e.span())),
-            ast::CalcExpr::Neg(x) | ast::CalcExpr::Fn(_, x) => calc(x, at),
-            ast::CalcExpr::Bin(_, l, r) => calc(l, at).and(calc(r, at)),
+            ast::CalcExpr::Neg(x) | ast::CalcExpr::Fn(_, x) => calc(x),
+            ast::CalcExpr::Bin(_, l, r) => calc(l).and(calc(r)),
         }
     }
     match e {
         ast::Expr::Literal(..) => Ok(()),
         ast::Expr::Object(members, _) => members.iter().try_for_each(|m| static_safe(&m.expr)),
         ast::Expr::Array(items, _) => items.iter().try_for_each(static_safe),
-        ast::Expr::Calc(c, s) => calc(c, *s),
+        ast::Expr::Calc(c, _) => calc(c),
         ast::Expr::Ident(_, s) => Err(("another static symbol", *s)),
         ast::Expr::Access(a) => Err(("a field read", a.span)),
         ast::Expr::At(_, s) => Err(("a field read", *s)),
