@@ -172,32 +172,8 @@ impl<'s> Parser<'s> {
     fn lookup_arg(&mut self) -> PResult<Expr> {
         self.ws();
         let start = self.pos;
-        let c = self.peek();
-        if c.is_ascii_digit() || (c == b'-' && self.peek_at(1).is_ascii_digit()) {
-            self.bump();
-            self.take_while(|c| c.is_ascii_digit() || c == b'.');
-            let text = &self.src[start..self.pos];
-            let span = Span::new(start, self.pos);
-            let value = match value::parse_digit(text) {
-                Some(d) => Const::Digit(d),
-                None => match value::parse_float(text) {
-                    Some(f) => Const::Float(f),
-                    None => return self.err(format!("`{text}` is not a number"), span),
-                },
-            };
-            self.done(SyntaxKind::Literal, start);
-            return Ok(Expr::Literal(value, span));
-        }
-        if c == b'\'' || c == b'"' {
-            let Some(end) = self.rest()[1..].find(c as char) else {
-                let span = self.here();
-                return self.err("unclosed quoted text", span);
-            };
-            let text = self.src[start + 1..start + 1 + end].to_string();
-            let quoted = &self.src[start..start + end + 2];
-            self.bump_str(quoted);
-            self.done(SyntaxKind::Literal, start);
-            return Ok(Expr::Literal(Const::Chars(text), Span::new(start, self.pos)));
+        if let Some(lit) = self.sql_literal()? {
+            return Ok(Expr::Literal(lit, Span::new(start, self.pos)));
         }
         self.expr(false)
     }

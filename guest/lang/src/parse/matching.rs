@@ -24,15 +24,7 @@ impl<'s> Parser<'s> {
         self.expect(b'{', "`{` opening the match arms")?;
         let mut arms = Vec::new();
         let mut default: Option<Expr> = None;
-        loop {
-            self.ws();
-            if self.eat(b'}') {
-                break;
-            }
-            if self.at_end() {
-                let span = self.here();
-                return self.err("unclosed match: expected `}`", span);
-            }
+        while self.block_item("match")? {
             let arm_start = self.pos;
             if default.is_some() {
                 let span = self.here();

@@ -358,6 +358,20 @@ impl<'s> Parser<'s> {
         at
     }
 
+    /// Inside a `{ … }` block (an object, an array, a match, a static
+    /// block): whether another item follows. Consumes the closing `}` and
+    /// says no; at the end of the file, the block is unclosed.
+    fn block_item(&mut self, what: &str) -> PResult<bool> {
+        if self.eat(b'}') {
+            return Ok(false);
+        }
+        if self.at_end() {
+            let span = self.here();
+            return self.err(format!("unclosed {what}: expected `}}`"), span);
+        }
+        Ok(true)
+    }
+
     fn eat(&mut self, c: u8) -> bool {
         self.ws();
         if self.peek() == c {

@@ -8,15 +8,7 @@ impl<'s> Parser<'s> {
         self.bump_str("object");
         self.expect(b'{', "`{`")?;
         let mut members = Vec::new();
-        loop {
-            self.ws();
-            if self.eat(b'}') {
-                break;
-            }
-            if self.at_end() {
-                let span = self.here();
-                return self.err("unclosed object: expected `}`", span);
-            }
+        while self.block_item("object")? {
             let ms = self.pos;
             let mut names = Vec::new();
             loop {
@@ -50,15 +42,7 @@ impl<'s> Parser<'s> {
         self.bump_str("array");
         self.expect(b'{', "`{`")?;
         let mut items = Vec::new();
-        loop {
-            self.ws();
-            if self.eat(b'}') {
-                break;
-            }
-            if self.at_end() {
-                let span = self.here();
-                return self.err("unclosed array: expected `}`", span);
-            }
+        while self.block_item("array")? {
             let is = self.pos;
             items.push(self.expr(false)?);
             self.eat(b';');

@@ -192,20 +192,13 @@ impl<'s> Parser<'s> {
         let start = self.pos;
         self.bump_str("static");
         self.expect(b'{', "`{`")?;
-        loop {
-            self.ws();
-            if self.eat(b'}') {
-                self.done(SyntaxKind::StaticBlock, start);
-                return Ok(());
-            }
-            if self.at_end() {
-                let span = self.here();
-                return self.err("unclosed static block: expected `}`", span);
-            }
+        while self.block_item("static block")? {
             if let Some(s) = self.statement_or_skip() {
                 out.push(s);
             }
         }
+        self.done(SyntaxKind::StaticBlock, start);
+        Ok(())
     }
 
     pub(super) fn statement(&mut self) -> PResult<Statement> {

@@ -161,8 +161,10 @@ impl<'s> Parser<'s> {
         o
     }
 
-    pub(super) fn sql_operand_at(&mut self) -> PResult<SqlOperand> {
-        self.ws();
+    /// A quoted text or a number at the cursor (the literals of SQL, which
+    /// `lookup_nocase`'s arguments take too), or `None`, reading nothing,
+    /// when neither starts here.
+    pub(super) fn sql_literal(&mut self) -> PResult<Option<Const>> {
         let start = self.pos;
         let c = self.peek();
         if c == b'\'' || c == b'"' {
@@ -178,7 +180,7 @@ impl<'s> Parser<'s> {
             let text = self.src[s..self.pos].to_string();
             self.bump();
             self.done(SyntaxKind::SqlLiteral, start);
-            return Ok(SqlOperand::Literal(Const::Chars(text)));
+            return Ok(Some(Const::Chars(text)));
         }
         if c.is_ascii_digit() || ((c == b'-' || c == b'+') && self.peek_at(1).is_ascii_digit()) {
             let s = self.pos;
@@ -188,15 +190,25 @@ impl<'s> Parser<'s> {
             let span = Span::new(s, self.pos);
             if let Some(d) = value::parse_digit(text) {
                 self.done(SyntaxKind::SqlLiteral, start);
-                return Ok(SqlOperand::Literal(Const::Digit(d)));
+                return Ok(Some(Const::Digit(d)));
             }
             return match value::parse_float(text) {
                 Some(f) => {
                     self.done(SyntaxKind::SqlLiteral, start);
-                    Ok(SqlOperand::Literal(Const::Float(f)))
+                    Ok(Some(Const::Float(f)))
                 }
                 None => self.err("invalid number", span),
             };
+        }
+        Ok(None)
+    }
+
+    pub(super) fn sql_operand_at(&mut self) -> PResult<SqlOperand> {
+        self.ws();
+        let start = self.pos;
+        let c = self.peek();
+        if let Some(lit) = self.sql_literal()? {
+            return Ok(SqlOperand::Literal(lit));
         }
         if c == b'@' {
             return Ok(SqlOperand::Value(self.at_name()?));
