@@ -103,7 +103,7 @@ fn native_lookups(
     let (prog, k, bound, records) = (prog.clone(), k.clone(), bound.to_vec(), records.to_vec());
     let handle = rt.handle().clone();
     std::thread::spawn(move || {
-        let mut host = NativeHost { knowledge: Some(k), bound, handle };
+        let mut host = NativeHost::new(Some(k), bound, handle);
         native(&prog, &mut host, &records, n)
     })
     .join()

@@ -93,6 +93,20 @@ function* jsonlRecords(text) {
   }
 }
 
+const v4net = (a, b, c, d, len) => ({
+  high: 0n,
+  low: (0xffffn << 32n) | BigInt(((a << 24) | (b << 16) | (c << 8) | d) >>> 0),
+  prefix: 96 + len,
+});
+const INTRANET_NETS = [
+  v4net(10, 0, 0, 0, 8),
+  v4net(172, 16, 0, 0, 12),
+  v4net(192, 168, 0, 0, 16),
+  v4net(127, 0, 0, 0, 8),
+  { high: 0n, low: 1n, prefix: 128 },
+  { high: 0xfc00n << 48n, low: 0n, prefix: 7 },
+];
+
 async function main() {
   const args = parseArgs(process.argv.slice(2));
 
@@ -111,17 +125,22 @@ async function main() {
       if (!kb) throw new QueryError('unknown-statement', `no statement #${statement}`);
       return kb.columns(statement);
     },
+    // OML 1.25 §9.1's built-in private ranges, as IPv6 prefixes (IPv4 as
+    // ::ffff:a.b.c.d/(96 + n)); this host reads no [intranet_nets].
+    intranetNets() {
+      return INTRANET_NETS;
+    },
   };
   const clock = { now };
   // The generated code looks its imports up by interface name; the typings
   // it comes with spell them with the package version. Both are given.
   const rule = await instantiate(readFileSync(args.component), {
     'omlet:rule/knowledge': knowledge,
-    'omlet:rule/knowledge@0.4.0': knowledge,
+    'omlet:rule/knowledge@0.5.0': knowledge,
     'omlet:rule/clock': clock,
-    'omlet:rule/clock@0.4.0': clock,
+    'omlet:rule/clock@0.5.0': clock,
     'omlet:rule/types': {},
-    'omlet:rule/types@0.4.0': {},
+    'omlet:rule/types@0.5.0': {},
   });
 
   let info;
@@ -175,6 +194,7 @@ async function main() {
       if (e?.payload?.kind === undefined) throw new Error(`record ${input.number}: the component trapped: ${e?.stack ?? e}`);
       // A fatal lookup error has a kind of its own; the line says `failed`, as omlet run's does.
       if (e.payload.kind === 'lookup') report(input, 'failed', `lookup failed: ${e.payload.message}`);
+      else if (e.payload.kind === 'rejected') report(input, 'failed', `rejected by the rule: ${e.payload.message}`);
       else report(input, e.payload.kind, e.payload.message);
       continue;
     }

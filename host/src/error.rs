@@ -76,6 +76,16 @@ pub enum Error {
         message: String,
     },
 
+    /// The rule failed the record itself with `fail(…)`; `message` is the
+    /// rule's. `index` is the record's position in its batch (0-based).
+    #[error("rejected by the rule: {message}")]
+    Rejected {
+        /// Position of the record in the batch (0-based).
+        index: usize,
+        /// The rule's message (at most 1 KiB).
+        message: String,
+    },
+
     /// No model of the rule set takes the record (its route names none, for
     /// example a rule path that no enabled model claims). The record was not
     /// evaluated; `index` is its position in the batch (0-based).
@@ -189,6 +199,7 @@ impl Error {
             Error::Limit { limit, message } => Error::Limit { limit: *limit, message: message.clone() },
             Error::Unrouted { index, message } => Error::Unrouted { index: *index, message: message.clone() },
             Error::Lookup { index, message } => Error::Lookup { index: *index, message: message.clone() },
+            Error::Rejected { index, message } => Error::Rejected { index: *index, message: message.clone() },
             Error::Trap { code, message } => Error::Trap { code: *code, message: message.clone() },
             Error::Config(m) => Error::Config(m.clone()),
             Error::Knowledge(m) => Error::Knowledge(m.clone()),
@@ -202,6 +213,7 @@ impl Error {
     pub(crate) fn at_index(self, index: usize) -> Error {
         match self {
             Error::Lookup { message, .. } => Error::Lookup { index, message },
+            Error::Rejected { message, .. } => Error::Rejected { index, message },
             Error::Unrouted { message, .. } => Error::Unrouted { index, message },
             e => e,
         }

@@ -66,6 +66,10 @@ pub struct LoadOptions {
     pub knowledge: Option<Arc<Knowledge>>,
     /// Build limits for rule sources; the engine's ([`EngineConfig::build`]) when unset.
     pub build: Option<build::BuildLimits>,
+    /// The networks `intranet_ip` and `access_direct` call LAN (OML 1.25
+    /// §9). When unset: the knowledge's `[intranet_nets]`, or else the
+    /// built-in private ranges.
+    pub intranet_nets: Option<crate::knowledge::IntranetNets>,
 }
 
 impl LoadOptions {
@@ -86,11 +90,32 @@ impl LoadOptions {
         self.build = Some(limits);
         self
     }
+
+    /// With these intranet networks rather than the knowledge's; an entry
+    /// that is no network fails the load with [`Error::Config`].
+    pub fn intranet_nets(mut self, nets: crate::knowledge::IntranetNets) -> LoadOptions {
+        self.intranet_nets = Some(nets);
+        self
+    }
+
+    /// The networks as the guest receives them.
+    fn networks(&self) -> Result<Vec<wk::Network>> {
+        let nets = match (&self.intranet_nets, &self.knowledge) {
+            (Some(n), _) => n.strict("LoadOptions::intranet_nets").map_err(|e| Error::Config(e.to_string()))?,
+            (None, Some(k)) => k.intranet_nets().to_vec(),
+            (None, None) => omlet_lang::intranet::BUILTIN.to_vec(),
+        };
+        Ok(nets.iter().map(|n| wk::Network { high: (n.addr >> 64) as u64, low: n.addr as u64, prefix: n.prefix }).collect())
+    }
 }
 
 impl std::fmt::Debug for LoadOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LoadOptions").field("knowledge", &self.knowledge.is_some()).field("build", &self.build).finish()
+        f.debug_struct("LoadOptions")
+            .field("knowledge", &self.knowledge.is_some())
+            .field("build", &self.build)
+            .field("intranet_nets", &self.intranet_nets)
+            .finish()
     }
 }
 
@@ -424,7 +449,7 @@ impl Engine {
         check_wit_version(&self.inner, &component)?;
         let pre = self.linker.instantiate_pre(&component).map_err(|e| Error::load("component", e))?;
         let pre = bindings::RulePre::new(pre).map_err(|e| Error::load("component", e))?;
-        let shared = Arc::new(Shared { knowledge, statements: Vec::new() });
+        let shared = Arc::new(Shared { knowledge, statements: Vec::new(), nets: options.networks()? });
         let mut inst = Instance::new(self, &pre, shared.clone()).await?;
         inst.arm(&self.config, 0);
         let info = inst.calls.omlet_rule_meta().call_info(&mut inst.store).await;
@@ -437,7 +462,7 @@ impl Engine {
             Some(k) => k.bind(&info.statements.iter().map(StatementInfo::to_lang).collect::<Vec<_>>()).await?,
             None => Vec::new(),
         };
-        let shared = Arc::new(Shared { knowledge: shared.knowledge.clone(), statements });
+        let shared = Arc::new(Shared { knowledge: shared.knowledge.clone(), statements, nets: shared.nets.clone() });
         inst.store.data_mut().shared = shared.clone();
         let idle: Arc<Pool<Instance<bindings::Rule>>> = Arc::new(Pool::new(Some(inst)));
         self.slots.register(Arc::downgrade(&idle) as Weak<dyn Idle>);
@@ -471,11 +496,12 @@ impl Engine {
 }
 
 /// The WIT package this host speaks (`wit/omlet.wit`).
-const WIT_PACKAGE: &str = "omlet:rule@0.4.0";
+const WIT_PACKAGE: &str = "omlet:rule@0.5.0";
 
 /// Refuses a component built for another version of omlet's WIT package,
 /// with what to do, before linking fails on its first import. 0.4.0 added
-/// the `bigint` frame node, which an older guest cannot read.
+/// the `bigint` frame node, which an older guest cannot read; 0.5.0 the
+/// `intranet-nets` import and the `rejected` error kind.
 fn check_wit_version(engine: &WtEngine, component: &Component) -> Result<()> {
     let ty = component.component_type();
     let names = ty.imports(engine).map(|(n, _)| n.to_string()).chain(ty.exports(engine).map(|(n, _)| n.to_string()));
@@ -650,6 +676,8 @@ impl From<bindings::exports::omlet::rule::meta::RuleInfo> for RuleInfo {
 pub(crate) struct Shared {
     knowledge: Option<Arc<Knowledge>>,
     statements: Vec<BoundStatement>,
+    /// The intranet networks (`knowledge.intranet-nets`).
+    nets: Vec<wk::Network>,
 }
 
 /// The data of one instance's `Store`.
@@ -803,7 +831,7 @@ struct SyncPath {
 const SKIP_AFTER_MISS: u32 = 64;
 
 /// The interface the evaluator's functions are exported under.
-const EVALUATOR: &str = "omlet:rule/evaluator@0.4.0";
+const EVALUATOR: &str = "omlet:rule/evaluator@0.5.0";
 
 /// A store for one instance, with the engine's limits; `sync` stores stop
 /// a call that computes past [`SYNC_BUDGET`] instead of yielding.
@@ -1358,6 +1386,7 @@ fn record_error(index: usize, e: ev::EvalError) -> Error {
     match e.kind {
         ev::ErrorKind::Unrouted => Error::Unrouted { index, message: e.message },
         ev::ErrorKind::Lookup => Error::Lookup { index, message: e.message },
+        ev::ErrorKind::Rejected => Error::Rejected { index, message: e.message },
         ev::ErrorKind::Failed => Error::Internal(format!("the guest could not evaluate record {index}: {}", e.message)),
     }
 }
@@ -1462,6 +1491,10 @@ impl wk::Host for StoreState {
     async fn columns(&mut self, statement: u32) -> wasmtime::Result<Result<Vec<String>, wk::QueryError>> {
         Ok(columns(&self.shared, statement))
     }
+
+    async fn intranet_nets(&mut self) -> wasmtime::Result<Vec<wk::Network>> {
+        Ok(self.shared.nets.clone())
+    }
 }
 
 impl clock::Host for StoreState {
@@ -1476,7 +1509,7 @@ impl clock::Host for StoreState {
 /// early and the call is made again on the async path.
 fn sync_imports(engine: &WtEngine) -> wasmtime::Result<Linker<StoreState>> {
     let mut linker: Linker<StoreState> = Linker::new(engine);
-    let mut knowledge = linker.instance("omlet:rule/knowledge@0.4.0")?;
+    let mut knowledge = linker.instance("omlet:rule/knowledge@0.5.0")?;
     knowledge.func_wrap("query", |mut store, (statement, params): (u32, Vec<wk::Cell>)| {
         let s = store.data_mut();
         let shared = s.shared.clone();
@@ -1494,7 +1527,8 @@ fn sync_imports(engine: &WtEngine) -> wasmtime::Result<Linker<StoreState>> {
         },))
     })?;
     knowledge.func_wrap("columns", |store, (statement,): (u32,)| Ok((columns(&store.data().shared, statement),)))?;
-    let mut clock = linker.instance("omlet:rule/clock@0.4.0")?;
+    knowledge.func_wrap("intranet-nets", |store, (): ()| Ok((store.data().shared.nets.clone(),)))?;
+    let mut clock = linker.instance("omlet:rule/clock@0.5.0")?;
     clock.func_wrap("now", |_, (): ()| Ok((now(),)))?;
     Ok(linker)
 }

@@ -21,6 +21,7 @@ use alloc::vec::Vec;
 use omlet_lang::eval::{self, Cell, QueryError};
 use omlet_lang::fnv::FnvBuild;
 use omlet_lang::frame::{Reader, Writer};
+use omlet_lang::intranet::Net;
 use omlet_lang::ir::{IR_VERSION, Program};
 use omlet_lang::{Route, RouteError};
 
@@ -131,6 +132,8 @@ struct State {
     generation: u64,
     cache: Cache,
     columns: BTreeMap<u32, Vec<String>>,
+    /// The host's intranet networks, asked for at the first use in a generation.
+    nets: Option<Vec<Net>>,
     /// Rule path → model index, or why there is none.
     routes: BTreeMap<String, Result<usize, RouteError>>,
     key: Vec<u8>,
@@ -146,6 +149,7 @@ static mut STATE: State = State {
     generation: 0,
     cache: Cache::new(),
     columns: BTreeMap::new(),
+    nets: None,
     routes: BTreeMap::new(),
     key: Vec::new(),
     writer: Writer::new(),
@@ -298,6 +302,7 @@ fn failed(message: String) -> EvalError {
 fn eval_error(e: eval::EvalError) -> EvalError {
     match e {
         eval::EvalError::Lookup(message) => EvalError { kind: ErrorKind::Lookup, message },
+        eval::EvalError::Rejected(message) => EvalError { kind: ErrorKind::Rejected, message },
         other => failed(other.to_string()),
     }
 }
@@ -310,12 +315,13 @@ fn refresh(st: &mut State, generation: u64) {
         st.generation = generation;
         st.cache.clear();
         st.columns.clear();
+        st.nets = None;
     }
 }
 
 /// The program, the model `route` names, and the host for evaluating on it.
 fn split<'s>(st: &'s mut State, route: &WRoute) -> Result<(&'s Program, usize, WitHost<'s>), EvalError> {
-    let State { program, cache, columns, routes, key, .. } = st;
+    let State { program, cache, columns, routes, key, nets, .. } = st;
     let prog = program.get_or_insert_with(load_program).as_ref().map_err(|e| failed(e.clone()))?;
     let model = match route {
         // Paths repeat: remember where each went (a bounded map, like the cache).
@@ -334,7 +340,7 @@ fn split<'s>(st: &'s mut State, route: &WRoute) -> Result<(&'s Program, usize, W
         WRoute::Only => prog.route(Route::Only),
     };
     let model = model.map_err(|e| EvalError { kind: ErrorKind::Unrouted, message: e.to_string() })?;
-    Ok((prog, model, WitHost { cache, key, columns }))
+    Ok((prog, model, WitHost { cache, key, columns, nets }))
 }
 
 /// `eval::Host` over the WIT imports, with the guest-side cache.
@@ -343,6 +349,7 @@ struct WitHost<'s> {
     /// The key of the current lookup: one buffer, so a hit allocates none.
     key: &'s mut Vec<u8>,
     columns: &'s mut BTreeMap<u32, Vec<String>>,
+    nets: &'s mut Option<Vec<Net>>,
 }
 
 /// Writes the cache key of a lookup into `k` (reused between lookups).
@@ -407,5 +414,14 @@ impl eval::Host for WitHost<'_> {
     fn now(&mut self) -> (i64, i32) {
         let n = omlet::rule::clock::now();
         (n.unix_nanos, n.utc_offset_seconds)
+    }
+
+    fn intranet_nets(&mut self) -> &[Net] {
+        self.nets.get_or_insert_with(|| {
+            knowledge::intranet_nets()
+                .into_iter()
+                .map(|n| Net::from_bits((u128::from(n.high) << 64) | u128::from(n.low), n.prefix))
+                .collect()
+        })
     }
 }

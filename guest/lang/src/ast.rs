@@ -73,6 +73,15 @@ pub enum Expr {
     Sql(Box<Sql>),
     /// A bare name: must be a static symbol.
     Ident(String, Span),
+    /// `access_direct(src, dst)` (delta §9.3); a pipe tail wraps it in
+    /// [`Expr::Pipe`].
+    AccessDirect {
+        src: Box<Expr>,
+        dst: Box<Expr>,
+        span: Span,
+    },
+    /// `fail('text')` or `fail(expr)`: the message.
+    Fail(Box<Expr>, Span),
 }
 
 impl Expr {
@@ -88,7 +97,9 @@ impl Expr {
             | Expr::LookupNocase { span: s, .. }
             | Expr::Collect(_, s)
             | Expr::Fmt { span: s, .. }
-            | Expr::Ident(_, s) => *s,
+            | Expr::Ident(_, s)
+            | Expr::AccessDirect { span: s, .. }
+            | Expr::Fail(_, s) => *s,
             Expr::Access(a) => a.span,
             Expr::Match(m) => m.span,
             Expr::Sql(q) => q.span,

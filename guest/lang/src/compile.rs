@@ -464,7 +464,7 @@ impl Checker<'_> {
                 self.uses_clock = true;
                 Expr::Now(f)
             }
-            ast::Expr::Pipe { source, fns, .. } => Expr::Pipe { source: self.var_access(*source, key_of)?, fns },
+            e @ (ast::Expr::Pipe { .. } | ast::Expr::AccessDirect { .. } | ast::Expr::Fail(..)) => self.pipe_like(e, key_of)?,
             ast::Expr::Match(m) => {
                 let m = *m;
                 let mut sources = Vec::new();
@@ -559,6 +559,26 @@ impl Checker<'_> {
                 Expr::Fmt { pieces: fmt_pieces(&format), args: accs }
             }
             ast::Expr::Sql(q) => return self.err("a SQL lookup must be a whole statement", q.span),
+        })
+    }
+
+    /// A pipe, `access_direct(src, dst)` with or without pipe functions
+    /// (delta §9.3), or `fail(…)`. Apart from [`Self::expr`], which
+    /// recurses, so that its frame stays small.
+    #[inline(never)]
+    fn pipe_like(&mut self, e: ast::Expr, key_of: &str) -> CResult<Expr> {
+        let (source, fns) = match e {
+            ast::Expr::Pipe { source, fns, .. } => (*source, fns),
+            ast::Expr::Fail(msg, _) => return Ok(Expr::Fail(Box::new(self.expr(*msg, key_of, false)?))),
+            e => (e, Vec::new()),
+        };
+        Ok(match source {
+            ast::Expr::AccessDirect { src, dst, .. } => {
+                let src = Box::new(self.var_access(*src, key_of)?);
+                let dst = Box::new(self.var_access(*dst, key_of)?);
+                Expr::AccessDirect { src, dst, fns }
+            }
+            source => Expr::Pipe { source: self.var_access(source, key_of)?, fns },
         })
     }
 
@@ -834,6 +854,8 @@ fn static_safe(e: &ast::Expr) -> Result<(), (&'static str, Span)> {
         ast::Expr::Fmt { span, .. } => Err(("fmt", *span)),
         ast::Expr::Sql(q) => Err(("a SQL lookup", q.span)),
         ast::Expr::LookupNocase { span, .. } => Err(("lookup_nocase", *span)),
+        ast::Expr::AccessDirect { span, .. } => Err(("access_direct", *span)),
+        ast::Expr::Fail(_, s) => Err(("fail", *s)),
     }
 }
 

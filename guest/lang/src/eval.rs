@@ -3,7 +3,8 @@
 //! `src` is the input view (fields can be taken out of it), `dst` the output
 //! being built (spec §1). Evaluation never fails on data: a missing field, a
 //! failed conversion or a failed lookup makes a value absent. The only
-//! per-record error is a lookup error that the host marked fatal.
+//! per-record errors are a lookup error that the host marked fatal, and a
+//! rule's own `fail(…)`.
 //!
 //! Field lookups do not scan large records: small records (up to
 //! `INDEX_FROM` fields) are scanned, larger ones get an index by name slot
@@ -19,9 +20,9 @@ use alloc::vec::Vec;
 use core::net::IpAddr;
 
 use crate::ir::*;
-use crate::pipes;
 use crate::time;
 use crate::value::{Field, NO_SYM, Str, Type, Value, convert, obj_from};
+use crate::{intranet, pipes, value};
 
 use crate::cell::value_of_cell;
 pub use crate::cell::{Cell, cell_of, push_cells_key};
@@ -42,6 +43,11 @@ pub trait Host {
     fn columns(&mut self, statement: u32) -> Result<Vec<String>, QueryError>;
     /// Unix nanoseconds (UTC) and the local UTC offset in seconds.
     fn now(&mut self) -> (i64, i32);
+    /// The networks `intranet_ip` and `access_direct` call LAN (delta §9);
+    /// asked at most once per record that uses them.
+    fn intranet_nets(&mut self) -> &[crate::intranet::Net] {
+        &crate::intranet::BUILTIN
+    }
 }
 
 /// Why a record could not be evaluated.
@@ -50,6 +56,8 @@ pub enum EvalError {
     NoSuchModel(usize),
     /// A lookup failed and the host's policy says to fail the record.
     Lookup(String),
+    /// The rule failed the record itself, with `fail(…)`: its message.
+    Rejected(String),
 }
 
 impl core::fmt::Display for EvalError {
@@ -57,6 +65,7 @@ impl core::fmt::Display for EvalError {
         match self {
             EvalError::NoSuchModel(i) => write!(f, "no model #{i} in this rule set"),
             EvalError::Lookup(m) => write!(f, "lookup failed: {m}"),
+            EvalError::Rejected(m) => write!(f, "rejected by the rule: {m}"),
         }
     }
 }
@@ -136,7 +145,7 @@ pub fn evaluate_with<'a>(
     for stmt in &m.stmts {
         ctx.stmt(stmt);
         if let Some(e) = ctx.fatal.take() {
-            return Err(EvalError::Lookup(e));
+            return Err(e);
         }
     }
     spare.src = recycle(core::mem::take(&mut ctx.src));
@@ -149,6 +158,22 @@ pub fn evaluate_with<'a>(
     Ok(out)
 }
 
+/// Most bytes of a `fail(…)` message: a longer one is cut at a character
+/// boundary and marked, so that an error line stays a line.
+pub const MAX_FAIL_MESSAGE: usize = 1024;
+
+fn bounded(mut text: String) -> String {
+    if text.len() > MAX_FAIL_MESSAGE {
+        let mut cut = MAX_FAIL_MESSAGE;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+        text.push('…');
+    }
+    text
+}
+
 /// Evaluation state for one record.
 pub struct Ctx<'a, 'h> {
     program: &'a Program,
@@ -156,7 +181,8 @@ pub struct Ctx<'a, 'h> {
     dst: Vec<Field<'a>>,
     host: &'h mut dyn Host,
     now: Option<i64>,
-    fatal: Option<String>,
+    /// Why the record fails: the evaluation stops after the statement.
+    fatal: Option<EvalError>,
     /// Built once `src` and `dst` hold more than [`INDEX_FROM`] fields.
     index: Option<Index<'a>>,
     /// A field's slot is outside the program's name table (a damaged IR or
@@ -355,12 +381,11 @@ impl<'a, 'h> Ctx<'a, 'h> {
                 })
             }
             Expr::Pipe { source, fns } => {
-                let mut v = self.access(source)?.value;
-                for f in fns {
-                    v = pipes::apply(f, v);
-                }
-                Some(v)
+                let v = self.access(source)?.value;
+                Some(self.pipe(v, fns))
             }
+            Expr::AccessDirect { src, dst, fns } => Some(self.access_direct(src, dst, fns)),
+            Expr::Fail(msg) => self.fail(msg, target),
             Expr::Match(m) => self.match_expr(m, target),
             Expr::Object(members) => {
                 let mut out = Vec::with_capacity(members.len());
@@ -406,6 +431,60 @@ impl<'a, 'h> Ctx<'a, 'h> {
             Expr::Collect(a) => self.collect(a),
             Expr::Fmt { pieces, args } => Some(self.fmt(pieces, args)),
         }
+    }
+
+    /// `fail(msg)`: marks the record failed (the first `fail` wins); the
+    /// value is absent. Kept out of [`Self::expr`], which recurses, so that
+    /// its frame stays small.
+    #[inline(never)]
+    fn fail(&mut self, msg: &'a Expr, target: &'a str) -> Option<Value<'a>> {
+        if self.fatal.is_none() {
+            let text = match self.expr(msg, target) {
+                Some(v) => v.raw_text().into_owned(),
+                None => String::from("fail() with an absent message"),
+            };
+            self.fatal = Some(EvalError::Rejected(bounded(text)));
+        }
+        None
+    }
+
+    /// Runs the pipe functions over `v`. `intranet_ip` asks the host for
+    /// its networks; the others are pure.
+    fn pipe(&mut self, mut v: Value<'a>, fns: &'a [PipeFn]) -> Value<'a> {
+        for f in fns {
+            v = match f {
+                PipeFn::IntranetIp => pipes::intranet_ip(v, self.host.intranet_nets()),
+                f => pipes::apply(f, v),
+            };
+        }
+        v
+    }
+
+    /// `access_direct(src, dst)` (delta §9.3): `L2W` and its kin when both
+    /// sides are addresses, else ignore. Both sides are evaluated (a `take`
+    /// consumes its field) whatever the first gave.
+    #[inline(never)]
+    fn access_direct(&mut self, src: &'a Access, dst: &'a Access, fns: &'a [PipeFn]) -> Value<'a> {
+        let v = self.direction(src, dst);
+        self.pipe(v, fns)
+    }
+
+    fn direction(&mut self, src: &'a Access, dst: &'a Access) -> Value<'a> {
+        let side = |f: Option<Field<'a>>| match f.map(|f| f.value) {
+            Some(Value::Ip(a)) => Some(a),
+            Some(Value::Chars(s)) => value::parse_ip(&s),
+            _ => None,
+        };
+        let (s, d) = (side(self.access(src)), side(self.access(dst)));
+        let (Some(s), Some(d)) = (s, d) else { return Value::Ignore };
+        let nets = self.host.intranet_nets();
+        let (s, d) = (intranet::is_lan(nets, s), intranet::is_lan(nets, d));
+        Value::Chars(Cow::Borrowed(match (s, d) {
+            (true, true) => "L2L",
+            (true, false) => "L2W",
+            (false, true) => "W2L",
+            (false, false) => "W2W",
+        }))
     }
 
     fn match_expr(&mut self, m: &'a Match, target: &'a str) -> Option<Value<'a>> {
@@ -610,7 +689,7 @@ impl<'a, 'h> Ctx<'a, 'h> {
             Ok(None) => return,
             Err(e) => {
                 if e.fatal {
-                    self.fatal = Some(e.message);
+                    self.fatal = Some(EvalError::Lookup(e.message));
                 }
                 return;
             }

@@ -330,7 +330,10 @@ impl<'s> Printer<'s> {
         // A call or a literal: `read(`, `chars(…)`, `fmt(`, `ip4_int(`;
         // otherwise a keyword before a group: `in (`, `match (`, `not (`.
         if next.starts_with('(') {
-            return !matches!(ctx, K::Access | K::Literal | K::Fmt | K::Builtin | K::PipeFn | K::MatchFn | K::SqlCall);
+            return !matches!(
+                ctx,
+                K::Access | K::Literal | K::Fmt | K::Builtin | K::PipeFn | K::MatchFn | K::SqlCall | K::AccessDirect | K::Fail
+            );
         }
         true
     }

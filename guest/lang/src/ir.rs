@@ -186,6 +186,16 @@ pub enum Expr {
         key: Box<Expr>,
         default: Box<Expr>,
     },
+    /// `access_direct(src, dst) | fns` (delta §9.3): `L2W` and its kin, or
+    /// ignore; then the pipe functions.
+    AccessDirect {
+        src: Box<Access>,
+        dst: Box<Access>,
+        fns: Vec<PipeFn>,
+    },
+    /// `fail(message)`: the record fails with the message's text (or with
+    /// a generic one when it is absent).
+    Fail(Box<Expr>),
 }
 
 /// A `calc` expression, compiled (delta §11).
@@ -387,6 +397,25 @@ pub enum PipeFn {
     },
     /// `on_fail('text')` (delta §5): ignore or null becomes `text`.
     OnFail(String),
+    /// `intranet_ip` (delta §9.2): an address to `LAN` or `WAN`, by the
+    /// host's intranet networks.
+    IntranetIp,
+    /// `lower` / `upper`: chars in Unicode lower or upper case.
+    Lower,
+    Upper,
+    /// `split('sep')`: chars to an array of the pieces between `sep`s.
+    Split(String),
+    /// `substr(start[, len])`: characters from `start` (from the end when
+    /// negative), at most `len` of them.
+    Substr {
+        start: i64,
+        len: Option<u64>,
+    },
+    /// `Time::parse(format[, zone])`: text to a time (see [`crate::timefmt`]).
+    TimeParse {
+        format: crate::timefmt::TimeFormat,
+        zone_hours: i64,
+    },
 }
 
 /// A SQL lookup site: which statement, and how to compute its parameters.
@@ -525,6 +554,11 @@ fn visit_expr(e: &mut Expr, f: &mut dyn FnMut(&mut Named<'_>)) {
             visit_expr(default, f);
         }
         Expr::Fmt { args, .. } => args.iter_mut().for_each(|a| visit_access(a, f)),
+        Expr::AccessDirect { src, dst, .. } => {
+            visit_access(src, f);
+            visit_access(dst, f);
+        }
+        Expr::Fail(msg) => visit_expr(msg, f),
     }
 }
 

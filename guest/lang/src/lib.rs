@@ -26,6 +26,7 @@ pub mod eval;
 pub mod fmt;
 pub mod fnv;
 pub mod frame;
+pub mod intranet;
 pub mod ir;
 pub mod limits;
 pub mod parse;
@@ -33,6 +34,7 @@ pub mod pipes;
 pub mod route;
 pub mod syntax;
 pub mod time;
+pub mod timefmt;
 pub mod value;
 
 pub use compile::{FileErrors, Source, compile, compile_with_limits};

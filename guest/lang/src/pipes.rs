@@ -91,8 +91,74 @@ pub fn apply<'a>(f: &'a PipeFn, v: Value<'a>) -> Value<'a> {
         }
         (PipeFn::StartsWith(_), _) => Value::Ignore,
         (PipeFn::MapTo(c), _) => const_value(c),
+        (PipeFn::IntranetIp, v) => intranet_ip(v, &crate::intranet::BUILTIN),
+        (PipeFn::Lower, Value::Chars(s)) => Value::Chars(lower(s)),
+        (PipeFn::Upper, Value::Chars(s)) => {
+            Value::Chars(if s.chars().any(char::is_lowercase) { Cow::Owned(s.to_uppercase()) } else { s })
+        }
+        (PipeFn::Split(sep), Value::Chars(s)) => {
+            let items = s.split(sep.as_str()).map(|p| crate::value::Field::new("", Value::Chars(Cow::Owned(p.to_string()))));
+            Value::Array(alloc::boxed::Box::new(items.collect()))
+        }
+        (PipeFn::Substr { start, len }, Value::Chars(s)) => Value::Chars(substr(s, *start, *len)),
+        (PipeFn::TimeParse { format, zone_hours }, v) => time_parse(format, *zone_hours, v),
         (_, v) => v,
     }
+}
+
+/// `lower`, borrowing when nothing changes (the common case for keys that
+/// are already lower-case).
+fn lower(s: Cow<'_, str>) -> Cow<'_, str> {
+    if s.chars().any(char::is_uppercase) { Cow::Owned(s.to_lowercase()) } else { s }
+}
+
+/// `substr(start, len)` over characters: a start past the end gives the
+/// empty text; a negative start counts from the end, and one before the
+/// beginning starts there.
+fn substr(s: Cow<'_, str>, start: i64, len: Option<u64>) -> Cow<'_, str> {
+    let count = s.chars().count() as i64;
+    let from = if start < 0 { (count + start).max(0) } else { start.min(count) } as usize;
+    let take = len.map_or(usize::MAX, |n| usize::try_from(n).unwrap_or(usize::MAX));
+    let begin = s.char_indices().nth(from).map_or(s.len(), |(i, _)| i);
+    let end = s[begin..].char_indices().nth(take).map_or(s.len(), |(i, _)| begin + i);
+    match s {
+        Cow::Borrowed(b) => Cow::Borrowed(&b[begin..end]),
+        Cow::Owned(o) => Cow::Owned(o[begin..end].to_string()),
+    }
+}
+
+/// `Time::parse`: text (or, for the epoch formats, a number) to a time;
+/// text that does not match gives null. A time passes unchanged, and so
+/// does any other kind.
+fn time_parse<'a>(format: &crate::timefmt::TimeFormat, zone_hours: i64, v: Value<'a>) -> Value<'a> {
+    use crate::timefmt::{self, TimeFormat};
+    let zone = zone_hours.saturating_mul(3600 * time::NANOS_PER_SEC);
+    let parsed = match (&v, format) {
+        (Value::Chars(s), f) => timefmt::parse(f, s, zone_hours),
+        (Value::Digit(d), TimeFormat::Epoch(unit)) => time::from_timestamp(*d, zone_hours, *unit),
+        (Value::Float(x), TimeFormat::Epoch(crate::time::TsUnit::Seconds)) if x.is_finite() && x.abs() < 9.2e9 => {
+            Some((*x * 1e9) as i64).and_then(|t| t.checked_add(zone))
+        }
+        (Value::Float(_), TimeFormat::Epoch(_)) => None,
+        _ => return v,
+    };
+    parsed.map_or(Value::Null, Value::Time)
+}
+
+/// `intranet_ip` (delta §9.2): an address, or text that is one once
+/// trimmed, to `LAN` or `WAN`; empty or unparsable text, null and ignore to
+/// ignore; any other kind unchanged.
+pub fn intranet_ip<'a>(v: Value<'a>, nets: &[crate::intranet::Net]) -> Value<'a> {
+    let addr = match &v {
+        Value::Ip(a) => *a,
+        Value::Chars(s) => match crate::value::parse_ip(s) {
+            Some(a) => a,
+            None => return Value::Ignore,
+        },
+        Value::Null | Value::Ignore => return Value::Ignore,
+        _ => return v,
+    };
+    Value::Chars(Cow::Borrowed(if crate::intranet::is_lan(nets, addr) { "LAN" } else { "WAN" }))
 }
 
 /// `get(a/b/c)` with the reference's skipping of missing segments (§9).

@@ -84,6 +84,10 @@ pub enum SyntaxKind {
     Calc,
     /// `lookup_nocase( … )`
     LookupNocase,
+    /// `access_direct(src, dst)`
+    AccessDirect,
+    /// `fail( … )`
+    Fail,
     /// `select … from … where …`
     Sql,
     /// `a or b`, `a and b`, `not a`, `( a )`

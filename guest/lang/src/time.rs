@@ -126,6 +126,12 @@ impl Cursor<'_> {
 /// between date and time, an optional `.fraction`, and an optional zone
 /// (`Z` or `±HH[:MM]`) that is ignored: the value is naive.
 pub fn parse_time(text: &str) -> Option<i64> {
+    parse_time_offset(text).map(|(t, _)| t)
+}
+
+/// [`parse_time`], with the zone it names as seconds east of UTC (`Z` is 0),
+/// or `None` when it names none.
+pub fn parse_time_offset(text: &str) -> Option<(i64, Option<i64>)> {
     let mut c = Cursor { s: text.trim().as_bytes(), i: 0 };
     let year = c.number(6)? as i64;
     if !c.eat(b"-/") {
@@ -136,7 +142,7 @@ pub fn parse_time(text: &str) -> Option<i64> {
         return None;
     }
     let day = c.number(2)? as u32;
-    if !c.eat(b" T") {
+    if !c.eat(b" Tt") {
         return None;
     }
     while c.eat(b" ") {}
@@ -160,12 +166,20 @@ pub fn parse_time(text: &str) -> Option<i64> {
         }
     }
     while c.eat(b" ") {}
+    let mut offset = None;
     if !c.done() {
         if c.eat(b"Zz") {
-        } else if c.eat(b"+-") {
-            c.number(2)?;
+            offset = Some(0);
+        } else if c.i < c.s.len() && (c.s[c.i] == b'+' || c.s[c.i] == b'-') {
+            let sign = if c.s[c.i] == b'-' { -1 } else { 1 };
+            c.i += 1;
+            let h = c.number(2)? as i64;
             c.eat(b":");
-            c.number(2);
+            let m = c.number(2).unwrap_or(0) as i64;
+            if h > 23 || m > 59 {
+                return None;
+            }
+            offset = Some(sign * (h * 3600 + m * 60));
         } else {
             return None;
         }
@@ -173,7 +187,7 @@ pub fn parse_time(text: &str) -> Option<i64> {
     if !c.done() {
         return None;
     }
-    from_parts(&Parts { year, month, day, hour, minute, second, nanos })
+    Some((from_parts(&Parts { year, month, day, hour, minute, second, nanos })?, offset))
 }
 
 /// Unit of `Time::to_ts*`.

@@ -69,6 +69,14 @@ pub struct Case {
     /// error passes.
     #[serde(default)]
     pub expected_error: Option<String>,
+    /// The rule compiles, and evaluating the input must fail with an error
+    /// whose text contains this (for example a `fail(…)` message).
+    #[serde(default)]
+    pub expected_record_error: Option<String>,
+    /// The `[intranet_nets]` the case runs with (`enabled`, `mode`, `nets`),
+    /// as a knowledge config would give it; default the built-in ranges.
+    #[serde(default)]
+    pub intranet_nets: Option<omlet::knowledge::IntranetNets>,
     /// The output the spec requires, used when `expected` is absent.
     #[serde(default)]
     pub spec_expected: Option<String>,
@@ -153,6 +161,8 @@ const CASE_KEYS: &[&str] = &[
     "expected_types",
     "expected_ignored",
     "expected_error",
+    "expected_record_error",
+    "intranet_nets",
     "spec_expected",
     "spec_required",
     "reference_error",
@@ -240,10 +250,12 @@ async fn run_case_inner(
             Ok(_) => Err(format!("expected a compile error ({what}), but the rule compiled")),
         };
     }
-    let (expected, optional) = match (&case.expected, &case.spec_expected) {
-        (Some(e), _) => (e.clone(), false),
-        (None, Some(e)) => (e.clone(), case.spec_required == Some(false)),
-        (None, None) => return Err("the case has no expectation".into()),
+    let (expected, optional) = match (&case.expected, &case.spec_expected, &case.expected_record_error) {
+        (Some(e), _, None) => (e.clone(), false),
+        (None, Some(e), None) => (e.clone(), case.spec_required == Some(false)),
+        (None, None, Some(_)) => (String::new(), false),
+        (_, _, Some(_)) => return Err("expected_record_error stands alone: the record has no output".into()),
+        (None, None, None) => return Err("the case has no expectation".into()),
     };
     let program = match compiled {
         Ok(p) => p,
@@ -273,12 +285,15 @@ async fn run_case_inner(
         }
     }
     let knowledge = provider.map(|p| Arc::new(Knowledge::new(p)));
-    let output = match mode {
+    let output: std::result::Result<Fields, String> = match mode {
         Mode::Wasm => {
             let component = omlet::build::component_for(&program).map_err(|e| e.to_string())?;
-            let options = omlet::LoadOptions::new().knowledge(knowledge);
+            let mut options = omlet::LoadOptions::new().knowledge(knowledge);
+            if let Some(n) = &case.intranet_nets {
+                options = options.intranet_nets(n.clone());
+            }
             let rule = engine.load_component(&component, &options).await.map_err(|e| e.to_string())?;
-            rule.evaluate(&Record::from_fields(input)).await.map_err(|e| e.to_string())?.into_fields()
+            rule.evaluate(&Record::from_fields(input)).await.map(|r| r.into_fields()).map_err(|e| e.to_string())
         }
         Mode::Native => {
             let bound = match &knowledge {
@@ -286,17 +301,25 @@ async fn run_case_inner(
                 None => Vec::new(),
             };
             let handle = tokio::runtime::Handle::current();
+            let mut host = NativeHost::new(knowledge, bound, handle);
+            if let Some(n) = &case.intranet_nets {
+                host.nets = n.strict("the case's intranet_nets").map_err(|e| e.to_string())?;
+            }
             tokio::task::spawn_blocking(move || {
-                let mut host = NativeHost { knowledge, bound, handle };
                 omlet_lang::evaluate(&program, 0, input, &mut host)
                     .map(|r| r.into_iter().map(Field::into_owned).collect::<Fields>())
                     .map_err(|e| e.to_string())
             })
             .await
-            .map_err(|e| e.to_string())??
+            .map_err(|e| e.to_string())?
         }
     };
-    compare(case, &expected, &output)
+    match (&case.expected_record_error, output) {
+        (None, output) => compare(case, &expected, &output?),
+        (Some(want), Err(e)) if e.contains(want.as_str()) => Ok(()),
+        (Some(want), Err(e)) => Err(format!("expected a record error containing `{want}`, got `{e}`")),
+        (Some(want), Ok(out)) => Err(format!("expected a record error containing `{want}`, but the record gave {out:?}")),
+    }
 }
 
 /// Answers lookups for the native evaluator (on a blocking thread).
@@ -309,6 +332,20 @@ pub struct NativeHost {
     /// The runtime each lookup blocks on; so `query` must not run on one of
     /// its async worker threads.
     pub handle: tokio::runtime::Handle,
+    /// The networks `intranet_ip` and `access_direct` call LAN.
+    pub nets: Vec<omlet_lang::intranet::Net>,
+}
+
+impl NativeHost {
+    /// A host over `knowledge` (its `[intranet_nets]` included, or the
+    /// built-in ranges without knowledge).
+    pub fn new(knowledge: Option<Arc<Knowledge>>, bound: Vec<BoundStatement>, handle: tokio::runtime::Handle) -> NativeHost {
+        let nets = match &knowledge {
+            Some(k) => k.intranet_nets().to_vec(),
+            None => omlet_lang::intranet::BUILTIN.to_vec(),
+        };
+        NativeHost { knowledge, bound, handle, nets }
+    }
 }
 
 impl Host for NativeHost {
@@ -323,6 +360,9 @@ impl Host for NativeHost {
     }
     fn now(&mut self) -> (i64, i32) {
         omlet::clock::now()
+    }
+    fn intranet_nets(&mut self) -> &[omlet_lang::intranet::Net] {
+        &self.nets
     }
 }
 

@@ -236,6 +236,12 @@ pub struct KnowledgeConfig {
     /// the lookups answered there ([`memory`](super::memory)).
     #[serde(default)]
     pub memory: super::memory::MemoryConfig,
+    /// The `[intranet_nets]` table (OML 1.25 §9): the networks
+    /// `intranet_ip` and `access_direct` call LAN. Default: the built-in
+    /// private ranges. A Warp Parse knowdb's own section is used when this
+    /// config has none.
+    #[serde(default)]
+    pub intranet_nets: Option<super::intranet::IntranetNets>,
 }
 
 fn default_url() -> String {
@@ -296,6 +302,9 @@ impl KnowledgeConfig {
             }
         }
         c.url = expand_env(&c.url, &c.env).map_err(|e| Error::Knowledge(format!("{}: url: {e}", path.display())))?;
+        if let Some(n) = &c.intranet_nets {
+            n.strict(&path.display().to_string())?;
+        }
         Ok(c)
     }
 
@@ -349,6 +358,15 @@ impl KnowledgeConfig {
             let loaded = super::knowdb::load_any(k, provider.as_ref(), &config.knowdb_roots).await?;
             if let Some(c) = loaded.cache {
                 config.cache.apply_warp(&c);
+            }
+            if let Some(n) = loaded.intranet_nets {
+                if config.intranet_nets.is_some() {
+                    return Err(Error::Knowledge(format!(
+                        "{} has an [intranet_nets] section and the knowledge config has another: keep one",
+                        k.display()
+                    )));
+                }
+                config.intranet_nets = Some(n);
             }
             if !loaded.tables.is_empty() {
                 config.knowdb_tables = loaded.tables.clone();

@@ -29,6 +29,7 @@
 mod batching;
 pub mod config;
 pub mod guard;
+mod intranet;
 pub mod knowdb;
 mod lanes;
 pub mod memory;
@@ -54,6 +55,7 @@ use omlet_lang::ir::SqlStatement;
 pub use batching::BatchPlan;
 use batching::{Pending, batch_select};
 pub use config::{CacheConfig, CacheMode, KnowledgeConfig, OnLookupError};
+pub use intranet::{IntranetMode, IntranetNets};
 pub use provider::{BoxFuture, ParamType, Placeholders, Prepared, Provider, Tables, coerce};
 pub(crate) use provider::{quote_ident, table_sql};
 pub use sql::{HELPER_FUNCTIONS, qualify_helpers, rewrite_helper_calls, rewrite_placeholders, values_for_rows};
@@ -156,6 +158,8 @@ pub struct Knowledge {
     /// Knowdb tables held in memory, read at the first bind that wants
     /// them, or why one is not.
     tables: tokio::sync::Mutex<std::collections::HashMap<String, Result<Arc<memory::Table>, String>>>,
+    /// The networks `intranet_ip` and `access_direct` call LAN.
+    intranet: Vec<omlet_lang::intranet::Net>,
     stats: Stats,
 }
 
@@ -191,8 +195,13 @@ impl Knowledge {
                 Some(b.build())
             }
         };
+        let intranet = match &config.intranet_nets {
+            Some(n) => n.effective().0,
+            None => omlet_lang::intranet::BUILTIN.to_vec(),
+        };
         Knowledge {
             provider,
+            intranet,
             config,
             generation: AtomicU64::new(1),
             born: Instant::now(),
@@ -208,6 +217,12 @@ impl Knowledge {
     /// The settings it was made with.
     pub fn config(&self) -> &KnowledgeConfig {
         &self.config
+    }
+
+    /// The networks that `intranet_ip` and `access_direct` call LAN: the
+    /// built-in private ranges, or what `[intranet_nets]` makes of them.
+    pub fn intranet_nets(&self) -> &[omlet_lang::intranet::Net] {
+        &self.intranet
     }
 
     /// The generation the guest sees: bumped by [`reload`](Self::reload),

@@ -29,7 +29,7 @@
 //! [cache]                        # the lookup cache: enabled, capacity, ttl_ms
 //! [provider.sqldb]               # an external database (or [[provider.sqldb]] with names)
 //! [provider.redis]               # and [fun.*]: no OML syntax uses them; ignored with a warning
-//! [intranet_nets]                # OML 1.25 §9: read, not used yet
+//! [intranet_nets]                # OML 1.25 §9: intranet_ip and access_direct
 //! ```
 //!
 //! A table loads as Warp Parse loads it: `create.sql` (which must exist;
@@ -71,7 +71,7 @@ struct Raw {
     #[serde(default)]
     provider: Option<ProviderSection>,
     #[serde(default)]
-    intranet_nets: Option<IntranetNets>,
+    intranet_nets: Option<super::IntranetNets>,
 }
 
 #[derive(Deserialize)]
@@ -215,17 +215,6 @@ impl SqlDb {
     }
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct IntranetNets {
-    #[serde(default, alias = "enable")]
-    enabled: Option<bool>,
-    #[serde(default)]
-    mode: Option<String>,
-    #[serde(default)]
-    nets: Vec<String>,
-}
-
 fn yes() -> bool {
     true
 }
@@ -254,6 +243,8 @@ pub struct Loaded {
     pub cache: Option<CacheSection>,
     /// Its external databases (`[provider.sqldb]`), if any.
     pub sqldb: Vec<SqlDb>,
+    /// Its `[intranet_nets]`, without the entries that are no network.
+    pub intranet_nets: Option<super::IntranetNets>,
 }
 
 /// The external database a Warp Parse knowdb at `path` names, when it
@@ -351,10 +342,16 @@ pub async fn load(path: &Path, text: &str, db: &dyn Provider, allowed: &[PathBuf
     if raw.fun.is_some() || raw.provider.as_ref().is_some_and(|p| p.redis.is_some()) {
         warn("[provider.redis] and [fun.*] are ignored: no OML syntax reaches Redis");
     }
-    if let Some(n) = &raw.intranet_nets {
-        let _ = (&n.enabled, &n.mode, &n.nets);
-        warn("[intranet_nets] is read but not used yet: omlet has no intranet_ip or access_direct (OML 1.25 §9)");
-    }
+    // The reference ignores entries that are no network: so does omlet
+    // here, with a warning, so that a project loads as it is.
+    let intranet_nets = raw.intranet_nets.map(|mut n| {
+        let (_, bad) = n.effective();
+        if !bad.is_empty() {
+            warn(&format!("[intranet_nets] nets: {} is no network and is ignored", bad.join(", ")));
+            n.nets.retain(|x| !bad.contains(x));
+        }
+        n
+    });
     if raw.csv.encoding.to_ascii_lowercase().replace('_', "-") != "utf-8" {
         return Err(Error::Knowledge(format!("{}: [csv] encoding `{}`: only utf-8 is read", path.display(), raw.csv.encoding)));
     }
@@ -373,7 +370,7 @@ pub async fn load(path: &Path, text: &str, db: &dyn Provider, allowed: &[PathBuf
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let base = dir.join(raw.base_dir.as_deref().unwrap_or("."));
     let sqldb = databases(path, raw.provider)?;
-    let mut out = Loaded { tables: Vec::new(), cache: raw.cache, sqldb };
+    let mut out = Loaded { tables: Vec::new(), cache: raw.cache, sqldb, intranet_nets };
     for t in raw.tables {
         let at_line = line(t.name.span().start);
         let name = t.name.into_inner();

@@ -43,14 +43,14 @@ fn component_imports_only_omlets_interfaces() {
         let funcs: Vec<String> =
             inst.exports(&engine).filter(|(_, e)| !matches!(e.ty, ComponentItem::Type(_))).map(|(n, _)| n.to_string()).collect();
         match name {
-            "omlet:rule/knowledge@0.4.0" => assert_eq!(funcs, ["query", "columns"]),
-            "omlet:rule/clock@0.4.0" => assert_eq!(funcs, ["now"]),
-            "omlet:rule/types@0.4.0" => assert!(funcs.is_empty(), "types exports only types"),
+            "omlet:rule/knowledge@0.5.0" => assert_eq!(funcs, ["query", "columns", "intranet-nets"]),
+            "omlet:rule/clock@0.5.0" => assert_eq!(funcs, ["now"]),
+            "omlet:rule/types@0.5.0" => assert!(funcs.is_empty(), "types exports only types"),
             other => panic!("foreign import {other}"),
         }
     }
     names.sort();
-    assert_eq!(names, ["omlet:rule/clock@0.4.0", "omlet:rule/knowledge@0.4.0", "omlet:rule/types@0.4.0"]);
+    assert_eq!(names, ["omlet:rule/clock@0.5.0", "omlet:rule/knowledge@0.5.0", "omlet:rule/types@0.5.0"]);
     assert!(!names.iter().any(|n| n.starts_with("wasi")));
 }
 
@@ -75,6 +75,10 @@ impl knowledge::Host for MapHost {
     }
     async fn columns(&mut self, _: u32) -> wasmtime::Result<Result<Vec<String>, knowledge::QueryError>> {
         Ok(Ok(vec!["value".into()]))
+    }
+    async fn intranet_nets(&mut self) -> wasmtime::Result<Vec<knowledge::Network>> {
+        // 10.0.0.0/8 only, as an IPv4-mapped prefix.
+        Ok(vec![knowledge::Network { high: 0, low: 0xffff_0a00_0000, prefix: 104 }])
     }
 }
 
@@ -216,19 +220,19 @@ async fn the_guests_byte_compares_agree_with_byte_order() {
     }
 }
 
-/// A component of an older WIT package (0.3.0, before the `bigint` node)
-/// is refused at load with what to do, not with a linker error.
+/// A component of an older WIT package (0.4.0, before the `intranet-nets`
+/// import) is refused at load with what to do, not with a linker error.
 #[tokio::test]
 async fn a_component_of_an_older_wit_package_is_refused_with_rebuild() {
     let mut bytes = build("name : t\n---\nv = read(v) ;\n");
     // The names are strings of the same length in every section.
-    let (new, old) = (b"omlet:rule/", b"@0.4.0");
+    let (new, old) = (b"omlet:rule/", b"@0.5.0");
     let mut patched = 0;
     for i in 0..bytes.len().saturating_sub(new.len() + 20) {
         if bytes[i..].starts_with(new)
             && let Some(at) = bytes[i..i + 40.min(bytes.len() - i)].windows(old.len()).position(|w| w == old)
         {
-            bytes[i + at..i + at + old.len()].copy_from_slice(b"@0.3.0");
+            bytes[i + at..i + at + old.len()].copy_from_slice(b"@0.4.0");
             patched += 1;
         }
     }
@@ -238,5 +242,5 @@ async fn a_component_of_an_older_wit_package_is_refused_with_rebuild() {
         Ok(_) => panic!("an older component must be refused"),
         Err(e) => e.to_string(),
     };
-    assert!(err.contains("omlet:rule@0.3.0") && err.contains("rebuild"), "{err}");
+    assert!(err.contains("omlet:rule@0.4.0") && err.contains("rebuild"), "{err}");
 }

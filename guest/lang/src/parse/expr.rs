@@ -38,10 +38,11 @@ impl<'s> Parser<'s> {
         if self.at_word("fmt") && self.peek_after(3) == b'(' {
             return self.fmt();
         }
-        if self.at_word("pipe") && self.peek_after(4) != b'(' {
-            self.bump_str("pipe");
-            let src = self.var_access()?;
-            return self.pipe_tail(src, start);
+        if (self.at_word("pipe") && self.peek_after(4) != b'(')
+            || self.at_access_direct()
+            || (self.at_word("fail") && self.peek_after(4) == b'(')
+        {
+            return self.pipe_like(start);
         }
         if self.at_word_ci("select") {
             if !top {
@@ -92,6 +93,69 @@ impl<'s> Parser<'s> {
         }
         self.done(SyntaxKind::Ident, name_start);
         Ok(Expr::Ident(ident.to_string(), span))
+    }
+
+    /// `pipe src | …`, `access_direct(…) [| …]` or `fail(…)`: apart from
+    /// [`Self::expr_at`], which recurses, so that its frame stays small.
+    #[inline(never)]
+    fn pipe_like(&mut self, start: usize) -> PResult<Expr> {
+        if self.at_word("fail") {
+            return self.fail();
+        }
+        if self.eat_word("pipe") {
+            self.ws();
+            let src = if self.at_access_direct() { self.access_direct()? } else { self.var_access()? };
+            return self.pipe_tail(src, start);
+        }
+        let call = self.access_direct()?;
+        if self.peek_after_ws() == b'|' {
+            return self.pipe_tail(call, start);
+        }
+        Ok(call)
+    }
+
+    fn at_access_direct(&mut self) -> bool {
+        self.at_word("access_direct") && self.peek_after(13) == b'('
+    }
+
+    /// `access_direct(src, dst)` (delta §9.3): exactly two operands, each
+    /// `read(…)`, `take(…)` or `@name` without a default body.
+    fn access_direct(&mut self) -> PResult<Expr> {
+        let start = self.pos;
+        self.bump_str("access_direct");
+        self.expect(b'(', "`(`")?;
+        let src = self.var_access()?;
+        self.expect(b',', "`,` and the destination operand: access_direct(src, dst)")?;
+        let dst = self.var_access()?;
+        self.expect(b')', "`)` closing access_direct: it takes exactly two operands")?;
+        self.done(SyntaxKind::AccessDirect, start);
+        Ok(Expr::AccessDirect { src: Box::new(src), dst: Box::new(dst), span: Span::new(start, self.pos) })
+    }
+
+    /// `fail('message')` or `fail(expr)`: the record fails with the message.
+    fn fail(&mut self) -> PResult<Expr> {
+        let start = self.pos;
+        self.bump_str("fail");
+        self.expect(b'(', "`(`")?;
+        self.ws();
+        let msg = if matches!(self.peek(), b'\'' | b'"') {
+            let (q, m) = (self.peek(), self.pos);
+            self.bump();
+            while !self.at_end() && self.peek() != q && self.peek() != b'\n' {
+                self.bump();
+            }
+            if self.peek() != q {
+                return self.err("unclosed message: a quoted message ends on its line", Span::new(m, m + 1));
+            }
+            let text = self.src[m + 1..self.pos].to_string();
+            self.bump();
+            Expr::Literal(Const::Chars(text), Span::new(m, self.pos))
+        } else {
+            self.expr(false)?
+        };
+        self.expect(b')', "`)` closing fail: it takes one message")?;
+        self.done(SyntaxKind::Fail, start);
+        Ok(Expr::Fail(Box::new(msg), Span::new(start, self.pos)))
     }
 
     pub(super) fn peek_after(&mut self, n: usize) -> u8 {

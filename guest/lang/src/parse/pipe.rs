@@ -131,6 +131,61 @@ pub(super) fn pipe_fn(name: &str, args: Option<&str>) -> Result<PipeFn, FnError>
                 ));
             }
         },
+        "intranet_ip" => no_args(PipeFn::IntranetIp)?,
+        "intranet_replace" => {
+            return Err((
+                "`intranet_replace` is not supported: its arguments and behaviour are not verified (OML 1.25 delta §9.5)".into(),
+                Some(Cow::Borrowed("classify the address with intranet_ip and choose the value with match")),
+            ));
+        }
+        "lower" => no_args(PipeFn::Lower)?,
+        "upper" => no_args(PipeFn::Upper)?,
+        "split" => match arg.and_then(quoted).filter(|s| !s.is_empty()) {
+            Some(sep) => PipeFn::Split(sep),
+            None => {
+                return Err((
+                    "split takes one quoted, non-empty separator".into(),
+                    Some(Cow::Borrowed("write split(',') or split(' | ')")),
+                ));
+            }
+        },
+        "substr" => {
+            let a = arg.unwrap_or("");
+            let hint = || {
+                Some(Cow::Borrowed(
+                    "write substr(start) or substr(start, length): characters from 0; a negative start counts from the end",
+                ))
+            };
+            let args = split_args(a);
+            let start = args.first().and_then(|s| value::parse_digit(s));
+            let len = args.get(1).map(|s| value::parse_digit(s).and_then(|n| u64::try_from(n).ok()));
+            match (start, len, args.len()) {
+                (Some(start), None, 1) => PipeFn::Substr { start, len: None },
+                (Some(start), Some(Some(n)), 2) => PipeFn::Substr { start, len: Some(n) },
+                _ => return Err((format!("bad arguments for substr: `{a}`"), hint())),
+            }
+        }
+        "Time::parse" => {
+            let a = arg.unwrap_or("");
+            let args = split_args(a);
+            let hint = || {
+                Some(Cow::Borrowed(
+                    "write Time::parse('%d/%b/%Y:%H:%M:%S %z'), Time::parse('rfc3339'), Time::parse('epoch_ms'), with an optional zone: Time::parse('rfc3339', 0)",
+                ))
+            };
+            let Some(fmt) = args.first().and_then(|f| quoted(f)) else {
+                return Err((format!("Time::parse needs a quoted format, not `{a}`"), hint()));
+            };
+            let format = crate::timefmt::compile(&fmt).map_err(|m| (m, hint()))?;
+            let zone_hours = match args.get(1) {
+                None => 8,
+                Some(z) => zone(name, z)?,
+            };
+            if args.len() > 2 {
+                return Err((format!("Time::parse takes a format and an optional zone, not `{a}`"), hint()));
+            }
+            PipeFn::TimeParse { format, zone_hours }
+        }
         "nth" => {
             let a = arg.unwrap_or("");
             if a.is_empty() || !a.bytes().all(|c| c.is_ascii_digit()) {
@@ -228,7 +283,13 @@ pub(super) const PIPE_FNS: &[&str] = &[
     "Time::from_ts",
     "Time::from_ts_ms",
     "Time::from_ts_us",
+    "Time::parse",
     "on_fail",
+    "intranet_ip",
+    "lower",
+    "upper",
+    "split",
+    "substr",
     "nth",
     "get",
     "path",

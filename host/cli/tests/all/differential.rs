@@ -101,7 +101,7 @@ fn wasm_and_native_agree_on_generated_records() {
                     .block_on(rule.evaluate(&omlet::Record::from_fields(input.clone())))
                     .map(|r| shape(r.fields()))
                     .map_err(|e| e.to_string());
-                let mut host = NativeHost { knowledge: knowledge.clone(), bound: bound.clone(), handle: rt.handle().clone() };
+                let mut host = NativeHost::new(knowledge.clone(), bound.clone(), rt.handle().clone());
                 let native =
                     omlet_lang::evaluate(&program, 0, input.clone(), &mut host).map(|r| shape(&r)).map_err(|e| e.to_string());
                 if wasm != native {
