@@ -161,7 +161,10 @@ pub enum CondAtom {
 #[derive(Debug, Clone)]
 pub struct Sql {
     pub columns: Vec<String>,
+    /// The table read: the innermost one of a sub-query.
     pub table: String,
+    /// The source's SQL text when it is a sub-query (delta §13.7).
+    pub from: Option<String>,
     pub cond: SqlCond,
     pub span: Span,
 }
@@ -184,6 +187,30 @@ pub enum SqlCond {
         items: Vec<SqlOperand>,
         span: Span,
     },
+    /// `column like pattern` (delta §13.8).
+    Like {
+        left: SqlOperand,
+        pattern: LikePattern,
+        span: Span,
+    },
+}
+
+/// The right of `like`.
+#[derive(Debug, Clone)]
+pub enum LikePattern {
+    /// `@x`, `read(x)`, `take(x)`: one parameter.
+    Value(SqlOperand),
+    /// A quoted pattern naming fields: text and parameters, concatenated.
+    Pieces(Vec<LikePiece>),
+    /// A quoted pattern naming none: passed as written.
+    Literal(String),
+}
+
+/// A piece of a quoted `like` pattern.
+#[derive(Debug, Clone)]
+pub enum LikePiece {
+    Text(String),
+    Field { take: bool, name: String },
 }
 
 #[derive(Debug, Clone)]

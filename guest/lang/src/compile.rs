@@ -598,7 +598,8 @@ impl Checker<'_> {
     fn sql(&mut self, q: ast::Sql) -> CResult<Lookup> {
         let mut b = SqlBuilder::default();
         self.sql_cond(q.cond, &mut b)?;
-        let sql = format!("select {} from {} where {}", q.columns.join(","), q.table, b.sql);
+        let from = q.from.as_deref().unwrap_or(&q.table);
+        let sql = format!("select {} from {} where {}", q.columns.join(","), from, b.sql);
         let (line, column) = crate::diag::line_col(self.text, q.span.start as usize);
         let stmt =
             SqlStatement { sql, params: b.names, table: q.table, columns: q.columns, file: self.file.to_string(), line, column };
@@ -632,7 +633,52 @@ impl Checker<'_> {
             }
             SqlCond::Cmp { left, op, right, span } => self.sql_cmp(left, op, right, span, b),
             SqlCond::In { left, items, span } => self.sql_in(left, items, span, b),
+            SqlCond::Like { left, pattern, span } => self.sql_like(left, pattern, span, b),
         }
+    }
+
+    /// `column like pattern` (delta §13.8): a value is a parameter named
+    /// after the field it reads; a quoted pattern naming fields is its text
+    /// and parameters joined with `||`; any other pattern is passed as
+    /// written.
+    fn sql_like(&mut self, left: SqlOperand, pattern: ast::LikePattern, span: Span, b: &mut SqlBuilder) -> CResult<()> {
+        let SqlOperand::Column(col, _) = &left else {
+            return self.err_hint("the left of `like` must be a column", span, "write `column like '%@name%'`");
+        };
+        b.sql.push_str(col);
+        b.sql.push_str(" like ");
+        match pattern {
+            ast::LikePattern::Literal(text) => push_sql_text(&mut b.sql, &text),
+            ast::LikePattern::Value(v) => {
+                let hint = param_hint(&v).unwrap_or_else(|| col.clone());
+                self.sql_operand(v, &hint, b, span)?;
+            }
+            ast::LikePattern::Pieces(pieces) => {
+                for (i, piece) in pieces.into_iter().enumerate() {
+                    if i > 0 {
+                        b.sql.push_str(" || ");
+                    }
+                    match piece {
+                        ast::LikePiece::Text(t) => push_sql_text(&mut b.sql, &t),
+                        ast::LikePiece::Field { take, name } => {
+                            let access = ast::Access {
+                                take,
+                                key: Some(name.clone()),
+                                options: Vec::new(),
+                                keys: Vec::new(),
+                                default: None,
+                                span,
+                            };
+                            let v = Param::Access(self.var_access(ast::Expr::Access(access), &name)?);
+                            let pname = b.bind(&name, v);
+                            b.sql.push(':');
+                            b.sql.push_str(&pname);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// `column in (item, …)` (delta §13.2): each item that reads the record
@@ -923,13 +969,16 @@ fn flip(op: &'static str) -> &'static str {
     }
 }
 
+/// `s` as a SQL text literal: quoted, its quotes doubled.
+pub(crate) fn push_sql_text(out: &mut String, s: &str) {
+    out.push('\'');
+    out.push_str(&s.replace('\'', "''"));
+    out.push('\'');
+}
+
 fn push_sql_literal(out: &mut String, c: &Const) {
     match c {
-        Const::Chars(s) => {
-            out.push('\'');
-            out.push_str(&s.replace('\'', "''"));
-            out.push('\'');
-        }
+        Const::Chars(s) => push_sql_text(out, s),
         Const::Digit(d) => out.push_str(&format!("{d}")),
         Const::Float(f) => out.push_str(&format!("{f}")),
         _ => out.push_str("NULL"),

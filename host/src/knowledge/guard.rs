@@ -7,18 +7,26 @@
 //! compiler writes:
 //!
 //! ```text
-//! select (* | col {, col}) from table where cond
+//! select items from source where cond
+//! items   = * | item {, item}
+//! item    = col | agg ( [distinct] col [, 'text'] ) | agg ( * )
+//! source  = table | ( select items from source ) [[as] alias]
 //! cond    = conj {or conj}
 //! conj    = unary {and unary}
 //! unary   = not unary | ( cond ) | operand op operand
+//!         | col in ( operand {, operand} ) | col like pattern
+//! pattern = value {|| value}
 //! operand = column | :param | 'text' | number | null | name ( operand {, operand} )
 //! op      = = | != | <> | < | <= | > | >=
 //! ```
 //!
 //! Anything else (a second statement, `union`, `into outfile`, a comment,
-//! a subquery) is refused. Beyond the grammar:
+//! a sub-query with a condition of its own) is refused. The aggregates,
+//! sub-queries and `like` are OML 1.25's (delta §13.6–§13.8). Beyond the
+//! grammar:
 //! - a function may be called only if it is one of OML's helpers or the
-//!   knowledge config lists it in `functions`;
+//!   knowledge config lists it in `functions`; an aggregate (`agg`) only if
+//!   it is one of [`AGGREGATES`] or listed in `functions`;
 //! - a table must be in the config's `tables` when that list is set (it
 //!   defaults to a knowdb's tables), and a schema-qualified name
 //!   (`geo.city`) only when the list names it exactly;
@@ -44,6 +52,13 @@ pub const MAX_STATEMENT_BYTES: usize = 64 * 1024;
 
 /// How deep parentheses, `not`s and function calls may nest in a condition.
 pub const MAX_DEPTH: usize = 64;
+
+/// The aggregates a select list may call without the knowledge config
+/// listing them: what SQLite, PostgreSQL and MySQL read as aggregates over a
+/// column, and nothing that reaches outside the table. Each database knows
+/// only some of them (`group_concat` is SQLite's and MySQL's, `string_agg`
+/// SQLite's and PostgreSQL's): one it does not know fails the rule's load.
+pub const AGGREGATES: &[&str] = &["count", "min", "max", "sum", "avg", "total", "group_concat", "string_agg"];
 
 /// Name prefixes of catalog tables and schemas (compared case-insensitively):
 /// PostgreSQL's `pg_catalog` (`pg_authid`, `pg_settings`, `pg_stat_activity`,
@@ -121,6 +136,8 @@ enum Tok<'s> {
     Close,
     Comma,
     Star,
+    /// `||`, in a `like` pattern.
+    Concat,
 }
 
 fn tokens(sql: &str) -> Result<Vec<Tok<'_>>, String> {
@@ -185,6 +202,10 @@ fn tokens(sql: &str) -> Result<Vec<Tok<'_>>, String> {
                     _ => Tok::Op("="),
                 });
             }
+            b'|' if b.get(i + 1) == Some(&b'|') => {
+                i += 2;
+                out.push(Tok::Concat);
+            }
             b'!' | b'<' | b'>' => {
                 i += 1;
                 if matches!(b.get(i), Some(b'=')) || (c == b'<' && b.get(i) == Some(&b'>')) {
@@ -225,6 +246,8 @@ struct Reader<'t, 's> {
     /// `not`, parenthesis, call, literal or column-to-column comparison):
     /// what an in-memory index may answer.
     terms: Option<Vec<Term>>,
+    /// No aggregate and no sub-query so far.
+    plain: bool,
 }
 
 /// One comparison of a flat condition: `column op :param`, the column on
@@ -338,33 +361,9 @@ impl<'s> Reader<'_, 's> {
 
     fn statement(&mut self) -> Result<Checked, String> {
         self.keyword("select")?;
-        let mut columns = Vec::new();
-        if self.peek() == Some(&Tok::Star) {
-            self.at += 1;
-            columns.push("*".to_string());
-        } else {
-            loop {
-                match self.next() {
-                    Some(Tok::Word(w)) => {
-                        self.column(w)?;
-                        columns.push(w.to_string());
-                    }
-                    _ => return Err("expected a column".into()),
-                }
-                if self.peek() != Some(&Tok::Comma) {
-                    break;
-                }
-                self.at += 1;
-            }
-        }
+        let columns = self.items()?;
         self.keyword("from")?;
-        let table = match self.next() {
-            Some(Tok::Word(w)) if self.policy.session_word(w) => {
-                return Err(format!("`{w}` is not a table: the database reads it as a function of the session"));
-            }
-            Some(Tok::Word(w)) if !RESERVED.iter().any(|r| is(w, r)) => w.to_string(),
-            _ => return Err("expected a table".into()),
-        };
+        let table = self.source()?;
         self.keyword("where")?;
         self.cond()?;
         if self.at < self.toks.len() {
@@ -383,8 +382,100 @@ impl<'s> Reader<'_, 's> {
                 }
             }
         }
-        let terms = self.terms.take().filter(|_| !self.top_or);
-        Ok(Checked { table, columns, keys, ranges, terms })
+        let plain = self.plain;
+        let terms = self.terms.take().filter(|_| !self.top_or && plain);
+        Ok(Checked { table, columns, keys, ranges, terms, plain })
+    }
+
+    /// A select list: `*`, or columns and aggregates, each as its text.
+    fn items(&mut self) -> Result<Vec<String>, String> {
+        if self.peek() == Some(&Tok::Star) {
+            self.at += 1;
+            return Ok(vec!["*".to_string()]);
+        }
+        let mut columns = Vec::new();
+        loop {
+            match self.next() {
+                Some(Tok::Word(w)) if self.peek() == Some(&Tok::Open) => columns.push(self.aggregate(w)?),
+                Some(Tok::Word(w)) => {
+                    self.column(w)?;
+                    columns.push(w.to_string());
+                }
+                _ => return Err("expected a column".into()),
+            }
+            if self.peek() != Some(&Tok::Comma) {
+                return Ok(columns);
+            }
+            self.at += 1;
+        }
+    }
+
+    /// `agg([distinct] col [, 'text'])` or `agg(*)`, after its name.
+    fn aggregate(&mut self, name: &'s str) -> Result<String, String> {
+        if !(AGGREGATES.iter().any(|a| is(name, a)) || self.policy.functions.iter().any(|f| is(name, f))) {
+            return Err(format!(
+                "the aggregate `{name}` is not allowed: a select list may call {} and the functions the knowledge config lists in `functions`",
+                AGGREGATES.join(", ")
+            ));
+        }
+        self.plain = false;
+        self.at += 1;
+        let distinct = self.eat_word("distinct");
+        let arg = match self.next() {
+            Some(Tok::Star) if !distinct => "*",
+            Some(Tok::Word(w)) => {
+                self.column(w)?;
+                w
+            }
+            _ => return Err(format!("`{name}` takes one column")),
+        };
+        let mut text = format!("{name}({}{arg}", if distinct { "distinct " } else { "" });
+        if self.peek() == Some(&Tok::Comma) {
+            self.at += 1;
+            if self.next() != Some(Tok::Text) {
+                return Err(format!("the second argument of `{name}` is a quoted separator"));
+            }
+            text.push_str(", …");
+        }
+        if self.next() != Some(Tok::Close) {
+            return Err(format!("expected `)` closing `{name}`"));
+        }
+        text.push(')');
+        Ok(text)
+    }
+
+    /// A table, or `( select items from source ) [[as] alias]`: the table
+    /// read (the innermost).
+    fn source(&mut self) -> Result<String, String> {
+        match self.next() {
+            Some(Tok::Open) => {
+                self.plain = false;
+                self.enter()?;
+                self.keyword("select")?;
+                self.items()?;
+                self.keyword("from")?;
+                let table = self.source()?;
+                if self.next() != Some(Tok::Close) {
+                    return Err("expected `)` closing the sub-query (it has no condition of its own)".into());
+                }
+                self.depth -= 1;
+                self.eat_word("as");
+                if let Some(Tok::Word(w)) = self.peek().cloned()
+                    && !is(w, "where")
+                {
+                    if w.contains('.') || RESERVED.iter().any(|r| is(w, r)) || self.policy.session_word(w) {
+                        return Err(format!("`{w}` is not an alias"));
+                    }
+                    self.at += 1;
+                }
+                Ok(table)
+            }
+            Some(Tok::Word(w)) if self.policy.session_word(w) => {
+                Err(format!("`{w}` is not a table: the database reads it as a function of the session"))
+            }
+            Some(Tok::Word(w)) if !RESERVED.iter().any(|r| is(w, r)) => Ok(w.to_string()),
+            _ => Err("expected a table".into()),
+        }
     }
 
     fn cond(&mut self) -> Result<(), String> {
@@ -450,6 +541,24 @@ impl<'s> Reader<'_, 's> {
                 self.compares.push((c, "="));
             }
             return Ok(());
+        }
+        // `column like pattern` (delta §13.8): values joined by `||`.
+        if matches!(self.peek(), Some(Tok::Word(w)) if is(w, "like")) {
+            self.next();
+            self.terms = None;
+            if !matches!(left, Side::Column(_)) {
+                return Err("the left of `like` must be a column".into());
+            }
+            loop {
+                match self.next() {
+                    Some(Tok::Param(_) | Tok::Text) => {}
+                    _ => return Err("a `like` pattern is text and parameters joined by `||`".into()),
+                }
+                if self.peek() != Some(&Tok::Concat) {
+                    return Ok(());
+                }
+                self.at += 1;
+            }
         }
         let op = match self.next() {
             Some(Tok::Op(op)) => op,
@@ -547,6 +656,10 @@ pub struct Checked {
     /// comparisons, in order; else `None`. In-memory tables answer only
     /// such statements.
     pub terms: Option<Vec<Term>>,
+    /// The statement selects columns of one table, with no aggregate and
+    /// no sub-query: its rows are the table's, so that misses may be
+    /// batched and an in-memory table may answer it.
+    pub plain: bool,
 }
 
 /// Checks one statement as the guest hands it over (before dialect
@@ -556,7 +669,16 @@ pub fn check(sql: &str, policy: &Policy) -> Result<Checked, String> {
         return Err(format!("the lookup is {} bytes long; at most {MAX_STATEMENT_BYTES} are read", sql.len()));
     }
     let toks = tokens(sql)?;
-    let mut r = Reader { toks: &toks, at: 0, policy, depth: 0, compares: Vec::new(), top_or: false, terms: Some(Vec::new()) };
+    let mut r = Reader {
+        toks: &toks,
+        at: 0,
+        policy,
+        depth: 0,
+        compares: Vec::new(),
+        top_or: false,
+        terms: Some(Vec::new()),
+        plain: true,
+    };
     let checked = r.statement().map_err(|e| format!("not a lookup omlet runs ({e})"))?;
     let table = &checked.table;
     if is_catalog(table) {
@@ -611,6 +733,42 @@ mod tests {
         let c = check("select owner from assets where ip in (:sip, :dip)", &Policy::default()).unwrap();
         assert_eq!(c.keys, vec!["ip".to_string()]);
         assert!(c.terms.is_none(), "an in list is no in-memory key");
+    }
+
+    #[test]
+    fn aggregates_sub_queries_and_like_pass_with_their_limits() {
+        assert!(ok("select count(ip),max(owner) from assets where ip in (:sip, :dip)"));
+        assert!(ok("select group_concat(distinct kind), count(*) from assets where team = :team"));
+        assert!(ok("select string_agg(distinct kind, ', ') from assets where team = :team"));
+        assert!(ok("select owner from (select owner,ip from assets) a where ip = :ip"));
+        assert!(ok("select owner from (select owner,ip from (select * from assets) as x) where ip = :ip"));
+        assert!(ok("select owner from assets where team like '%' || :team || '%' and kind like :k"));
+        assert!(ok("select owner from assets where team like 'net%'"));
+        for bad in [
+            "select pg_read_file(owner) from assets where ip = :ip",
+            "select count(distinct *) from assets where ip = :ip",
+            "select count(ip, owner) from assets where ip = :ip",
+            "select count(ip, :x) from assets where ip = :ip",
+            "select owner from (select owner from assets where ip = :ip) a where ip = :ip",
+            "select owner from (select owner from pg_authid) a where ip = :ip",
+            "select owner from (select owner from assets) union where ip = :ip",
+            "select owner from assets where team like owner",
+            "select owner from assets where :x like team",
+            "select owner from assets where team like :a || owner",
+            "select owner from assets where a = :a || :b",
+        ] {
+            assert!(!ok(bad), "{bad}");
+        }
+        let c = check("select owner from (select owner,ip from assets) a where ip = :ip", &Policy::default()).unwrap();
+        assert_eq!((c.table.as_str(), c.plain, c.terms.is_none()), ("assets", false, true), "the innermost table; no batching");
+        let c = check("select count(ip) from assets where ip = :ip", &Policy::default()).unwrap();
+        assert_eq!(
+            (c.plain, c.keys.clone()),
+            (false, vec!["ip".to_string()]),
+            "an aggregate is not plain, and its key is indexed"
+        );
+        let listed = Policy { functions: vec!["array_agg".into()], ..Policy::default() };
+        assert!(check("select array_agg(owner) from assets where ip = :ip", &listed).is_ok());
     }
 
     #[test]

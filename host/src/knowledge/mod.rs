@@ -408,6 +408,7 @@ impl Knowledge {
             let checked = guard::check(&s.sql, &policy).map_err(refused)?;
             self.index_for(&checked).await;
             let terms = checked.terms.clone();
+            let checked_plain = checked.plain;
             // The batch form is built from what the SQL reads, never from the
             // component's own account of its table and columns.
             let s = &SqlStatement { table: checked.table, columns: checked.columns, ..s.clone() };
@@ -457,6 +458,7 @@ impl Knowledge {
                 path,
             };
             if self.config.batch_misses
+                && checked_plain
                 && let Some(select) = batch_select(s)
             {
                 let key_type = bound.param_types.first().copied().unwrap_or(ParamType::Any);

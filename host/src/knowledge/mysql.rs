@@ -42,7 +42,9 @@ impl SqlProvider<MySql> {
     /// Every connection runs with `NO_BACKSLASH_ESCAPES` added to its
     /// `sql_mode`, so that a backslash in a rule's SQL literal is a plain
     /// character as in standard SQL (and in SQLite and PostgreSQL), never an
-    /// escape that ends the compiler's quoting. Lookup connections also carry
+    /// escape that ends the compiler's quoting, and `PIPES_AS_CONCAT`, so
+    /// that `||` in a `like` pattern (OML 1.25 §13.8) joins text as in
+    /// standard SQL rather than meaning `or`. Lookup connections also carry
     /// a server-side statement timeout equal to `statement_timeout` (MariaDB's
     /// `max_statement_time`, or MySQL's `max_execution_time`).
     pub async fn connect(
@@ -86,11 +88,11 @@ async fn system_database(provider: &MySqlProvider) -> Result<()> {
     }
 }
 
-/// Adds `NO_BACKSLASH_ESCAPES` to the session's `sql_mode`; an error fails
-/// the connection.
+/// Adds `NO_BACKSLASH_ESCAPES` and `PIPES_AS_CONCAT` to the session's
+/// `sql_mode`; an error fails the connection.
 async fn no_backslash_escapes(conn: &mut MySqlConnection) -> Result<(), String> {
-    let sql = "SET SESSION sql_mode = CONCAT(@@sql_mode, ',NO_BACKSLASH_ESCAPES')";
-    sqlx::raw_sql(sql).execute(&mut *conn).await.map_err(|e| format!("cannot set NO_BACKSLASH_ESCAPES: {e}"))?;
+    let sql = "SET SESSION sql_mode = CONCAT(@@sql_mode, ',NO_BACKSLASH_ESCAPES,PIPES_AS_CONCAT')";
+    sqlx::raw_sql(sql).execute(&mut *conn).await.map_err(|e| format!("cannot set the sql_mode: {e}"))?;
     Ok(())
 }
 

@@ -358,6 +358,67 @@ async fn helper_functions_apply_to_columns(url: &str) {
     );
 }
 
+/// OML 1.25's SQL forms (delta §13.6–§13.8): aggregates in the select
+/// list, a sub-query as the source, `like` with a pattern built from the
+/// record, and `in` lists, each through the guard and on the database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aggregates_sub_queries_and_like_on_postgres() {
+    let pg = Postgres::start();
+    sql_forms_of_oml_1_25(&pg.url(), "string_agg(distinct kind, ',')").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aggregates_sub_queries_and_like_on_mariadb() {
+    let db = MariaDb::start();
+    sql_forms_of_oml_1_25(&db.url(), "group_concat(distinct kind)").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aggregates_sub_queries_and_like_on_sqlite() {
+    sql_forms_of_oml_1_25("sqlite::memory:", "group_concat(distinct kind)").await;
+}
+
+async fn sql_forms_of_oml_1_25(url: &str, concat: &str) {
+    let k = KnowledgeConfig::for_url(url).open().await.unwrap();
+    k.provider()
+        .execute(
+            "create table assets (ip varchar(40), owner varchar(20), team varchar(20), kind varchar(20));
+             insert into assets values ('10.0.0.1', 'ana', 'net-ops', 'router'), ('10.0.0.2', 'li', 'net-ops', 'switch'),
+               ('10.0.0.3', 'bo', 'data', 'router'), ('10.0.0.4', 'cy', 'net-ops', 'router');",
+        )
+        .await
+        .unwrap();
+    let rule = format!(
+        "name : t
+---
+         n = select count(ip) from assets where ip in (@sip, @dip) ;
+         kinds = select {concat} from assets where team = read(team) ;
+         top = select max(owner) from assets where team like '%@unit%' ;
+         who = select owner from (select owner, ip from assets) a where ip = read(sip) ;
+         pat = select owner from assets where team like @team_pat and kind = 'switch' ;
+         none = select max(owner) from assets where team = read(nobody) ;
+         lit = select count(*) from assets where kind like 'rout%' ;
+"
+    );
+    let rule = Engine::new()
+        .unwrap()
+        .load_source("f.oml", &rule, &omlet::LoadOptions::new().knowledge(k))
+        .await
+        .unwrap_or_else(|e| panic!("{url}: {e}"));
+    let input = r#"{"sip":"10.0.0.1","dip":"10.0.0.3","team":"net-ops","unit":"ops","team_pat":"net%","nobody":"x"}"#;
+    let out = rule.evaluate(&omlet::record::from_json_str(input).unwrap()).await.unwrap();
+    let json: serde_json::Value = serde_json::from_str(&omlet::record::to_json_string(&out)).unwrap();
+    assert_eq!(json["n"], 2, "{url}: {json}");
+    let mut kinds: Vec<&str> = json["kinds"].as_str().unwrap().split(',').collect();
+    kinds.sort();
+    assert_eq!(kinds, ["router", "switch"], "{url}");
+    assert_eq!(json["top"], "li", "{url}");
+    assert_eq!(json["who"], "ana", "{url}");
+    assert_eq!(json["pat"], "li", "{url}");
+    assert!(json.get("none").is_none(), "{url}: an aggregate over no row is NULL, which stores nothing: {json}");
+    assert_eq!(json["lit"], 3, "{url}");
+}
+
 /// The README's embedding example (host/examples/embed_postgres.rs), run as
 /// its own program against a throwaway server holding the nginx example's
 /// table, loaded with psql as examples/embed-postgres/README.md says.

@@ -7,24 +7,41 @@ impl<'s> Parser<'s> {
     pub(super) fn sql(&mut self) -> PResult<Expr> {
         let start = self.pos;
         self.bump_str("select");
+        let columns = self.select_items(start)?;
+        let (table, from) = self.sql_source()?;
+        self.ws();
+        if !self.eat_word_ci("where") {
+            let span = self.here();
+            return self.err_hint("SQL lookup needs `where`", span, "write `select col from table where key = read(field)`");
+        }
+        let cond = self.sql_or()?;
+        self.done(SyntaxKind::Sql, start);
+        Ok(Expr::Sql(Box::new(Sql { columns, table, from, cond, span: Span::new(start, self.pos) })))
+    }
+
+    /// The select list up to and including `from` (delta §13.6): `*`, or
+    /// items that are a column, `fn(col)`, `fn(distinct col)`, `fn(*)` or
+    /// `fn(distinct col, 'sep')`, each as the SQL text it becomes.
+    fn select_items(&mut self, start: usize) -> PResult<Vec<String>> {
         let mut columns = Vec::new();
+        let hint = "select `*`, column names, or aggregates such as count(col), max(col), group_concat(distinct col) and string_agg(distinct col, ', ')";
         loop {
             self.ws();
             let cs = self.pos;
-            if self.peek() == b'*' {
-                self.bump();
+            if self.eat(b'*') {
                 columns.push("*".to_string());
             } else {
-                let c = self.take_while(is_simple);
-                if c.is_empty() || self.peek() == b'(' {
+                let c = self.take_while(is_simple).to_string();
+                if c.is_empty() {
                     let span = Span::new(cs, self.pos.max(cs + 1));
-                    return self.err_hint(
-                        "strict SQL: columns must be plain identifiers",
-                        span,
-                        "select `*` or column names; expressions, aliases and functions are not allowed",
-                    );
+                    return self.err_hint("strict SQL: expected a column or an aggregate", span, hint);
                 }
-                columns.push(c.to_string());
+                if self.peek_after_ws() == b'(' {
+                    let item = self.aggregate(&c, cs, hint)?;
+                    columns.push(item);
+                } else {
+                    columns.push(c);
+                }
             }
             self.ws();
             if self.eat(b',') {
@@ -34,33 +51,111 @@ impl<'s> Parser<'s> {
                 break;
             }
             let span = self.here();
-            return self.err_hint("strict SQL: columns must be plain identifiers", span, "expected `,` or `from` after a column");
+            return self.err_hint("strict SQL: expected `,` or `from` after a select item", span, hint);
         }
         if columns.len() > 1 && columns.iter().any(|c| c == "*") {
             let span = Span::new(start, self.pos);
             return self.err("strict SQL: `*` cannot be mixed with column names", span);
         }
+        Ok(columns)
+    }
+
+    /// `fn([distinct] col [, 'sep'])` or `fn(*)` in a select list, after
+    /// its name: the item's SQL text.
+    fn aggregate(&mut self, name: &str, start: usize, hint: &str) -> PResult<String> {
+        if name.contains('.') {
+            let span = Span::new(start, self.pos);
+            return self.err_hint(format!("strict SQL: `{name}` is not a function name"), span, hint);
+        }
+        self.expect(b'(', "`(`")?;
+        self.ws();
+        let distinct = self.eat_word_ci("distinct");
+        self.ws();
+        let arg = if self.eat(b'*') { "*".to_string() } else { self.take_while(is_simple).to_string() };
+        if arg.is_empty() || (distinct && arg == "*") {
+            let span = self.here();
+            return self.err_hint("strict SQL: an aggregate takes one column", span, hint);
+        }
+        let mut item = format!("{name}({}{arg}", if distinct { "distinct " } else { "" });
+        self.ws();
+        if self.eat(b',') {
+            self.ws();
+            match self.sql_literal()? {
+                Some(Const::Chars(sep)) => {
+                    item.push_str(", ");
+                    crate::compile::push_sql_text(&mut item, &sep);
+                }
+                _ => {
+                    let span = self.here();
+                    return self.err_hint("strict SQL: an aggregate's second argument is a quoted separator", span, hint);
+                }
+            }
+        }
+        self.expect(b')', "`)` closing the aggregate")?;
+        item.push(')');
+        Ok(item)
+    }
+
+    /// What follows `from` (delta §13.7): a table (dotted names allowed), or
+    /// `( select items from source ) [ [as] alias ]`. The table read (the
+    /// innermost), and the source's SQL text when it is a sub-query.
+    fn sql_source(&mut self) -> PResult<(String, Option<String>)> {
         self.ws();
         let ts = self.pos;
+        if self.peek() == b'(' {
+            self.nest()?;
+            let r = self.sub_query(ts);
+            self.depth -= 1;
+            return r;
+        }
         let table = self.take_while(is_simple).to_string();
         let c = self.peek();
-        if table.is_empty() || !(c.is_ascii_whitespace() || c == 0) {
+        if table.is_empty() || !(c.is_ascii_whitespace() || c == 0 || c == b')') {
             let end = self.pos + self.rest().find(|c: char| c.is_whitespace()).unwrap_or(self.rest().len());
             let span = Span::new(ts, end);
             return self.err_hint(
                 "strict SQL: invalid table identifier",
                 span,
-                "a table name uses letters, digits, `_` and `.`; one table, no joins or aliases",
+                "a table name uses letters, digits, `_` and `.`; one table or a sub-query, no joins",
             );
         }
+        Ok((table, None))
+    }
+
+    fn sub_query(&mut self, start: usize) -> PResult<(String, Option<String>)> {
+        self.bump();
         self.ws();
-        if !self.eat_word_ci("where") {
+        let ss = self.pos;
+        if !self.eat_word_ci("select") {
             let span = self.here();
-            return self.err_hint("SQL lookup needs `where`", span, "write `select col from table where key = read(field)`");
+            return self.err_hint(
+                "strict SQL: a sub-query starts with `select`",
+                span,
+                "write `from (select col from table) alias`",
+            );
         }
-        let cond = self.sql_or()?;
-        self.done(SyntaxKind::Sql, start);
-        Ok(Expr::Sql(Box::new(Sql { columns, table, cond, span: Span::new(start, self.pos) })))
+        let items = self.select_items(ss)?;
+        let (table, inner) = self.sql_source()?;
+        self.expect(b')', "`)` closing the sub-query: it has no `where` of its own")?;
+        let mut text = format!("(select {} from {})", items.join(","), inner.as_deref().unwrap_or(&table));
+        // An alias, unless `where` follows at once.
+        self.ws();
+        if self.eat_word_ci("as") {
+            self.ws();
+        }
+        if !self.at_word_ci("where") {
+            let a = self.pos;
+            let alias = self.take_while(|c| c.is_ascii_alphanumeric() || c == b'_').to_string();
+            if !alias.is_empty() {
+                text.push(' ');
+                text.push_str(&alias);
+            } else if self.pos > a || !self.at_end() && !self.peek().is_ascii_whitespace() {
+                let span = self.here();
+                return self.err("strict SQL: expected an alias or `where` after the sub-query", span);
+            }
+        }
+        let _ = start;
+        Ok((table, Some(text)))
     }
 
     pub(super) fn sql_or(&mut self) -> PResult<SqlCond> {
@@ -141,6 +236,13 @@ impl<'s> Parser<'s> {
             self.done(SyntaxKind::SqlIn, start);
             return Ok(SqlCond::In { left, items, span: Span::new(start, self.pos) });
         }
+        // Delta §13.8: `column like <rhs>`.
+        if self.eat_word_ci("like") {
+            self.ws();
+            let pattern = self.like_pattern()?;
+            self.done(SyntaxKind::SqlCmp, start);
+            return Ok(SqlCond::Like { left, pattern, span: Span::new(start, self.pos) });
+        }
         let op = ["!=", "<>", "<=", ">=", "=", "<", ">"].into_iter().find(|op| self.rest().starts_with(op));
         let Some(op) = op else {
             let found = self.found();
@@ -152,6 +254,33 @@ impl<'s> Parser<'s> {
         let right = self.sql_operand()?;
         self.done(SyntaxKind::SqlCmp, start);
         Ok(SqlCond::Cmp { left, op, right, span: Span::new(start, self.pos) })
+    }
+
+    /// The right of `like`: `@x`, `read(x)` or `take(x)`; or a quoted
+    /// pattern, split where it holds `@name`, `read(name)` or `take(name)`.
+    fn like_pattern(&mut self) -> PResult<LikePattern> {
+        let at = self.pos;
+        if let Some(lit) = self.sql_literal()? {
+            let Const::Chars(text) = lit else {
+                let span = Span::new(at, self.pos);
+                return self.err_hint(
+                    "strict SQL: `like` takes a quoted pattern or a value",
+                    span,
+                    "write `name like '%@team%'`",
+                );
+            };
+            return Ok(like_pieces(&text));
+        }
+        if self.peek() == b'@' || ((self.at_word("read") || self.at_word("take")) && self.peek_after(4) == b'(') {
+            return Ok(LikePattern::Value(self.sql_operand()?));
+        }
+        let found = self.found();
+        let span = self.here();
+        self.err_hint(
+            format!("strict SQL: expected a pattern after `like`, found {found}"),
+            span,
+            "write `name like '%@team%'` or `name like @pattern`",
+        )
     }
 
     pub(super) fn sql_operand(&mut self) -> PResult<SqlOperand> {
@@ -269,4 +398,45 @@ impl<'s> Parser<'s> {
             Err(()) => Err(()),
         }
     }
+}
+
+/// A quoted `like` pattern as text and the fields it names: `@name`,
+/// `read(name)` and `take(name)` (delta §13.8).
+fn like_pieces(text: &str) -> LikePattern {
+    let mut pieces = Vec::new();
+    let mut lit = String::new();
+    let mut rest = text;
+    while !rest.is_empty() {
+        let var = if let Some(r) = rest.strip_prefix('@') {
+            let n = r.bytes().take_while(|&c| is_simple(c) && c != b'.').count();
+            (n > 0).then(|| (false, &r[..n], 1 + n))
+        } else {
+            ["read(", "take("].iter().find_map(|p| {
+                let r = rest.strip_prefix(p)?;
+                let n = r.bytes().take_while(|&c| is_field_key(c)).count();
+                (n > 0 && r.as_bytes().get(n) == Some(&b')')).then(|| (p.starts_with('t'), &r[..n], p.len() + n + 1))
+            })
+        };
+        match var {
+            Some((take, name, len)) => {
+                if !lit.is_empty() {
+                    pieces.push(LikePiece::Text(core::mem::take(&mut lit)));
+                }
+                pieces.push(LikePiece::Field { take, name: name.to_string() });
+                rest = &rest[len..];
+            }
+            None => {
+                let c = rest.chars().next().unwrap_or(' ');
+                lit.push(c);
+                rest = &rest[c.len_utf8()..];
+            }
+        }
+    }
+    if !lit.is_empty() {
+        pieces.push(LikePiece::Text(lit));
+    }
+    if pieces.iter().all(|p| matches!(p, LikePiece::Text(_))) {
+        return LikePattern::Literal(text.to_string());
+    }
+    LikePattern::Pieces(pieces)
 }

@@ -1,7 +1,8 @@
 //! The examples of docs/language.md are tests: each `oml` block runs with
 //! its `# input:` (and `# knowledge:`, `# input_types:`) through the wasm component and the
-//! native evaluator, and must give its `# output:`, or fail to compile with
-//! an error containing its `# error:` text.
+//! native evaluator, and must give its `# output:`, fail to compile with
+//! an error containing its `# error:` text, or fail the record with an
+//! error containing its `# record error:` text.
 
 use omlet_cli::conformance::{Mode, run_file};
 
@@ -15,6 +16,7 @@ struct Example {
     input_types: Option<String>,
     output: Option<String>,
     error: Option<String>,
+    record_error: Option<String>,
 }
 
 fn examples(markdown: &str) -> Vec<Example> {
@@ -42,6 +44,7 @@ fn examples(markdown: &str) -> Vec<Example> {
             input_types: directive("# input_types:"),
             output: directive("# output:"),
             error: directive("# error:"),
+            record_error: directive("# record error:"),
         });
     }
     out
@@ -55,8 +58,8 @@ async fn every_example_of_the_language_reference_runs() {
     let mut cases = Vec::new();
     for e in &all {
         assert!(
-            e.output.is_some() != e.error.is_some(),
-            "docs/language.md:{}: an example needs `# output:` or `# error:`",
+            [e.output.is_some(), e.error.is_some(), e.record_error.is_some()].iter().filter(|x| **x).count() == 1,
+            "docs/language.md:{}: an example needs one of `# output:`, `# error:` and `# record error:`",
             e.line
         );
         if let Some(want) = &e.error {
@@ -82,7 +85,10 @@ async fn every_example_of_the_language_reference_runs() {
                 .collect();
             case.insert("input_types".into(), types.into());
         }
-        case.insert("expected".into(), e.output.clone().unwrap_or_default().into());
+        match &e.record_error {
+            Some(want) => case.insert("expected_record_error".into(), want.clone().into()),
+            None => case.insert("expected".into(), e.output.clone().unwrap_or_default().into()),
+        };
         cases.push(toml::Value::Table(case));
     }
     let mut file = toml::Table::new();
