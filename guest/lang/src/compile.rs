@@ -46,6 +46,7 @@ pub fn compile_with_limits(sources: &[Source<'_>], now: (i64, i32), limits: Limi
         models: Vec::new(),
         statements: Vec::new(),
         name_index: Default::default(),
+        features: Vec::new(),
     };
     let mut errors = Vec::new();
     // Per compiled model: its source, and where its name and patterns stand.
@@ -65,6 +66,7 @@ pub fn compile_with_limits(sources: &[Source<'_>], now: (i64, i32), limits: Limi
             crate::parse::parse_with_limits(src.text, limits)
         };
         if let Some(rule) = rule {
+            crate::features::collect(&rule, src.file, src.text, &mut program.features);
             let spans = (index, rule.name_span, rule.pattern_spans.clone());
             let mut c = Checker {
                 file: src.file,
@@ -332,6 +334,7 @@ impl Checker<'_> {
             models: Vec::new(),
             statements: Vec::new(),
             name_index: Default::default(),
+            features: Vec::new(),
         };
         let mut host = CompileHost { now: self.now };
         let value = {

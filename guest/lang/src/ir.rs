@@ -39,6 +39,10 @@ pub struct Program {
     /// serialised.
     #[serde(skip)]
     pub name_index: NameIndex,
+    /// The forms newer than OML v1.17.4 that the sources use (what `omlet
+    /// check` reports); filled by the compiler, never serialised.
+    #[serde(skip)]
+    pub features: Vec<crate::features::Feature>,
 }
 
 /// An open-addressing table of slots into [`Program::names`].

@@ -23,6 +23,7 @@ pub mod charset;
 pub mod compile;
 pub mod diag;
 pub mod eval;
+pub mod features;
 pub mod fmt;
 pub mod fnv;
 pub mod frame;

@@ -723,10 +723,19 @@ async fn check(rules: &[PathBuf], knowdb: &[PathBuf], config: Option<&Path>, jso
             Ok(p) => (p.models.iter().map(|m| serde_json::json!({ "name": m.name, "file": m.file })).collect(), Vec::new()),
             Err(e) => (Vec::new(), json_diagnostics(e)),
         };
+        let language = match &result {
+            Ok(p) => serde_json::json!({
+                "needs": omlet_lang::features::needs(&p.features),
+                "features": p.features.iter().map(|f| serde_json::json!({
+                    "name": f.name, "since": f.since, "file": f.file, "line": f.line, "column": f.column,
+                })).collect::<Vec<_>>(),
+            }),
+            Err(_) => serde_json::Value::Null,
+        };
         let ok = result.is_ok();
         println!(
             "{}",
-            serde_json::json!({ "ok": ok, "models": models, "diagnostics": diagnostics, "warnings": warnings, "notes": notes })
+            serde_json::json!({ "ok": ok, "models": models, "diagnostics": diagnostics, "warnings": warnings, "notes": notes, "language": language })
         );
         return Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE });
     }
@@ -737,6 +746,9 @@ async fn check(rules: &[PathBuf], knowdb: &[PathBuf], config: Option<&Path>, jso
             }
             for m in &p.models {
                 eprintln!("{}: ok ({})", m.file, m.name);
+                if let Some(line) = language_line(&m.file, &p.features) {
+                    eprintln!("{line}");
+                }
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -746,6 +758,38 @@ async fn check(rules: &[PathBuf], knowdb: &[PathBuf], config: Option<&Path>, jso
         }
         Err(e) => Err(e),
     }
+}
+
+/// What version of OML a file's rule needs (issue 32, item 8), when it uses
+/// forms newer than v1.17.4: `f.oml: needs OML 1.25.4 or later (array { } at
+/// 3:5, …); omlet only: lower at 5:1`.
+fn language_line(file: &str, features: &[omlet_lang::features::Feature]) -> Option<String> {
+    use omlet_lang::features::{OMLET_ONLY, needs};
+    let mine: Vec<_> = features.iter().filter(|f| f.file == file).cloned().collect();
+    if mine.is_empty() {
+        return None;
+    }
+    let list = |only: bool| {
+        mine.iter()
+            .filter(|f| (f.since == OMLET_ONLY) == only)
+            .map(|f| {
+                if only {
+                    format!("{} at {}:{}", f.name, f.line, f.column)
+                } else {
+                    format!("{} {} at {}:{}", f.name, f.since, f.line, f.column)
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut parts = Vec::new();
+    if let Some(v) = needs(&mine) {
+        parts.push(format!("needs OML {v} or later ({})", list(false)));
+    }
+    if mine.iter().any(|f| f.since == OMLET_ONLY) {
+        parts.push(format!("beyond the reference, omlet only: {}", list(true)));
+    }
+    Some(format!("{file}: {}", parts.join("; ")))
 }
 
 /// The diagnostics of a failed check, as JSON objects.

@@ -55,6 +55,31 @@ fn a_dash_means_standard_input_or_output() {
     assert!(text(&out.stderr).contains("<stdin>:3:12"), "{}", text(&out.stderr));
 }
 
+/// `omlet check` names the release of OML a rule needs, and the forms only
+/// omlet has (issue 32, item 8); a v1.17 rule gets no such line.
+#[test]
+fn check_names_the_language_version_a_rule_needs() {
+    let dir = tempfile::tempdir().unwrap();
+    let new = rule_file(
+        &dir,
+        "new.oml",
+        "name : n\n---\na = array { read(x) ; } ;\nb = pipe read(t) | Time::from_ts(0) ;\nc = pipe read(s) | lower ;\n",
+    );
+    let old = rule_file(&dir, "old.oml", "name : o\n---\na = read(x) ;\n");
+    let out = omlet(&["check", &new, &old]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("new.oml: needs OML 1.25.4 or later (array { } 1.25.3 at 3:5, Time::from_ts 1.25.4 at 4:5); beyond the reference, omlet only: lower at 5:5"),
+        "{err}"
+    );
+    assert!(!err.contains("old.oml: needs"), "{err}");
+    let out = omlet(&["check", "--json", &new]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["language"]["needs"], "1.25.4");
+    assert_eq!(v["language"]["features"][2]["since"], "omlet");
+}
+
 #[test]
 fn stats_takes_its_value_with_equals_and_models_are_checked_first() {
     let dir = tempfile::tempdir().unwrap();
