@@ -1,6 +1,7 @@
-//! Differential test: for every conformance rule, generated records evaluate
-//! to the same output through the wasm component and through the native
-//! build of the evaluator.
+//! Differential test: for every rule of the conformance corpus and of
+//! omlet's own cases (OML 1.25's forms and the additions beyond it among
+//! them), generated records evaluate to the same output, or the same error,
+//! through the wasm component and through the native build of the evaluator.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -22,6 +23,16 @@ fn leaf() -> impl Strategy<Value = Value<'static>> {
         "\\PC{0,6}".prop_map(|s| Value::Chars(s.into())),
         prop_oneof!["[0-9]{1,4}", "-?[0-9]{1,3}\\.[0-9]", "10\\.0\\.[0-9]\\.[0-9]{1,2}", "(true|false|)", "[a-c]{0,3}"]
             .prop_map(|s| Value::Chars(s.into())),
+        // Text that OML 1.25's functions read: addresses of both families
+        // (LAN and WAN), times with and without a zone, epochs.
+        prop_oneof![
+            "(192\\.168|100\\.64|8\\.8)\\.[0-9]\\.[0-9]{1,2}",
+            " ?(fd00|2001:db8)::[0-9a-f]{1,3} ?",
+            "20[0-9]{2}-0[1-9]-1[0-9][T ]0[0-9]:[0-5][0-9]:00(Z|\\+01:00)?",
+            "1[0-9]/(Oct|Jan|Foo)/20[0-9]{2}:1[0-9]:[0-5][0-9]:00 [+-]0[0-9]00",
+            "1[0-9]{9}(\\.[0-9]{1,3})?",
+        ]
+        .prop_map(|s| Value::Chars(s.into())),
         (-5i64..700).prop_map(Value::Digit),
         any::<i64>().prop_map(Value::Digit),
         prop_oneof![Just(0.0f64), Just(65.5), -1e6f64..1e6].prop_map(Value::Float),
@@ -66,8 +77,10 @@ fn shape(r: &[Field<'_>]) -> (String, Vec<(String, &'static str)>) {
 fn wasm_and_native_agree_on_generated_records() {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let engine = omlet::Engine::new().unwrap();
-    let dir = root().join("tests/conformance");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    let mut files: Vec<PathBuf> = ["tests/conformance", "tests/cases"]
+        .iter()
+        .flat_map(|d| std::fs::read_dir(root().join(d)).unwrap().map(|e| e.unwrap().path()))
+        .collect();
     files.sort();
     let mut rules_checked = 0;
     for file in files.iter().filter(|p| p.extension().is_some_and(|e| e == "toml")) {
@@ -79,8 +92,11 @@ fn wasm_and_native_agree_on_generated_records() {
             }
             let knowledge = case.knowledge.as_ref().map(|k| rt.block_on(load_knowledge(k)).unwrap());
             let component = omlet::build::component_for(&program).unwrap();
-            let rule =
-                rt.block_on(engine.load_component(&component, &omlet::LoadOptions::new().knowledge(knowledge.clone()))).unwrap();
+            let mut options = omlet::LoadOptions::new().knowledge(knowledge.clone());
+            if let Some(n) = &case.intranet_nets {
+                options = options.intranet_nets(n.clone());
+            }
+            let rule = rt.block_on(engine.load_component(&component, &options)).unwrap();
             let bound = match &knowledge {
                 Some(k) => rt.block_on(k.bind(&program.statements)).unwrap(),
                 None => Vec::new(),
@@ -102,6 +118,9 @@ fn wasm_and_native_agree_on_generated_records() {
                     .map(|r| shape(r.fields()))
                     .map_err(|e| e.to_string());
                 let mut host = NativeHost::new(knowledge.clone(), bound.clone(), rt.handle().clone());
+                if let Some(n) = &case.intranet_nets {
+                    host.nets = n.effective().0;
+                }
                 let native =
                     omlet_lang::evaluate(&program, 0, input.clone(), &mut host).map(|r| shape(&r)).map_err(|e| e.to_string());
                 if wasm != native {
@@ -118,5 +137,5 @@ fn wasm_and_native_agree_on_generated_records() {
             rules_checked += 1;
         }
     }
-    assert!(rules_checked >= 100, "only {rules_checked} rules were checked");
+    assert!(rules_checked >= 200, "only {rules_checked} rules were checked");
 }
