@@ -449,6 +449,16 @@ pub enum Helper {
     Cidr4Contains,
     Ip4Text,
     TrimQuotes,
+    /// `ip_key(ip)`: an address of either family as 32 hex digits (IPv4
+    /// mapped into IPv6), whose text order is the addresses' order.
+    IpKey,
+    /// `cidr_min_key(cidr)`, `cidr_max_key(cidr)`: the first and last
+    /// address of a network of either family, as [`Helper::IpKey`]s.
+    CidrMinKey,
+    CidrMaxKey,
+    /// `cidr_contains(ip, cidr)`: 1 when the address lies in the network
+    /// (either family), else 0.
+    CidrContains,
 }
 
 impl Helper {
@@ -461,6 +471,10 @@ impl Helper {
             "cidr4_contains" => Helper::Cidr4Contains,
             "ip4_text" => Helper::Ip4Text,
             "trim_quotes" => Helper::TrimQuotes,
+            "ip_key" => Helper::IpKey,
+            "cidr_min_key" => Helper::CidrMinKey,
+            "cidr_max_key" => Helper::CidrMaxKey,
+            "cidr_contains" => Helper::CidrContains,
             _ => return None,
         })
     }

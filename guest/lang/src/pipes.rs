@@ -713,6 +713,31 @@ fn cidr4(c: &Cell) -> Option<(u32, u32)> {
     Some((ip & mask, ip | !mask))
 }
 
+/// An address of either family as the 128-bit number of its IPv6 form
+/// (IPv4 mapped), from text or an IPv4 integer.
+fn cell_ip(c: &Cell) -> Option<u128> {
+    match c {
+        Cell::Text(s) => crate::value::parse_ip(s).map(crate::intranet::key),
+        Cell::Integer(i) => u32::try_from(*i).ok().map(|n| crate::intranet::key(IpAddr::V4(n.into()))),
+        _ => None,
+    }
+}
+
+/// A network of either family, as its first and last address.
+fn cidr(c: &Cell) -> Option<(u128, u128)> {
+    let Cell::Text(s) = c else { return None };
+    if !s.contains('/') {
+        return None;
+    }
+    let net = crate::intranet::parse_cidr(s)?;
+    let host = if net.prefix == 0 { u128::MAX } else { u128::MAX >> net.prefix };
+    Some((net.addr, net.addr | host))
+}
+
+fn key_text(n: u128) -> Cell {
+    Cell::Text(alloc::format!("{n:032x}"))
+}
+
 /// A SQL helper over parameter values, computed in the guest (§8.11.4).
 pub fn helper(h: Helper, args: &[Cell]) -> Cell {
     let arg = |i: usize| args.get(i).unwrap_or(&Cell::Null);
@@ -745,6 +770,13 @@ pub fn helper(h: Helper, args: &[Cell]) -> Cell {
                 }
             }
             other => other.clone(),
+        },
+        Helper::IpKey => cell_ip(arg(0)).map_or(Cell::Null, key_text),
+        Helper::CidrMinKey => cidr(arg(0)).map_or(Cell::Null, |(lo, _)| key_text(lo)),
+        Helper::CidrMaxKey => cidr(arg(0)).map_or(Cell::Null, |(_, hi)| key_text(hi)),
+        Helper::CidrContains => match (cell_ip(arg(0)), cidr(arg(1))) {
+            (Some(ip), Some((lo, hi))) => Cell::Integer((lo <= ip && ip <= hi) as i64),
+            _ => Cell::Integer(0),
         },
     }
 }
@@ -910,5 +942,26 @@ mod tests {
         assert_eq!(helper(Helper::Cidr4Contains, &[t("11.1.2.3"), t("10.0.0.0/8")]), Cell::Integer(0));
         assert_eq!(helper(Helper::TrimQuotes, &[t("'x'")]), t("x"));
         assert_eq!(helper(Helper::TrimQuotes, &[t("'x\"")]), t("'x\""));
+    }
+
+    #[test]
+    fn ip_keys_order_both_families_as_text() {
+        let t = |s: &str| Cell::Text(s.to_string());
+        assert_eq!(helper(Helper::IpKey, &[t(" 2001:DB8::7 ")]), t("20010db8000000000000000000000007"));
+        assert_eq!(helper(Helper::IpKey, &[t("10.0.0.1")]), t("00000000000000000000ffff0a000001"));
+        assert_eq!(helper(Helper::IpKey, &[t("::ffff:10.0.0.1")]), helper(Helper::IpKey, &[t("10.0.0.1")]));
+        assert_eq!(helper(Helper::IpKey, &[Cell::Integer(167_772_161)]), helper(Helper::IpKey, &[t("10.0.0.1")]));
+        assert_eq!(helper(Helper::IpKey, &[t("x")]), Cell::Null);
+        assert_eq!(helper(Helper::CidrMinKey, &[t("2001:db8::/32")]), t("20010db8000000000000000000000000"));
+        assert_eq!(helper(Helper::CidrMaxKey, &[t("2001:db8::/32")]), t("20010db8ffffffffffffffffffffffff"));
+        assert_eq!(helper(Helper::CidrMaxKey, &[t("10.0.0.0/8")]), t("00000000000000000000ffff0affffff"));
+        assert_eq!(helper(Helper::CidrMinKey, &[t("::/0")]), t("00000000000000000000000000000000"));
+        assert_eq!(helper(Helper::CidrMaxKey, &[t("2001:db8::7")]), Cell::Null, "an address is no network");
+        assert_eq!(helper(Helper::CidrContains, &[t("2001:db8::7"), t("2001:db8::/32")]), Cell::Integer(1));
+        assert_eq!(helper(Helper::CidrContains, &[t("2001:db9::7"), t("2001:db8::/32")]), Cell::Integer(0));
+        assert_eq!(helper(Helper::CidrContains, &[t("10.1.2.3"), t("10.0.0.0/8")]), Cell::Integer(1));
+        assert_eq!(helper(Helper::CidrContains, &[t("10.1.2.3"), t("bogus")]), Cell::Integer(0));
+        let (a, b) = (helper(Helper::IpKey, &[t("9.255.255.255")]), helper(Helper::IpKey, &[t("10.0.0.0")]));
+        assert!(matches!((a, b), (Cell::Text(a), Cell::Text(b)) if a < b), "text order is address order");
     }
 }

@@ -406,6 +406,14 @@ impl Knowledge {
                 return Err(too_long(format!("{} bytes long; at most {} are read", s.sql.len(), guard::MAX_STATEMENT_BYTES)));
             }
             let checked = guard::check(&s.sql, &policy).map_err(refused)?;
+            if let Some(h) = sql::helper_missing_in(&s.sql, self.provider.kind()) {
+                return Err(refused(format!(
+                    "`{h}` is applied to a column, which {} cannot compute: keep the keys in columns of the \
+                     table (made when the data is, or by a knowdb loaded on SQLite, which has every helper) \
+                     and compare them with helpers of values, such as ip_key(read(ip))",
+                    self.provider.kind()
+                )));
+            }
             self.index_for(&checked).await;
             let terms = checked.terms.clone();
             let checked_plain = checked.plain;

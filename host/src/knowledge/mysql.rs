@@ -155,6 +155,15 @@ pub fn helper_expression(name: &str, args: &[String]) -> String {
                  THEN SUBSTRING({x}, 2, CHAR_LENGTH({x}) - 2) ELSE {x} END)"
             )
         }
+        "ip_key" => {
+            // INET6_ATON reads both families (4 or 16 bytes); an IPv4
+            // address becomes its IPv4-mapped key, as in the guest.
+            let a = format!("INET6_ATON(TRIM({}))", arg(0));
+            format!(
+                "(CASE WHEN LENGTH({a}) = 4 THEN CONCAT('00000000000000000000ffff', LOWER(HEX({a}))) \
+                 WHEN LENGTH({a}) = 16 THEN LOWER(HEX({a})) END)"
+            )
+        }
         _ => format!("{name}({})", args.join(", ")),
     }
 }

@@ -5,8 +5,19 @@ use super::Placeholders;
 use super::guard::{MAX_DEPTH, MAX_STATEMENT_BYTES};
 
 /// The SQL helper functions of spec §8.11.4.
-pub const HELPER_FUNCTIONS: &[&str] =
-    &["ip4_int", "ip4_between", "cidr4_min", "cidr4_max", "cidr4_contains", "ip4_text", "trim_quotes"];
+pub const HELPER_FUNCTIONS: &[&str] = &[
+    "ip4_int",
+    "ip4_between",
+    "cidr4_min",
+    "cidr4_max",
+    "cidr4_contains",
+    "ip4_text",
+    "trim_quotes",
+    "ip_key",
+    "cidr_min_key",
+    "cidr_max_key",
+    "cidr_contains",
+];
 
 /// Copies `sql`, passing quoted strings through untouched; everywhere else
 /// `at(sql, i, out)` may write a replacement for what starts at byte `i` and
@@ -38,6 +49,29 @@ fn rewrite_outside_quotes<E>(
 
 fn is_ident(c: u8) -> bool {
     c.is_ascii_alphanumeric() || c == b'_'
+}
+
+/// The IPv6 helpers that `database` (a provider's kind) cannot compute on
+/// its own columns: the guest computes every helper on values, and SQLite
+/// registers them all, but PostgreSQL has none of them and MySQL only
+/// `ip_key`. A statement that still calls one (so on a column) is refused
+/// at load with this name, rather than failing in the database.
+pub fn helper_missing_in(sql: &str, database: &str) -> Option<&'static str> {
+    let missing: &[&str] = match database {
+        "postgres" => &["ip_key", "cidr_min_key", "cidr_max_key", "cidr_contains"],
+        "mysql" => &["cidr_min_key", "cidr_max_key", "cidr_contains"],
+        _ => return None,
+    };
+    let mut found = None;
+    let _ = rewrite_outside_quotes(sql, |sql, i, _| -> Result<_, std::convert::Infallible> {
+        if found.is_none()
+            && let Some(h) = helper_at(sql, i).filter(|h| missing.contains(h))
+        {
+            found = Some(h);
+        }
+        Ok(None)
+    });
+    found
 }
 
 /// The helper whose call starts at byte `i` of `sql` (its name in any case,

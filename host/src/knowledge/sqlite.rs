@@ -161,6 +161,10 @@ mod helpers {
         ("cidr4_contains", 2, Helper::Cidr4Contains),
         ("ip4_text", 1, Helper::Ip4Text),
         ("trim_quotes", 1, Helper::TrimQuotes),
+        ("ip_key", 1, Helper::IpKey),
+        ("cidr_min_key", 1, Helper::CidrMinKey),
+        ("cidr_max_key", 1, Helper::CidrMaxKey),
+        ("cidr_contains", 2, Helper::CidrContains),
     ];
 
     pub async fn register(conn: &mut sqlx::SqliteConnection) -> Result<(), sqlx::Error> {

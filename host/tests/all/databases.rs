@@ -419,6 +419,66 @@ async fn sql_forms_of_oml_1_25(url: &str, concat: &str) {
     assert_eq!(json["lit"], 3, "{url}");
 }
 
+/// IPv6 ranges and networks (issue 32): a table keyed by `ip_key` text,
+/// looked up with helpers of values (computed by the guest) on every
+/// database; helpers of columns where the database has them, and a clear
+/// refusal at load where it does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ipv6_ranges_by_key_on_postgres() {
+    let pg = Postgres::start();
+    ipv6_ranges_by_key(&pg.url(), &[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ipv6_ranges_by_key_on_mariadb() {
+    let db = MariaDb::start();
+    ipv6_ranges_by_key(&db.url(), &["ip_key"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ipv6_ranges_by_key_on_sqlite() {
+    ipv6_ranges_by_key("sqlite::memory:", &["ip_key", "cidr_contains"]).await;
+}
+
+async fn ipv6_ranges_by_key(url: &str, on_columns: &[&str]) {
+    let k = KnowledgeConfig::for_url(url).open().await.unwrap();
+    k.provider()
+        .execute(
+            "create table geo (lo varchar(32), hi varchar(32), country varchar(8), net varchar(43), addr varchar(40));
+             insert into geo values
+               ('20010db8000000000000000000000000', '20010db8ffffffffffffffffffffffff', 'XX', '2001:db8::/32', '2001:db8::9'),
+               ('00000000000000000000ffff0a000000', '00000000000000000000ffff0affffff', 'LAN', '10.0.0.0/8', '10.1.2.3');",
+        )
+        .await
+        .unwrap();
+    let engine = Engine::new().unwrap();
+    let options = omlet::LoadOptions::new().knowledge(k);
+    let rule = "name : t\n---\n\
+                c = select country from geo where lo <= ip_key(read(ip)) and hi >= ip_key(read(ip)) ;\n\
+                n = select country from geo where lo = cidr_min_key(read(net)) ;\n";
+    let rule = engine.load_source("g.oml", rule, &options).await.unwrap_or_else(|e| panic!("{url}: {e}"));
+    for (ip, want) in [("2001:DB8::7", "XX"), ("10.200.0.1", "LAN"), ("::ffff:10.0.0.1", "LAN")] {
+        let input = format!(r#"{{"ip":"{ip}","net":"2001:db8:0:0::/32"}}"#);
+        let out = rule.evaluate(&omlet::record::from_json_str(&input).unwrap()).await.unwrap();
+        assert_eq!(omlet::record::to_json_string(&out), format!(r#"{{"c":"{want}","n":"XX"}}"#), "{url}: {ip}");
+    }
+    let on_column = [
+        ("ip_key", "c = select country from geo where ip_key(addr) = ip_key(read(ip)) ;", r#"{"c":"XX"}"#),
+        ("cidr_contains", "c = select country from geo where cidr_contains(read(ip), net) = 1 ;", r#"{"c":"XX"}"#),
+    ];
+    for (helper, stmt, want) in on_column {
+        let loaded = engine.load_source("g.oml", &format!("name : t\n---\n{stmt}\n"), &options).await;
+        if on_columns.contains(&helper) {
+            let rule = loaded.unwrap_or_else(|e| panic!("{url}: {e}"));
+            let out = rule.evaluate(&omlet::record::from_json_str(r#"{"ip":"2001:db8::9"}"#).unwrap()).await.unwrap();
+            assert_eq!(omlet::record::to_json_string(&out), want, "{url}: {helper}");
+        } else {
+            let err = loaded.err().unwrap_or_else(|| panic!("{url}: {helper} on a column must be refused")).to_string();
+            assert!(err.contains(&format!("`{helper}` is applied to a column")), "{url}: {err}");
+        }
+    }
+}
+
 /// The README's embedding example (host/examples/embed_postgres.rs), run as
 /// its own program against a throwaway server holding the nginx example's
 /// table, loaded with psql as examples/embed-postgres/README.md says.
