@@ -12,7 +12,7 @@ use alloc::vec::Vec;
 
 use crate::ast::{self, CalcExpr, CondAtom, Expr, SqlCond, SqlOperand};
 use crate::diag::Span;
-use crate::ir::{Cond, PipeFn};
+use crate::ir::{Cond, Helper, PipeFn};
 
 /// `since` of a form that only omlet has.
 pub const OMLET_ONLY: &str = "omlet";
@@ -147,6 +147,17 @@ impl Visitor<'_> {
             SqlCond::Not(x) | SqlCond::Group(x) => self.cond(x),
             SqlCond::Cmp { left, right, span, .. } => {
                 for o in [left, right] {
+                    if let SqlOperand::Call { helper: Some(h), name, .. } = o
+                        && matches!(h, Helper::IpKey | Helper::CidrMinKey | Helper::CidrMaxKey | Helper::CidrContains)
+                    {
+                        let name = match name.as_str() {
+                            "ip_key" => "ip_key",
+                            "cidr_min_key" => "cidr_min_key",
+                            "cidr_max_key" => "cidr_max_key",
+                            _ => "cidr_contains",
+                        };
+                        self.note(name, OMLET_ONLY, *span);
+                    }
                     if matches!(o, SqlOperand::Value(Expr::At(..)))
                         || matches!(o, SqlOperand::Column(n, _) if n.starts_with("__"))
                     {

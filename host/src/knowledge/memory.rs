@@ -282,6 +282,26 @@ pub enum Index {
         /// The ranges, searched in two steps.
         spans: Spans,
     },
+    /// Ranges `[lo, hi]` of `ip_key` texts (32 lower-case hex digits, as
+    /// IPv6 and mixed-family tables hold them), none overlapping.
+    KeyRanges {
+        /// The lower bound's column.
+        lo: usize,
+        /// The upper bound's column.
+        hi: usize,
+        /// The ranges, as the keys' numbers.
+        spans: Spans<u128>,
+    },
+}
+
+/// The number of an `ip_key` text: exactly 32 lower-case hex digits, whose
+/// byte order (SQLite's for text) is the numbers' order; `None` for any
+/// other text.
+fn ip_key(s: &str) -> Option<u128> {
+    if s.len() != 32 || !s.bytes().all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c)) {
+        return None;
+    }
+    u128::from_str_radix(s, 16).ok()
 }
 
 /// How many lower bounds one entry of [`Spans::top`] stands for.
@@ -295,19 +315,22 @@ const BLOCK: usize = 64;
 /// million ranges, which the cache keeps) picks a block, and a search of
 /// that block's 64 lower bounds (512 bytes) finds the range: a few misses
 /// a lookup.
-pub struct Spans {
+///
+/// The bounds are integers (`i64`), or the 128-bit numbers of `ip_key`
+/// texts (`u128`), whose order is the texts' order.
+pub struct Spans<K = i64> {
     /// The lower bounds, sorted.
-    los: Vec<i64>,
+    los: Vec<K>,
     /// The upper bound and the row of each, in the same order.
-    ends: Vec<(i64, u32)>,
+    ends: Vec<(K, u32)>,
     /// `los[k * BLOCK]` for each k.
-    top: Vec<i64>,
+    top: Vec<K>,
 }
 
-impl Spans {
+impl<K: Copy + Ord> Spans<K> {
     /// Spans of `sorted` (lo, hi, row), sorted by lo, none overlapping.
-    fn new(sorted: &[(i64, i64, u32)]) -> Spans {
-        let los: Vec<i64> = sorted.iter().map(|s| s.0).collect();
+    fn new(sorted: &[(K, K, u32)]) -> Spans<K> {
+        let los: Vec<K> = sorted.iter().map(|s| s.0).collect();
         let top = los.iter().step_by(BLOCK).copied().collect();
         Spans { los, ends: sorted.iter().map(|s| (s.1, s.2)).collect(), top }
     }
@@ -323,14 +346,15 @@ impl Spans {
     }
 
     fn bytes(&self) -> u64 {
-        (self.los.capacity() * 8 + self.ends.capacity() * std::mem::size_of::<(i64, u32)>() + self.top.capacity() * 8) as u64
+        let k = std::mem::size_of::<K>();
+        (self.los.capacity() * k + self.ends.capacity() * std::mem::size_of::<(K, u32)>() + self.top.capacity() * k) as u64
     }
 
     /// The upper bound and row of the last range whose lower bound admits
     /// `x` (`lo <= x`, or `lo < x` when `strict`); since none overlap, no
     /// other range can hold `x`.
-    fn last_admitting(&self, x: i64, strict: bool) -> Option<(i64, u32)> {
-        let admits = |l: &i64| if strict { *l < x } else { *l <= x };
+    fn last_admitting(&self, x: K, strict: bool) -> Option<(K, u32)> {
+        let admits = |l: &K| if strict { *l < x } else { *l <= x };
         let block = self.top.partition_point(admits).checked_sub(1)?;
         let start = block * BLOCK;
         let within = &self.los[start..(start + BLOCK).min(self.los.len())];
@@ -346,6 +370,7 @@ impl Index {
         match self {
             Index::Hash { rows, .. } => (rows.capacity() * (std::mem::size_of::<u32>() + 1)) as u64,
             Index::Ranges { spans, .. } => spans.bytes(),
+            Index::KeyRanges { spans, .. } => spans.bytes(),
         }
     }
 }
@@ -439,6 +464,9 @@ impl Table {
     }
 
     fn range_index(&self, lo: usize, hi: usize) -> Result<Index, String> {
+        if self.affinity[lo] == Affinity::Text && self.affinity[hi] == Affinity::Text {
+            return self.key_range_index(lo, hi);
+        }
         for c in [lo, hi] {
             if !self.affinity[c].numeric() {
                 return Err(format!("the column `{}` is not numeric", self.columns[c]));
@@ -475,6 +503,39 @@ impl Table {
             ));
         }
         Ok(Index::Ranges { lo, hi, spans: Spans::new(&spans) })
+    }
+
+    /// Ranges whose bounds are `ip_key` texts: every bound one (or NULL),
+    /// and no two ranges overlapping.
+    fn key_range_index(&self, lo: usize, hi: usize) -> Result<Index, String> {
+        let mut spans = Vec::with_capacity(self.rows.len());
+        for (n, row) in self.rows.iter().enumerate() {
+            let bound = |c: usize| match &row[c] {
+                Cell::Text(t) => ip_key(t).map(Some).ok_or(()),
+                Cell::Null => Ok(None),
+                _ => Err(()),
+            };
+            match (bound(lo), bound(hi)) {
+                (Ok(Some(l)), Ok(Some(h))) if l <= h => spans.push((l, h, n as u32)),
+                (Ok(_), Ok(_)) => {}
+                _ => {
+                    return Err(format!(
+                        "row {} of `{}` holds a text bound that is not an ip_key (32 lower-case hex digits)",
+                        n + 1,
+                        self.name
+                    ));
+                }
+            }
+        }
+        spans.sort_by_key(|&(l, _, n)| (l, n));
+        if let Some(w) = spans.windows(2).find(|w| w[0].1 >= w[1].0) {
+            return Err(format!(
+                "its ranges overlap (rows {} and {}), and without `order by` SQL decides which row answers",
+                w[0].2 + 1,
+                w[1].2 + 1
+            ));
+        }
+        Ok(Index::KeyRanges { lo, hi, spans: Spans::new(&spans) })
     }
 
     /// The lookup that answers a statement from this table, or why there is
@@ -560,6 +621,14 @@ impl Lookup {
                 t.len(),
                 spans.len()
             ),
+            Index::KeyRanges { lo, hi, spans } => format!(
+                "memory: ip_key ranges {}..{} of {} ({} rows, {} ranges)",
+                t.columns[*lo],
+                t.columns[*hi],
+                t.name,
+                t.len(),
+                spans.len()
+            ),
         }
     }
 
@@ -606,6 +675,22 @@ impl Lookup {
                 };
                 // The last range whose lower bound admits x; no other can
                 // hold it, since none overlap.
+                let (strict_lo, strict_hi) = self.strict;
+                let Some((h, row)) = spans.last_admitting(x, strict_lo) else { return Some(None) };
+                if (strict_hi && h > x) || (!strict_hi && h >= x) { row } else { return Some(None) }
+            }
+            Index::KeyRanges { spans, .. } => {
+                let (a, b) = (params.get(self.args[0])?, params.get(self.args[1])?);
+                if a != b {
+                    return None;
+                }
+                // Other text compares with the keys byte by byte in SQLite,
+                // which their numbers do not model: SQL answers it.
+                let x = match a {
+                    Cell::Text(t) => ip_key(t)?,
+                    Cell::Null => return Some(None),
+                    _ => return None,
+                };
                 let (strict_lo, strict_hi) = self.strict;
                 let Some((h, row)) = spans.last_admitting(x, strict_lo) else { return Some(None) };
                 if (strict_hi && h > x) || (!strict_hi && h >= x) { row } else { return Some(None) }
@@ -705,6 +790,30 @@ mod tests {
         let strict = t.plan(&[term("c0", "<", "x"), term("c1", ">", "x")], &["x".into()], &["c2".into()]).unwrap();
         assert_eq!(strict.answer(&[Cell::Integer(5)]), Some(None));
         assert_eq!(strict.answer(&[Cell::Integer(4)]), zone("a"));
+    }
+
+    #[test]
+    fn ip_key_ranges_answer_ipv6_and_mapped_ipv4_lookups() {
+        let k = |s: &str| Cell::Text(s.into());
+        let rows = vec![
+            vec![k("20010db8000000000000000000000000"), k("20010db8ffffffffffffffffffffffff"), k("XX")],
+            vec![k("00000000000000000000ffff0a000000"), k("00000000000000000000ffff0affffff"), k("LAN")],
+            vec![Cell::Null, k("00000000000000000000ffff0bffffff"), k("half")],
+        ];
+        let t = table(&["TEXT", "TEXT", "TEXT"], rows);
+        let l = t.plan(&[term("c0", "<=", "x"), term("c1", ">=", "x")], &["x".into()], &["c2".into()]).unwrap();
+        assert!(l.describe().starts_with("memory: ip_key ranges c0..c1"), "{}", l.describe());
+        let zone = |z: &str| Some(Some(vec![Cell::Text(z.into())]));
+        assert_eq!(l.answer(&[k("20010db8000000000000000000000007")]), zone("XX"));
+        assert_eq!(l.answer(&[k("00000000000000000000ffff0a090807")]), zone("LAN"));
+        assert_eq!(l.answer(&[k("00000000000000000000ffff0b000001")]), Some(None), "a NULL bound matches nothing");
+        assert_eq!(l.answer(&[k("ffffffffffffffffffffffffffffffff")]), Some(None));
+        assert_eq!(l.answer(&[Cell::Null]), Some(None));
+        assert_eq!(l.answer(&[k("2001")]), None, "text that is no key: SQL answers");
+        assert_eq!(l.answer(&[k("20010DB8000000000000000000000007")]), None, "upper case sorts otherwise: SQL answers");
+        let bad = table(&["TEXT", "TEXT", "TEXT"], vec![vec![k("a"), k("b"), k("c")]]);
+        let e = bad.plan(&[term("c0", "<=", "x"), term("c1", ">=", "x")], &["x".into()], &["c2".into()]).unwrap_err();
+        assert!(e.contains("not an ip_key"), "{e}");
     }
 
     #[test]

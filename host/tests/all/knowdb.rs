@@ -253,9 +253,16 @@ async fn in_memory_answers_are_sqlites_answers() {
     write(d, "overlap.csv", "lo,hi,label\n0,100,wide\n10,20,narrow\n");
     write(
         d,
+        "keys.csv",
+        "lo,hi,label\n20010db8000000000000000000000000,20010db8ffffffffffffffffffffffff,v6\n\
+         00000000000000000000ffff0a000000,00000000000000000000ffff0affffff,v4\n",
+    );
+    write(
+        d,
         "knowdb.toml",
         "[[tables]]\nname = \"mixed\"\ncreate = \"mixed.sql\"\n\n[[tables]]\nname = \"ranges\"\ncsv = \"ranges.csv\"\n\n\
-         [[tables]]\nname = \"overlap\"\ncsv = \"overlap.csv\"\n",
+         [[tables]]\nname = \"overlap\"\ncsv = \"overlap.csv\"\n\n[[tables]]\nname = \"keys\"\ncsv = \"keys.csv\"\n\
+         types = [\"TEXT\", \"TEXT\", \"TEXT\"]\n",
     );
     let db = Arc::new(SqliteProvider::memory().await.unwrap());
     let tables = omlet::knowledge::knowdb::load(&d.join("knowdb.toml"), db.as_ref()).await.unwrap();
@@ -274,6 +281,7 @@ async fn in_memory_answers_are_sqlites_answers() {
             stmt("select label from ranges where :x > lo and :x < hi", &["x"]),
             stmt("select label from overlap where lo <= :x and hi >= :x_2", &["x", "x_2"]),
             stmt("select label from ranges where lo <= :x or hi >= :x_2", &["x", "x_2"]),
+            stmt("select label from keys where lo <= :x and hi >= :x_2", &["x", "x_2"]),
         ])
         .await
         .unwrap();
@@ -283,6 +291,7 @@ async fn in_memory_answers_are_sqlites_answers() {
     }
     assert!(paths[8].starts_with("sql: ") && paths[8].contains("overlap"), "{}", paths[8]);
     assert!(paths[9].starts_with("sql: "), "{}", paths[9]);
+    assert!(paths[10].starts_with("memory: ip_key ranges"), "{}", paths[10]);
     let mut values = vec![
         Cell::Null,
         Cell::Blob(vec![2]),
@@ -298,6 +307,18 @@ async fn in_memory_answers_are_sqlites_answers() {
         ["1", "1.0", " 1 ", "01", "one", "02", "2", "2.5", "x", "X", "abc", "1e20", " 7", "-7", "8", "5.", "9007199254740993"]
     {
         values.push(Cell::Text(t.into()));
+    }
+    for key in [
+        "20010db8000000000000000000000007",
+        "20010db8ffffffffffffffffffffffff",
+        "20010db9000000000000000000000000",
+        "00000000000000000000ffff0a010203",
+        "00000000000000000000ffff09ffffff",
+        "20010DB8000000000000000000000007",
+        "2001",
+        "",
+    ] {
+        values.push(Cell::Text(key.into()));
     }
     for i in [-7, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 15, 1004, 1006, 2995, 2999, 3000, 4050, 4100] {
         values.push(Cell::Integer(i));
