@@ -161,6 +161,10 @@ pub enum CondAtom {
 #[derive(Debug, Clone)]
 pub struct Sql {
     pub columns: Vec<String>,
+    /// `order by` columns (issue 31).
+    pub order: Vec<OrderBy>,
+    /// `limit N`.
+    pub limit: Option<u64>,
     /// The table read: the innermost one of a sub-query.
     pub table: String,
     /// The source's SQL text when it is a sub-query (delta §13.7).
@@ -194,6 +198,9 @@ pub enum SqlCond {
         span: Span,
     },
 }
+
+/// One column of `order by`, and whether it is `desc`.
+pub type OrderBy = (String, bool);
 
 /// The right of `like`.
 #[derive(Debug, Clone)]

@@ -602,7 +602,17 @@ impl Checker<'_> {
         let mut b = SqlBuilder::default();
         self.sql_cond(q.cond, &mut b)?;
         let from = q.from.as_deref().unwrap_or(&q.table);
-        let sql = format!("select {} from {} where {}", q.columns.join(","), from, b.sql);
+        let mut sql = format!("select {} from {} where {}", q.columns.join(","), from, b.sql);
+        for (i, (col, desc)) in q.order.iter().enumerate() {
+            sql.push_str(if i == 0 { " order by " } else { ", " });
+            sql.push_str(col);
+            if *desc {
+                sql.push_str(" desc");
+            }
+        }
+        if let Some(n) = q.limit {
+            sql.push_str(&format!(" limit {n}"));
+        }
         let (line, column) = crate::diag::line_col(self.text, q.span.start as usize);
         let stmt =
             SqlStatement { sql, params: b.names, table: q.table, columns: q.columns, file: self.file.to_string(), line, column };

@@ -19,13 +19,28 @@ pub struct BatchPlan {
     pub select: String,
     /// The type of the single parameter (from the single-key statement).
     pub key_type: ParamType,
+    /// The statement's ` order by …` (empty for none), which the provider
+    /// appends after the key list: the first row of each key in the
+    /// answer is then the one the single-key statement would give.
+    pub order: String,
 }
 
-/// The batch form of a statement, if it is `select C from T where K = :p`.
-pub(super) fn batch_select(s: &SqlStatement) -> Option<String> {
+/// The batch form of a statement, if it is `select C from T where K = :p`
+/// (then maybe ` order by …` and ` limit n`, which the guard found:
+/// `ordered` and `limited`).
+pub(super) fn batch_select(s: &SqlStatement, ordered: bool, limited: bool) -> Option<String> {
     let [param] = s.params.as_slice() else { return None };
-    let where_at = s.sql.find(" where ")?;
-    let cond = &s.sql[where_at + 7..];
+    // What follows the condition contains no quote, so its last occurrence
+    // is the clause the guard read.
+    let mut sql = s.sql.as_str();
+    if limited {
+        sql = &sql[..sql.rfind(" limit ")?];
+    }
+    if ordered {
+        sql = &sql[..sql.rfind(" order by ")?];
+    }
+    let where_at = sql.find(" where ")?;
+    let cond = &sql[where_at + 7..];
     let (col, rhs) = cond.split_once(" = ")?;
     if rhs != format!(":{param}") || !col.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_') {
         return None;
@@ -192,5 +207,36 @@ impl Knowledge {
             let answer = rows.iter().find(|r| r.first().is_some_and(|k| same_key(k, &key))).map(|r| r[1..].to_vec());
             let _ = tx.send(Ok(answer));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stmt(sql: &str) -> SqlStatement {
+        SqlStatement {
+            sql: sql.into(),
+            params: vec!["z".into()],
+            table: "r".into(),
+            columns: vec!["lo".into()],
+            file: String::new(),
+            line: 1,
+            column: 1,
+        }
+    }
+
+    /// The batch form drops `limit` (it would cut the whole batch) and
+    /// keeps the order for the provider to append after the key list.
+    #[test]
+    fn an_ordered_statement_batches_without_its_limit() {
+        let s = stmt("select lo from r where zone = :z order by lo desc limit 1");
+        assert_eq!(batch_select(&s, true, true).as_deref(), Some("select zone, lo from r where zone"));
+        let s = stmt("select lo from r where zone = :z and x = ' order by ' order by lo");
+        assert_eq!(batch_select(&s, true, false), None, "not a single-key statement");
+        assert_eq!(
+            batch_select(&stmt("select lo from r where zone = :z"), false, false).as_deref(),
+            Some("select zone, lo from r where zone")
+        );
     }
 }

@@ -7,7 +7,7 @@
 //! compiler writes:
 //!
 //! ```text
-//! select items from source where cond
+//! select items from source where cond [order by col [asc|desc] {, …}] [limit n]
 //! items   = * | item {, item}
 //! item    = col | agg ( [distinct] col [, 'text'] ) | agg ( * )
 //! source  = table | ( select items from source ) [[as] alias]
@@ -366,6 +366,11 @@ impl<'s> Reader<'_, 's> {
         let table = self.source()?;
         self.keyword("where")?;
         self.cond()?;
+        let order = self.order()?;
+        let limited = self.eat_word("limit");
+        if limited && self.next() != Some(Tok::Number) {
+            return Err("`limit` takes a number".into());
+        }
         if self.at < self.toks.len() {
             return Err("more text after the condition".into());
         }
@@ -384,7 +389,36 @@ impl<'s> Reader<'_, 's> {
         }
         let plain = self.plain;
         let terms = self.terms.take().filter(|_| !self.top_or && plain);
-        Ok(Checked { table, columns, keys, ranges, terms, plain })
+        Ok(Checked { table, columns, keys, ranges, terms, plain, order, limited })
+    }
+
+    /// `order by col [asc|desc] {, col [asc|desc]}`, if there: its text,
+    /// rebuilt from the tokens (` order by a desc, b`).
+    fn order(&mut self) -> Result<Option<String>, String> {
+        if !self.eat_word("order") {
+            return Ok(None);
+        }
+        self.keyword("by")?;
+        let mut text = String::from(" order by ");
+        loop {
+            match self.next() {
+                Some(Tok::Word(w)) => {
+                    self.column(w)?;
+                    text.push_str(w);
+                }
+                _ => return Err("expected a column after `order by`".into()),
+            }
+            if self.eat_word("desc") {
+                text.push_str(" desc");
+            } else {
+                self.eat_word("asc");
+            }
+            if self.peek() != Some(&Tok::Comma) {
+                return Ok(Some(text));
+            }
+            self.at += 1;
+            text.push_str(", ");
+        }
     }
 
     /// A select list: `*`, or columns and aggregates, each as its text.
@@ -660,6 +694,11 @@ pub struct Checked {
     /// no sub-query: its rows are the table's, so that misses may be
     /// batched and an in-memory table may answer it.
     pub plain: bool,
+    /// Its `order by` clause (` order by a desc, b`), which decides which
+    /// row comes first when several match.
+    pub order: Option<String>,
+    /// It ends in `limit n`.
+    pub limited: bool,
 }
 
 /// Checks one statement as the guest hands it over (before dialect
@@ -733,6 +772,26 @@ mod tests {
         let c = check("select owner from assets where ip in (:sip, :dip)", &Policy::default()).unwrap();
         assert_eq!(c.keys, vec!["ip".to_string()]);
         assert!(c.terms.is_none(), "an in list is no in-memory key");
+    }
+
+    #[test]
+    fn order_by_and_limit_close_a_statement() {
+        let c =
+            check("select zone from r where lo <= :ip and hi >= :ip order by lo desc, hi limit 1", &Policy::default()).unwrap();
+        assert_eq!((c.order.as_deref(), c.limited, c.plain), (Some(" order by lo desc, hi"), true, true));
+        assert!(c.terms.is_some(), "an ordered lookup may still be answered from memory when one row matches");
+        assert!(ok("select zone from r where ip = :ip limit 1"));
+        assert!(ok("select zone from r where ip = :ip order by zone asc"));
+        for bad in [
+            "select zone from r where ip = :ip order by",
+            "select zone from r where ip = :ip order by current_user",
+            "select zone from r where ip = :ip order by ip4_int(zone)",
+            "select zone from r where ip = :ip limit :n",
+            "select zone from r where ip = :ip limit 1 order by zone",
+            "select zone from r where ip = :ip order by zone; drop table r",
+        ] {
+            assert!(!ok(bad), "{bad}");
+        }
     }
 
     #[test]

@@ -632,6 +632,15 @@ impl Lookup {
         }
     }
 
+    /// How many rows of its table repeat a key that an earlier row holds
+    /// (0 for ranges, which never overlap here).
+    pub fn repeated(&self) -> u64 {
+        match &*self.index {
+            Index::Hash { repeated, .. } => *repeated,
+            Index::Ranges { .. } | Index::KeyRanges { .. } => 0,
+        }
+    }
+
     /// The table it reads.
     pub fn table(&self) -> &Arc<Table> {
         &self.table

@@ -341,6 +341,7 @@ impl Knowledge {
         &self,
         table: &str,
         terms: Option<&[guard::Term]>,
+        ordered: bool,
         params: &[String],
         result: &[String],
     ) -> Result<(Option<Arc<memory::Lookup>>, String)> {
@@ -376,7 +377,13 @@ impl Knowledge {
                 }
             }
         };
-        Ok(match held.and_then(|t| t.plan(terms, params, result)) {
+        // With `order by`, the order decides among rows that share a key;
+        // memory answers only where at most one row can match.
+        let planned = held.and_then(|t| t.plan(terms, params, result)).and_then(|l| match l.repeated() {
+            n if ordered && n > 0 => Err(format!("{n} keys repeat, and the statement's `order by` decides which row answers")),
+            _ => Ok(l),
+        });
+        Ok(match planned {
             Ok(lookup) => {
                 let path = lookup.describe();
                 (Some(Arc::new(lookup)), path)
@@ -416,7 +423,7 @@ impl Knowledge {
             }
             self.index_for(&checked).await;
             let terms = checked.terms.clone();
-            let checked_plain = checked.plain;
+            let (checked_plain, order_by, limited) = (checked.plain, checked.order.clone(), checked.limited);
             // The batch form is built from what the SQL reads, never from the
             // component's own account of its table and columns.
             let s = &SqlStatement { table: checked.table, columns: checked.columns, ..s.clone() };
@@ -454,7 +461,8 @@ impl Knowledge {
                     }
                 }
             };
-            let (memory, path) = self.memory_for(&s.table, terms.as_deref(), &s.params, &prepared.columns).await?;
+            let (memory, path) =
+                self.memory_for(&s.table, terms.as_deref(), order_by.is_some(), &s.params, &prepared.columns).await?;
             let mut bound = BoundStatement {
                 sql: sql.into(),
                 order,
@@ -467,10 +475,10 @@ impl Knowledge {
             };
             if self.config.batch_misses
                 && checked_plain
-                && let Some(select) = batch_select(s)
+                && let Some(select) = batch_select(s, order_by.is_some(), limited)
             {
                 let key_type = bound.param_types.first().copied().unwrap_or(ParamType::Any);
-                let plan = BatchPlan { select, key_type };
+                let plan = BatchPlan { select, key_type, order: order_by.clone().unwrap_or_default() };
                 // A plan the database refuses just means no batching for it.
                 if self.provider.prepare_many(&plan).await.is_ok() {
                     bound.batch = Some(plan);

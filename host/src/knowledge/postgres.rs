@@ -201,7 +201,7 @@ impl Dialect for Postgres {
     }
 
     fn batch_sql(plan: &BatchPlan, _keys: usize) -> String {
-        format!("{} = ANY($1)", plan.select)
+        format!("{} = ANY($1){}", plan.select, plan.order)
     }
 
     fn bind_batch<'q>(q: Query<'q, sqlx::Postgres>, plan: &BatchPlan, keys: &[Cell]) -> Query<'q, sqlx::Postgres> {

@@ -136,7 +136,7 @@ pub trait Dialect: Send + Sync + 'static {
     }
     /// The batched form of `plan` for `keys` keys.
     fn batch_sql(plan: &BatchPlan, keys: usize) -> String {
-        format!("{} in ({})", plan.select, vec!["?"; keys.max(1)].join(", "))
+        format!("{} in ({}){}", plan.select, vec!["?"; keys.max(1)].join(", "), plan.order)
     }
     /// Binds the keys of a batched query (an empty list matches nothing).
     fn bind_batch<'q>(q: Query<'q, Self::Db>, _plan: &BatchPlan, keys: &[Cell]) -> Query<'q, Self::Db> {

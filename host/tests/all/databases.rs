@@ -419,6 +419,67 @@ async fn sql_forms_of_oml_1_25(url: &str, concat: &str) {
     assert_eq!(json["lit"], 3, "{url}");
 }
 
+/// `order by … limit` (issue 31): the upstream form of an IP-range lookup
+/// over overlapping ranges picks the narrowest, and lookups of a repeated
+/// key get the first row in the statement's order, alone or batched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn order_by_and_limit_on_postgres() {
+    let pg = Postgres::start();
+    order_by_and_limit(&pg.url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn order_by_and_limit_on_mariadb() {
+    let db = MariaDb::start();
+    order_by_and_limit(&db.url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn order_by_and_limit_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    order_by_and_limit(&format!("sqlite://{}", dir.path().join("k.db").display())).await;
+}
+
+async fn order_by_and_limit(url: &str) {
+    let k = KnowledgeConfig::for_url(url).open().await.unwrap();
+    let mut rows: Vec<String> = vec![
+        "(167772160, 184549375, 'wide')".into(),
+        "(167837696, 167903231, 'narrow')".into(),
+        "(167837952, 167838207, 'tiny')".into(),
+    ];
+    rows.extend((0..40).map(|i| format!("({i}, {i}, 'k{}')", i % 8)));
+    k.provider()
+        .execute(&format!(
+            "create table r (lo bigint, hi bigint, zone varchar(20));
+insert into r values {};",
+            rows.join(", ")
+        ))
+        .await
+        .unwrap();
+    let rule = "name : t\n---\n\
+                zone = select zone from r where lo <= ip4_int(read(ip)) and hi >= ip4_int(read(ip)) order by lo desc limit 1 ;\n\
+                last = select lo from r where zone = read(z) order by lo desc ;\n\
+                first = select lo from r where zone = read(z) order by zone, lo asc limit 1 ;\n";
+    let rule = Engine::new()
+        .unwrap()
+        .load_source("o.oml", rule, &omlet::LoadOptions::new().knowledge(k))
+        .await
+        .unwrap_or_else(|e| panic!("{url}: {e}"));
+    let zone = |ip: &str, z: &str| omlet::record::from_json_str(&format!(r#"{{"ip":"{ip}","z":"{z}"}}"#)).unwrap();
+    let out = rule.evaluate(&zone("10.1.1.9", "k3")).await.unwrap();
+    assert_eq!(omlet::record::to_json_string(&out), r#"{"zone":"tiny","last":35,"first":3}"#, "{url}");
+    let out = rule.evaluate(&zone("10.1.9.9", "k0")).await.unwrap();
+    assert_eq!(omlet::record::to_json_string(&out), r#"{"zone":"narrow","last":32,"first":0}"#, "{url}");
+    // Concurrent misses of `last` and `first` may go batched: the same answers.
+    let records: Vec<omlet::Record> = (0..64).map(|i| zone("10.9.9.9", &format!("k{}", i % 8))).collect();
+    let outs = futures_util::future::join_all(records.iter().map(|r| rule.evaluate(r))).await;
+    for (i, out) in outs.into_iter().enumerate() {
+        let k = i % 8;
+        let want = format!(r#"{{"zone":"wide","last":{},"first":{k}}}"#, 32 + k);
+        assert_eq!(omlet::record::to_json_string(&out.unwrap()), want, "{url}: k{k}");
+    }
+}
+
 /// IPv6 ranges and networks (issue 32): a table keyed by `ip_key` text,
 /// looked up with helpers of values (computed by the guest) on every
 /// database; helpers of columns where the database has them, and a clear

@@ -15,8 +15,63 @@ impl<'s> Parser<'s> {
             return self.err_hint("SQL lookup needs `where`", span, "write `select col from table where key = read(field)`");
         }
         let cond = self.sql_or()?;
+        let (order, limit) = self.order_limit()?;
         self.done(SyntaxKind::Sql, start);
-        Ok(Expr::Sql(Box::new(Sql { columns, table, from, cond, span: Span::new(start, self.pos) })))
+        Ok(Expr::Sql(Box::new(Sql { columns, table, from, cond, order, limit, span: Span::new(start, self.pos) })))
+    }
+
+    /// `[order by col [asc|desc] {, col [asc|desc]}] [limit N]` after the
+    /// condition (issue 31): which row is the first when several match.
+    fn order_limit(&mut self) -> PResult<(Vec<OrderBy>, Option<u64>)> {
+        let mut order = Vec::new();
+        self.ws();
+        if self.eat_word_ci("order") {
+            self.ws();
+            if !self.eat_word_ci("by") {
+                let span = self.here();
+                return self.err("expected `by` after `order`", span);
+            }
+            loop {
+                self.ws();
+                let cs = self.pos;
+                let col = self.take_while(|c| c.is_ascii_alphanumeric() || c == b'_').to_string();
+                if col.is_empty() {
+                    let span = Span::new(cs, cs + 1);
+                    return self.err_hint("expected a column to order by", span, "write `order by start desc limit 1`");
+                }
+                self.ws();
+                let desc = if self.eat_word_ci("desc") {
+                    true
+                } else {
+                    self.eat_word_ci("asc");
+                    false
+                };
+                order.push((col, desc));
+                self.ws();
+                if !self.eat(b',') {
+                    break;
+                }
+            }
+        }
+        self.ws();
+        let mut limit = None;
+        if self.eat_word_ci("limit") {
+            self.ws();
+            let ls = self.pos;
+            let n = self.take_while(|c| c.is_ascii_digit());
+            match n.parse::<u64>() {
+                Ok(n) if n >= 1 => limit = Some(n),
+                _ => {
+                    let span = Span::new(ls, self.pos.max(ls + 1));
+                    return self.err_hint(
+                        "`limit` takes a whole number of at least 1",
+                        span,
+                        "write `limit 1`: a lookup reads the first row",
+                    );
+                }
+            }
+        }
+        Ok((order, limit))
     }
 
     /// The select list up to and including `from` (delta §13.6): `*`, or

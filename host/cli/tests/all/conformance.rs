@@ -106,12 +106,12 @@ async fn corpus_passes_natively() {
 /// omlet's own cases (tests/cases): forms the shared corpus does not cover.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn own_cases_pass_through_wasm() {
-    assert_eq!(run(case_files("tests/cases"), Mode::Wasm).await, 133);
+    assert_eq!(run(case_files("tests/cases"), Mode::Wasm).await, 135);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn own_cases_pass_natively() {
-    assert_eq!(run(case_files("tests/cases"), Mode::Native).await, 133);
+    assert_eq!(run(case_files("tests/cases"), Mode::Native).await, 135);
 }
 
 /// The examples' own test cases (examples/*/tests.toml), both ways.
