@@ -31,7 +31,7 @@ cargo clippy -j2 -p omlet --no-default-features -- -D warnings
 
 # Includes the freshness test: the committed guest must carry the hash of
 # the current guest/ and wit/ sources (host/tests/all/component.rs).
-cargo test -j2 -p omlet-lang -p omlet -p omlet-cli -p omlet-benches
+cargo test -j2 -p omlet-lang -p omlet-guest -p omlet -p omlet-cli -p omlet-benches
 
 have_wasm_toolchain() {
     if command -v rustup >/dev/null 2>&1 && rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknown; then

@@ -74,28 +74,67 @@ const CACHE_BYTES: usize = 8 << 20;
 /// shared cache may still hold it).
 const CACHE_ENTRY_BYTES: usize = 256 << 10;
 
+/// A fill of the cache that answered fewer lookups than this many per
+/// entry kept (1 in 16) shows keys that do not repeat within the cache's
+/// reach: distinct keys.
+const CACHE_USEFUL_HITS: usize = CACHE_CAPACITY / 16;
+
+/// How many answers are not kept after such a fill, before the cache tries
+/// again: four fills' worth.
+const CACHE_REST: u32 = 4 * CACHE_CAPACITY as u32;
+
 /// The guest's lookup cache: a lookup's key (`cache_key`) → its row, or
 /// none, and the bytes it holds.
+///
+/// **Admission.** Keeping an answer costs a copy of its key and row, and
+/// starting over frees them all. With keys that repeat (hot sets) that buys
+/// hits; with distinct keys (one client address per record, against a
+/// table held in the host's memory) it buys nothing, and was a measurable
+/// share of such a run (issue 31). So a fill that brought fewer than
+/// [`CACHE_USEFUL_HITS`] hits is followed by [`CACHE_REST`] answers that are
+/// not kept; then the cache tries again, so a hot set that comes back is
+/// cached again within one rest.
 struct Cache {
     map: hashbrown::HashMap<Vec<u8>, Option<Vec<Cell>>, FnvBuild>,
     bytes: usize,
+    /// Hits since the cache last started over.
+    hits: usize,
+    /// Answers still to be let through without keeping them.
+    rest: u32,
 }
 
 impl Cache {
     const fn new() -> Cache {
-        Cache { map: hashbrown::HashMap::with_hasher(FnvBuild), bytes: 0 }
+        Cache { map: hashbrown::HashMap::with_hasher(FnvBuild), bytes: 0, hits: 0, rest: 0 }
     }
 
     fn clear(&mut self) {
         self.map.clear();
         self.bytes = 0;
+        self.hits = 0;
+        self.rest = 0;
     }
 
-    /// Keeps `row` under `key`, unless it is too large; starts over when the
-    /// cache is full in entries or bytes.
+    fn get(&mut self, key: &[u8]) -> Option<&Option<Vec<Cell>>> {
+        let hit = self.map.get(key);
+        self.hits += usize::from(hit.is_some());
+        hit
+    }
+
+    /// Keeps `row` under `key`, unless it is too large or the cache is
+    /// resting; starts over when the cache is full in entries or bytes.
     fn keep(&mut self, key: &[u8], row: &Option<Vec<Cell>>) {
+        if self.rest > 0 {
+            self.rest -= 1;
+            return;
+        }
         let size = entry_bytes(key, row);
         if size > CACHE_ENTRY_BYTES {
+            return;
+        }
+        if self.map.len() >= CACHE_CAPACITY && self.hits < CACHE_USEFUL_HITS {
+            self.clear();
+            self.rest = CACHE_REST;
             return;
         }
         if self.map.len() >= CACHE_CAPACITY || self.bytes + size > CACHE_BYTES {
@@ -382,7 +421,7 @@ fn from_wit(c: knowledge::Cell) -> Cell {
 impl eval::Host for WitHost<'_> {
     fn query(&mut self, statement: u32, params: &[Cell]) -> Result<Option<Vec<Cell>>, QueryError> {
         cache_key(statement, params, self.key);
-        if let Some(hit) = self.cache.map.get(self.key.as_slice()) {
+        if let Some(hit) = self.cache.get(self.key.as_slice()) {
             return Ok(hit.clone());
         }
         let wit: Vec<knowledge::Cell> = params.iter().map(to_wit).collect();
@@ -423,5 +462,49 @@ impl eval::Host for WitHost<'_> {
                 .map(|n| Net::from_bits((u128::from(n.high) << 64) | u128::from(n.low), n.prefix))
                 .collect()
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(i: usize) -> Option<Vec<Cell>> {
+        Some(alloc::vec![Cell::Text(alloc::format!("zone-{i}"))])
+    }
+
+    /// Distinct keys make the cache rest after a useless fill; a hot set
+    /// keeps it filled and hitting; a rest ends and the cache fills again.
+    #[test]
+    fn a_useless_fill_makes_the_cache_rest_and_a_hot_set_keeps_it() {
+        let mut c = Cache::new();
+        for i in 0..CACHE_CAPACITY {
+            assert!(c.get(&i.to_le_bytes()).is_none());
+            c.keep(&i.to_le_bytes(), &row(i));
+        }
+        assert_eq!(c.map.len(), CACHE_CAPACITY);
+        // One more distinct key: the fill had no hit, so the cache rests.
+        c.keep(&usize::MAX.to_le_bytes(), &row(0));
+        assert_eq!((c.map.len(), c.rest), (0, CACHE_REST));
+        for i in 0..CACHE_REST as usize {
+            c.keep(&(i + 10_000_000).to_le_bytes(), &row(i));
+        }
+        assert_eq!((c.map.len(), c.rest), (0, 0), "nothing kept while resting");
+        // After the rest, a hot set is kept and hits.
+        for round in 0..3 {
+            for i in 0..CACHE_CAPACITY / 2 {
+                if c.get(&i.to_le_bytes()).is_none() {
+                    assert_eq!(round, 0);
+                    c.keep(&i.to_le_bytes(), &row(i));
+                }
+            }
+        }
+        assert_eq!(c.map.len(), CACHE_CAPACITY / 2);
+        assert!(c.hits >= CACHE_CAPACITY);
+        // Full with useful hits: it starts over as before, without resting.
+        for i in CACHE_CAPACITY / 2..CACHE_CAPACITY + 1 {
+            c.keep(&i.to_le_bytes(), &row(i));
+        }
+        assert_eq!((c.map.len(), c.rest), (1, 0));
     }
 }

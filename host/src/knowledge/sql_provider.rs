@@ -134,6 +134,18 @@ pub trait Dialect: Send + Sync + 'static {
     fn table_queries(_table: &str) -> Option<(String, String)> {
         None
     }
+    /// Reads the rows of `scan` (a [`table_queries`](Self::table_queries)
+    /// scan of `width` columns) into `data` without sqlx's row decoding,
+    /// where the dialect can (`None`: the generic path reads them).
+    fn scan_rows<'a>(
+        _pool: &'a sqlx::Pool<Self::Db>,
+        _scan: &'a str,
+        _data: &'a mut super::memory::TableData,
+        _max_bytes: u64,
+        _table: &'a str,
+    ) -> Option<BoxFuture<'a, Result<()>>> {
+        None
+    }
     /// The batched form of `plan` for `keys` keys.
     fn batch_sql(plan: &BatchPlan, keys: usize) -> String {
         format!("{} in ({}){}", plan.select, vec!["?"; keys.max(1)].join(", "), plan.order)
@@ -487,6 +499,16 @@ where
             }
             if data.columns.is_empty() {
                 return Err(Error::Knowledge(format!("no table {table}")));
+            }
+            let fast = match D::scan_rows(&self.pool, &scan, &mut data, max_bytes, table) {
+                Some(read) => {
+                    read.await?;
+                    true
+                }
+                None => false,
+            };
+            if fast {
+                return Ok(data);
             }
             let mut rows = sqlx::query(AssertSqlSafe(scan)).fetch(&self.pool);
             while let Some(row) = rows.try_next().await.map_err(knowledge_err)? {
