@@ -8,7 +8,10 @@
 //! its key from 10^6 values (a fixed LCG), so nearly every key is new.
 //! - `distinct_exact/*`: `select category from hosts where ip = :ip`;
 //! - `distinct_range/*`: `select zone, owner from ip_zone where lo_int <= :n
-//!   and hi_int >= :n_2`.
+//!   and hi_int >= :n_2`;
+//! - `distinct_range_ordered/*`: the same with `order by lo_int desc limit
+//!   1`, the upstream form, which lets a database stop at the first row its
+//!   index gives (the SQL paths only: memory answers both alike).
 //!
 //! Paths: `memory` (the knowdb table in memory, asked on the fiber-less path
 //! `Knowledge::query_cached`, as a guest call with lookups takes it),
@@ -59,12 +62,15 @@ fn statement(sql: &str, params: &[&str]) -> omlet_lang::ir::SqlStatement {
 
 const EXACT: &str = "select category from hosts where ip = :ip";
 const RANGE: &str = "select zone, owner from ip_zone where lo_int <= :n and hi_int >= :n_2";
+const RANGE_ORDERED: &str = "select zone, owner from ip_zone where lo_int <= :n and hi_int >= :n_2 order by lo_int desc limit 1";
 
-/// The two statements bound on `k`.
-fn bound(rt: &Runtime, k: &Knowledge) -> (BoundStatement, BoundStatement) {
-    let mut b = rt.block_on(k.bind(&[statement(EXACT, &["ip"]), statement(RANGE, &["n", "n_2"])])).unwrap();
+/// The three statements bound on `k`: exact, range, ordered range.
+fn bound(rt: &Runtime, k: &Knowledge) -> (BoundStatement, BoundStatement, BoundStatement) {
+    let stmts = [statement(EXACT, &["ip"]), statement(RANGE, &["n", "n_2"]), statement(RANGE_ORDERED, &["n", "n_2"])];
+    let mut b = rt.block_on(k.bind(&stmts)).unwrap();
+    let ordered = b.pop().unwrap();
     let range = b.pop().unwrap();
-    (b.pop().unwrap(), range)
+    (b.pop().unwrap(), range, ordered)
 }
 
 fn params(exact: bool, a: u32) -> Vec<Cell> {
@@ -108,10 +114,10 @@ fn benches(c: &mut Criterion) {
         })
     };
     let memory = open(true);
-    let (mem_exact, mem_range) = bound(&rt, &memory);
+    let (mem_exact, mem_range, _) = bound(&rt, &memory);
     assert!(mem_exact.memory.is_some() && mem_range.memory.is_some(), "{} / {}", mem_exact.path, mem_range.path);
     let sqlite = open(false);
-    let (sql_exact, sql_range) = bound(&rt, &sqlite);
+    let (sql_exact, sql_range, sql_ordered) = bound(&rt, &sqlite);
 
     // The floor: the same rows in plain Rust structures.
     let mut lcg = 0;
@@ -164,8 +170,8 @@ fn benches(c: &mut Criterion) {
             }
             k
         });
-        let (e, r) = bound(&rt, &k);
-        servers.push((kind, k, e, r, guard));
+        let (e, r, o) = bound(&rt, &k);
+        servers.push((kind, k, e, r, o, guard));
     }
 
     for exact in [true, false] {
@@ -217,12 +223,19 @@ fn benches(c: &mut Criterion) {
         });
         let stmt = if exact { &sql_exact } else { &sql_range };
         g.bench_function("sqlite_indexed", |b| b.iter_custom(|n| through_sql(&rt, &sqlite, stmt, exact, rows, n)));
-        for (kind, k, e, r, _) in &servers {
+        for (kind, k, e, r, _, _) in &servers {
             let stmt = if exact { e } else { r };
             g.bench_function(*kind, |b| b.iter_custom(|n| through_sql(&rt, k, stmt, exact, rows, n)));
         }
         g.finish();
     }
+    let mut g = c.benchmark_group("distinct_range_ordered");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("sqlite_indexed", |b| b.iter_custom(|n| through_sql(&rt, &sqlite, &sql_ordered, false, rows, n)));
+    for (kind, k, _, _, o, _) in &servers {
+        g.bench_function(*kind, |b| b.iter_custom(|n| through_sql(&rt, k, o, false, rows, n)));
+    }
+    g.finish();
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -112,18 +112,20 @@ fn large_tables(n: usize) {
         if !wanted(kind) {
             continue;
         }
-        let rule = rt.block_on(async {
-            let options = omlet::LoadOptions::new().knowledge(knowledge.clone());
-            Engine::new().unwrap().load_source(&format!("{kind}.oml"), text, &options).await.unwrap()
-        });
         for keys in KEYS {
             let id = key_id(kind, keys, n);
             if !side_wanted(&id) {
                 continue;
             }
+            // A rule (instances, guest caches) of its own per cell, so that
+            // no cell starts with what the one before left in the caches.
+            let rule = rt.block_on(async {
+                let options = omlet::LoadOptions::new().knowledge(knowledge.clone());
+                Engine::new().unwrap().load_source(&format!("{kind}.oml"), text, &options).await.unwrap()
+            });
             let input = dir.join(format!("{kind}-{keys}.jsonl"));
             nginx_jsonl_keys(&input, n, keys).unwrap();
-            measure(&rt, &id, rule.clone(), &input, cores + 1);
+            measure(&rt, &id, rule, &input, cores + 1);
             let _ = std::fs::remove_file(&input);
         }
     }
