@@ -63,6 +63,13 @@ pub struct MemoryConfig {
     /// What a table over `max_table_mb` does (default `sql`).
     #[serde(default)]
     pub over_limit: OverLimit,
+    /// Tables of the database itself (PostgreSQL, MySQL/MariaDB, or an
+    /// SQLite file) held in memory too, as snapshots (default none). Each
+    /// is read again when the knowledge reloads (`[reload]`: a NOTIFY, a
+    /// changed poll value, or [`Knowledge::reload_all`](super::Knowledge::reload_all)),
+    /// and swapped whole, so that no lookup sees half a table.
+    #[serde(default)]
+    pub snapshots: Vec<String>,
 }
 
 fn yes() -> bool {
@@ -75,7 +82,7 @@ fn default_max_table_mb() -> u64 {
 
 impl Default for MemoryConfig {
     fn default() -> Self {
-        MemoryConfig { knowdb: true, max_table_mb: default_max_table_mb(), over_limit: OverLimit::Sql }
+        MemoryConfig { knowdb: true, max_table_mb: default_max_table_mb(), over_limit: OverLimit::Sql, snapshots: Vec::new() }
     }
 }
 
@@ -375,6 +382,20 @@ impl Index {
     }
 }
 
+/// How the database the rows come from compares a parameter with a
+/// column, which an answer from memory must match.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compare {
+    /// SQLite's: by column affinity, converting numeric text ([`probe`]).
+    Sqlite,
+    /// Another database's (a snapshot of PostgreSQL or MySQL): memory
+    /// answers only an integer against an integer column, and text against
+    /// a text column when `text` is true (PostgreSQL, whose default
+    /// collations are deterministic; not MySQL, whose usual collations
+    /// ignore case). Anything else goes to SQL, which converts as it does.
+    Exact { text: bool },
+}
+
 /// A table held in memory, with the indexes its lookups asked for.
 pub struct Table {
     /// Its name.
@@ -382,6 +403,7 @@ pub struct Table {
     /// Column names.
     pub columns: Vec<String>,
     affinity: Vec<Affinity>,
+    compare: Compare,
     rows: Vec<Box<[Cell]>>,
     /// Estimated bytes of its rows.
     pub bytes: u64,
@@ -398,10 +420,16 @@ impl std::fmt::Debug for Table {
 }
 
 impl Table {
-    /// A table of `data`, read in `loaded_in`.
+    /// A table of `data` (from SQLite), read in `loaded_in`.
     pub fn new(name: &str, data: TableData, loaded_in: Duration) -> Table {
+        Table::with_compare(name, data, loaded_in, Compare::Sqlite)
+    }
+
+    /// A table of `data` from a database that compares as `compare` says.
+    pub fn with_compare(name: &str, data: TableData, loaded_in: Duration, compare: Compare) -> Table {
         Table {
             name: name.to_string(),
+            compare,
             affinity: data.types.iter().map(|t| Affinity::of(t)).collect(),
             columns: data.columns,
             rows: data.rows,
@@ -561,7 +589,14 @@ impl Table {
             }
             let name = format!("hash {}", cols.iter().map(|c| self.columns[*c].as_str()).collect::<Vec<_>>().join(", "));
             let index = self.index(name, || Ok(self.hash_index(&cols)))?;
-            return Ok(Lookup { table: self.clone(), index, args, strict: (false, false), project });
+            if self.compare != Compare::Sqlite && repeated(&index) > 0 {
+                return Err(format!(
+                    "{} keys repeat, and {} gives no order among them without `order by`",
+                    repeated(&index),
+                    self.name
+                ));
+            }
+            return Ok(Lookup::new(Plan { table: self.clone(), index, args, strict: (false, false), project }));
         }
         if let [a, b] = terms {
             let (low, high) = match (a.op.as_str(), b.op.as_str()) {
@@ -576,14 +611,74 @@ impl Table {
             let args = vec![param(&low.param)?, param(&high.param)?];
             let name = format!("ranges {}, {}", self.columns[lo], self.columns[hi]);
             let index = self.index(name, || self.range_index(lo, hi))?;
-            return Ok(Lookup { table: self.clone(), index, args, strict: (low.op == "<", high.op == ">"), project });
+            return Ok(Lookup::new(Plan { table: self.clone(), index, args, strict: (low.op == "<", high.op == ">"), project }));
         }
         Err("not one `=` list nor one range".into())
     }
 }
 
-/// A statement answered from a [`Table`] through one of its indexes.
+/// Rows of a hash index that repeat an earlier row's key.
+fn repeated(index: &Index) -> u64 {
+    match index {
+        Index::Hash { repeated, .. } => *repeated,
+        Index::Ranges { .. } | Index::KeyRanges { .. } => 0,
+    }
+}
+
+/// A statement answered from a [`Table`] through one of its indexes, or by
+/// SQL while it has no plan. The plan is swapped whole when a snapshot
+/// table is read again ([`Lookup::swap`]): a lookup sees the old table or
+/// the new one, never a mix, and never waits for the swap.
 pub struct Lookup {
+    plan: arc_swap::ArcSwapOption<Plan>,
+}
+
+impl Lookup {
+    fn new(plan: Plan) -> Lookup {
+        Lookup { plan: arc_swap::ArcSwapOption::from_pointee(plan) }
+    }
+
+    /// The answer SQLite (or the snapshot's database) would give for the
+    /// guest's `params`: `Some(row)` or `Some(None)` for "no row"; `None`
+    /// when this lookup cannot be sure of it, and SQL must answer.
+    pub fn answer(&self, params: &[Cell]) -> Option<Option<Vec<Cell>>> {
+        self.plan.load().as_ref()?.answer(params)
+    }
+
+    /// What `omlet check` prints for its path: `memory: hash on ip of
+    /// bad_ip (200000 rows)`.
+    pub fn describe(&self) -> String {
+        match self.plan.load().as_ref() {
+            Some(p) => p.describe(),
+            None => "sql: the snapshot's last read could not be indexed".to_string(),
+        }
+    }
+
+    /// How many rows of its table repeat a key that an earlier row holds
+    /// (0 for ranges, which never overlap here).
+    pub fn repeated(&self) -> u64 {
+        self.plan.load().as_ref().map_or(0, |p| repeated(&p.index))
+    }
+
+    /// The table it reads, while it has a plan.
+    pub fn table(&self) -> Option<Arc<Table>> {
+        self.plan.load().as_ref().map(|p| p.table.clone())
+    }
+
+    /// Takes `other`'s plan (a new read of the same table), or none: SQL
+    /// answers until the next swap.
+    pub fn swap(&self, other: Option<Lookup>) {
+        self.plan.store(other.and_then(|o| o.plan.swap(None)));
+    }
+}
+
+impl std::fmt::Debug for Lookup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.describe())
+    }
+}
+
+struct Plan {
     table: Arc<Table>,
     index: Arc<Index>,
     /// For each key column (hash), or for the lower and upper bound
@@ -595,16 +690,8 @@ pub struct Lookup {
     project: Vec<usize>,
 }
 
-impl std::fmt::Debug for Lookup {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.describe())
-    }
-}
-
-impl Lookup {
-    /// What `omlet check` prints for its path: `memory: hash on ip of
-    /// bad_ip (200000 rows)`.
-    pub fn describe(&self) -> String {
+impl Plan {
+    fn describe(&self) -> String {
         let t = &self.table;
         match &*self.index {
             Index::Hash { cols, repeated, .. } => {
@@ -632,24 +719,26 @@ impl Lookup {
         }
     }
 
-    /// How many rows of its table repeat a key that an earlier row holds
-    /// (0 for ranges, which never overlap here).
-    pub fn repeated(&self) -> u64 {
-        match &*self.index {
-            Index::Hash { repeated, .. } => *repeated,
-            Index::Ranges { .. } | Index::KeyRanges { .. } => 0,
+    /// Whether the database would compare `params` with the key columns
+    /// as memory does (always, for SQLite's own [`probe`]).
+    fn comparable(&self, params: &[Cell]) -> bool {
+        let t = &*self.table;
+        let Compare::Exact { text } = t.compare else { return true };
+        let cols: &[usize] = match &*self.index {
+            Index::Hash { cols, .. } => cols,
+            Index::Ranges { lo, .. } | Index::KeyRanges { lo, .. } => std::slice::from_ref(lo),
+        };
+        cols.iter().zip(&self.args).all(|(&c, &p)| match (params.get(p), t.affinity[c]) {
+            (Some(Cell::Null), _) | (Some(Cell::Integer(_)), Affinity::Integer) => true,
+            (Some(Cell::Text(_)), Affinity::Text) => text,
+            _ => false,
+        }) && self.args.iter().all(|&p| params.get(p).is_some())
+    }
+
+    fn answer(&self, params: &[Cell]) -> Option<Option<Vec<Cell>>> {
+        if !self.comparable(params) {
+            return None;
         }
-    }
-
-    /// The table it reads.
-    pub fn table(&self) -> &Arc<Table> {
-        &self.table
-    }
-
-    /// The answer SQLite would give for the guest's `params`: `Some(row)`
-    /// or `Some(None)` for "no row"; `None` when this lookup cannot be
-    /// sure of it, and SQL must answer.
-    pub fn answer(&self, params: &[Cell]) -> Option<Option<Vec<Cell>>> {
         let t = &*self.table;
         let row = match &*self.index {
             Index::Hash { cols, rows, hasher, .. } => {

@@ -160,7 +160,39 @@ pub struct Knowledge {
     tables: tokio::sync::Mutex<std::collections::HashMap<String, Result<Arc<memory::Table>, String>>>,
     /// The networks `intranet_ip` and `access_direct` call LAN.
     intranet: Vec<omlet_lang::intranet::Net>,
+    /// Lookups answered from snapshot tables, to swap when they are read
+    /// again.
+    snapshot_lookups: Mutex<Vec<SnapshotLookup>>,
     stats: Stats,
+}
+
+/// A bound lookup of a snapshot table, and what planning it took.
+#[derive(Clone)]
+struct SnapshotLookup {
+    table: String,
+    lookup: std::sync::Weak<memory::Lookup>,
+    terms: Vec<guard::Term>,
+    ordered: bool,
+    params: Vec<String>,
+    result: Vec<String>,
+}
+
+/// The in-memory plan of a statement over `held`, or why there is none.
+/// With `order by`, the order decides among rows that share a key, so
+/// memory answers only where at most one row can match.
+fn plan(
+    held: &std::result::Result<Arc<memory::Table>, String>,
+    terms: &[guard::Term],
+    ordered: bool,
+    params: &[String],
+    result: &[String],
+) -> std::result::Result<memory::Lookup, String> {
+    let t = held.as_ref().map_err(Clone::clone)?;
+    let l = t.plan(terms, params, result)?;
+    match l.repeated() {
+        n if ordered && n > 0 => Err(format!("{n} keys repeat, and the statement's `order by` decides which row answers")),
+        _ => Ok(l),
+    }
 }
 
 impl Knowledge {
@@ -210,6 +242,7 @@ impl Knowledge {
             pending: Mutex::new(Default::default()),
             indexed: Mutex::new(Default::default()),
             tables: Default::default(),
+            snapshot_lookups: Mutex::new(Vec::new()),
             stats: Stats::default(),
         }
     }
@@ -346,10 +379,11 @@ impl Knowledge {
         result: &[String],
     ) -> Result<(Option<Arc<memory::Lookup>>, String)> {
         let cfg = &self.config.memory;
-        if !self.config.knowdb_tables.iter().any(|t| t == table) {
+        let snapshot = cfg.snapshots.iter().any(|t| t == table);
+        if !snapshot && !self.config.knowdb_tables.iter().any(|t| t == table) {
             return Ok((None, "sql".into()));
         }
-        if !cfg.knowdb {
+        if !snapshot && !cfg.knowdb {
             return Ok((None, "sql: memory.knowdb is off".into()));
         }
         let Some(terms) = terms else {
@@ -360,9 +394,8 @@ impl Knowledge {
             match tables.get(table) {
                 Some(t) => t.clone(),
                 None => {
-                    let started = Instant::now();
-                    let t = match self.provider.read_table(table, cfg.max_table_mb.saturating_mul(1 << 20)).await {
-                        Ok(data) => Ok(Arc::new(memory::Table::new(table, data, started.elapsed()))),
+                    let t = match self.read_table(table).await {
+                        Ok(t) => Ok(Arc::new(t)),
                         Err(e @ Error::Limit { .. }) if cfg.over_limit == memory::OverLimit::Fail => return Err(e),
                         Err(e) => {
                             tracing::warn!(target: "omlet::knowledge", "{table} stays in SQL: {e}");
@@ -377,19 +410,87 @@ impl Knowledge {
                 }
             }
         };
-        // With `order by`, the order decides among rows that share a key;
-        // memory answers only where at most one row can match.
-        let planned = held.and_then(|t| t.plan(terms, params, result)).and_then(|l| match l.repeated() {
-            n if ordered && n > 0 => Err(format!("{n} keys repeat, and the statement's `order by` decides which row answers")),
-            _ => Ok(l),
-        });
+        let planned = plan(&held, terms, ordered, params, result);
         Ok(match planned {
             Ok(lookup) => {
                 let path = lookup.describe();
-                (Some(Arc::new(lookup)), path)
+                let lookup = Arc::new(lookup);
+                if snapshot && let Ok(mut all) = self.snapshot_lookups.lock() {
+                    all.push(SnapshotLookup {
+                        table: table.to_string(),
+                        lookup: Arc::downgrade(&lookup),
+                        terms: terms.to_vec(),
+                        ordered,
+                        params: params.to_vec(),
+                        result: result.to_vec(),
+                    });
+                }
+                (Some(lookup), path)
             }
             Err(why) => (None, format!("sql: {why}")),
         })
+    }
+
+    /// Reads `table` from the provider into memory, comparing as the
+    /// provider's database does.
+    async fn read_table(&self, table: &str) -> Result<memory::Table> {
+        let started = Instant::now();
+        let data = self.provider.read_table(table, self.config.memory.max_table_mb.saturating_mul(1 << 20)).await?;
+        let compare = match self.provider.kind() {
+            "sqlite" => memory::Compare::Sqlite,
+            "postgres" => memory::Compare::Exact { text: true },
+            _ => memory::Compare::Exact { text: false },
+        };
+        Ok(memory::Table::with_compare(table, data, started.elapsed(), compare))
+    }
+
+    /// Reads every snapshot table that a bound lookup answers from again,
+    /// and swaps each such lookup to the new read (or to SQL, when the new
+    /// rows cannot be indexed: keys now repeat, ranges now overlap). A table
+    /// that cannot be read keeps its previous snapshot, and the error is
+    /// returned after the others are done.
+    pub async fn refresh_snapshots(&self) -> Result<()> {
+        let lookups: Vec<SnapshotLookup> = match self.snapshot_lookups.lock() {
+            Ok(mut all) => {
+                all.retain(|l| l.lookup.strong_count() > 0);
+                all.clone()
+            }
+            Err(_) => return Err(Error::Internal("snapshot list poisoned".into())),
+        };
+        let mut tables: Vec<&str> = lookups.iter().map(|l| l.table.as_str()).collect();
+        tables.sort_unstable();
+        tables.dedup();
+        let mut failed = None;
+        for table in tables {
+            let fresh = match self.read_table(table).await {
+                Ok(t) => Arc::new(t),
+                Err(e) => {
+                    tracing::warn!(target: "omlet::knowledge", "{table}: the snapshot stays as it was: {e}");
+                    failed = Some(e);
+                    continue;
+                }
+            };
+            for l in lookups.iter().filter(|l| l.table == table) {
+                let Some(lookup) = l.lookup.upgrade() else { continue };
+                let planned = plan(&Ok(fresh.clone()), &l.terms, l.ordered, &l.params, &l.result);
+                if let Err(why) = &planned {
+                    tracing::warn!(target: "omlet::knowledge", "{table}: lookups go to SQL until the next reload: {why}");
+                }
+                lookup.swap(planned.ok());
+            }
+            self.tables.lock().await.insert(table.to_string(), Ok(fresh));
+        }
+        failed.map_or(Ok(()), Err)
+    }
+
+    /// [`refresh_snapshots`](Self::refresh_snapshots), then
+    /// [`reload`](Self::reload): what the `[reload]` watcher does on a
+    /// change, so that the caches drop their answers only once the
+    /// snapshots hold the new rows.
+    pub async fn reload_all(&self) -> Result<()> {
+        let r = self.refresh_snapshots().await;
+        self.reload();
+        r
     }
 
     #[doc(hidden)]

@@ -204,6 +204,19 @@ impl Dialect for MySql {
         super::sql_provider::bind_as_is(q, c)
     }
 
+    /// For snapshot tables (`[memory] snapshots`): the columns of the table
+    /// in the connection's database, and all its rows. Memory answers only
+    /// integer keys and ranges of them (`memory::Compare`): MySQL's usual
+    /// collations compare text without case.
+    fn table_queries(table: &str) -> Option<(String, String)> {
+        let lit = table.replace('\'', "''");
+        let describe = format!(
+            "select cast(column_name as char), cast(data_type as char) from information_schema.columns \
+             where table_schema = database() and table_name = '{lit}' order by ordinal_position"
+        );
+        Some((describe, format!("select * from {}", super::quote_ident(table, '`'))))
+    }
+
     fn cell(row: &MySqlRow, i: usize, ty: &str) -> Result<Cell, String> {
         cell(row, i, ty)
     }

@@ -189,6 +189,18 @@ impl Dialect for Postgres {
         cell(row, i, ty)
     }
 
+    /// For snapshot tables (`[memory] snapshots`): the columns of the table
+    /// in the connection's schema, and all its rows. Memory answers them
+    /// only where PostgreSQL compares as memory does (`memory::Compare`).
+    fn table_queries(table: &str) -> Option<(String, String)> {
+        let lit = table.replace('\'', "''");
+        let describe = format!(
+            "select column_name::text, data_type::text from information_schema.columns \
+             where table_schema = current_schema() and table_name = '{lit}' order by ordinal_position"
+        );
+        Some((describe, format!("select * from {}", super::quote_ident(table, '"'))))
+    }
+
     fn param_types(stmt: &PgStatement) -> Vec<ParamType> {
         match stmt.parameters() {
             Some(Either::Left(types)) => types.iter().map(|t| param_type(t.name())).collect(),

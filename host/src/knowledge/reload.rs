@@ -81,11 +81,11 @@ pub async fn watch(knowledge: &Arc<Knowledge>) -> Result<Option<Watcher>> {
                     let event = listener.try_recv().await;
                     let Some(knowledge) = weak.upgrade() else { return };
                     match event {
-                        Ok(Some(_)) => knowledge.reload(),
+                        Ok(Some(_)) => reload(&knowledge).await,
                         // The connection was lost; the next try_recv reconnects.
                         Ok(None) => {
                             tracing::warn!("knowledge reload: LISTEN connection lost; reconnecting");
-                            knowledge.reload();
+                            reload(&knowledge).await;
                         }
                         // Reconnecting failed. Listen again from scratch until it works,
                         // then reload: a notification may have been sent meanwhile.
@@ -100,7 +100,7 @@ pub async fn watch(knowledge: &Arc<Knowledge>) -> Result<Option<Watcher>> {
                                 }
                             };
                             let Some(knowledge) = weak.upgrade() else { return };
-                            knowledge.reload();
+                            reload(&knowledge).await;
                         }
                     }
                 }
@@ -145,12 +145,20 @@ pub async fn watch(knowledge: &Arc<Knowledge>) -> Result<Option<Watcher>> {
             };
             let Some(knowledge) = weak.upgrade() else { return };
             if now != last {
-                knowledge.reload();
+                reload(&knowledge).await;
                 last = now;
             }
         }
     });
     Ok(Some(Watcher { task }))
+}
+
+/// A reload: snapshot tables read again, then the caches dropped. A
+/// snapshot that cannot be read keeps its previous rows (and says so).
+async fn reload(knowledge: &Knowledge) {
+    if let Err(e) = knowledge.reload_all().await {
+        tracing::warn!("knowledge reload: {}", super::config::redact(&e.to_string()));
+    }
 }
 
 #[cfg(feature = "postgres")]
