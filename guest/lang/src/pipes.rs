@@ -696,6 +696,13 @@ pub fn write_json(v: &Value<'_>, out: &mut String, in_array: bool) {
     }
 }
 
+/// An IPv4 address as the `ip4_*` and `cidr4_*` helpers read it: dotted
+/// text (trimmed) or an integer in range. The host's in-memory index of
+/// networks reads parameters with it, to answer as the helper would.
+pub fn cell_ipv4(c: &Cell) -> Option<u32> {
+    cell_ip4(c)
+}
+
 fn cell_ip4(c: &Cell) -> Option<u32> {
     match c {
         Cell::Text(s) => s.trim().parse::<Ipv4Addr>().ok().map(u32::from),

@@ -129,7 +129,8 @@ enum Tok<'s> {
     /// A parameter, by its name (without the `:`).
     Param(&'s str),
     Text,
-    Number,
+    /// A number, as written.
+    Number(&'s str),
     /// A comparison: `=`, `!=`, `<>`, `<`, `<=`, `>` or `>=`.
     Op(&'s str),
     Open,
@@ -190,7 +191,7 @@ fn tokens(sql: &str) -> Result<Vec<Tok<'_>>, String> {
                 if !sql[start..i].bytes().any(|d| d.is_ascii_digit()) {
                     return Err(format!("`{}` is not a number", &sql[start..i]));
                 }
-                out.push(Tok::Number);
+                out.push(Tok::Number(&sql[start..i]));
             }
             b'=' | b'(' | b')' | b',' | b'*' => {
                 i += 1;
@@ -272,8 +273,20 @@ enum Side<'s> {
     /// A value known before the query runs: a literal, `null`, or a call
     /// of values.
     Value,
-    /// A call that reads a column (`cidr4_contains(cidr, :ip)`).
+    /// A call that reads a column (`ip4_int(addr)`).
     Computed,
+    /// The literal `1`, a value.
+    One,
+    /// `cidr4_contains(:p, col)`: a computed side that an in-memory
+    /// interval index over the column's networks can answer.
+    Cidr4 { param: &'s str, column: &'s str },
+}
+
+impl Side<'_> {
+    /// A value known before the query runs.
+    fn value(self) -> bool {
+        matches!(self, Side::Value | Side::One)
+    }
 }
 
 /// Words that are never column names: their appearance means SQL the
@@ -368,7 +381,7 @@ impl<'s> Reader<'_, 's> {
         self.cond()?;
         let order = self.order()?;
         let limited = self.eat_word("limit");
-        if limited && self.next() != Some(Tok::Number) {
+        if limited && !matches!(self.next(), Some(Tok::Number(_))) {
             return Err("`limit` takes a number".into());
         }
         if self.at < self.toks.len() {
@@ -562,7 +575,7 @@ impl<'s> Reader<'_, 's> {
                 return Err("expected `(` after `in`".into());
             }
             loop {
-                if !matches!(self.operand(0)?, Side::Value | Side::Param(_)) {
+                if !matches!(self.operand(0)?, Side::Value | Side::One | Side::Param(_)) {
                     return Err("an `in` list holds values, not columns".into());
                 }
                 match self.next() {
@@ -602,6 +615,10 @@ impl<'s> Reader<'_, 's> {
         let term = match (left, right) {
             (Side::Column(c), Side::Param(p)) => Some((c, op, p)),
             (Side::Param(p), Side::Column(c)) => Some((c, flipped(op), p)),
+            // `cidr4_contains(:p, col) = 1`: the network column holds `:p`.
+            (Side::Cidr4 { param, column }, Side::One) | (Side::One, Side::Cidr4 { param, column }) if op == "=" => {
+                Some((column, "cidr4", param))
+            }
             _ => None,
         };
         match (term, &mut self.terms) {
@@ -612,8 +629,8 @@ impl<'s> Reader<'_, 's> {
         }
         if self.depth == 0 {
             match (left, right) {
-                (Side::Column(c), Side::Value | Side::Param(_)) => self.compares.push((c, op)),
-                (Side::Value | Side::Param(_), Side::Column(c)) => self.compares.push((c, flipped(op))),
+                (Side::Column(c), r) if r.value() || matches!(r, Side::Param(_)) => self.compares.push((c, op)),
+                (l, Side::Column(c)) if l.value() || matches!(l, Side::Param(_)) => self.compares.push((c, flipped(op))),
                 _ => {}
             }
         }
@@ -626,7 +643,8 @@ impl<'s> Reader<'_, 's> {
         }
         match self.next() {
             Some(Tok::Param(p)) if depth == 0 => Ok(Side::Param(p)),
-            Some(Tok::Param(_) | Tok::Text | Tok::Number) => Ok(Side::Value),
+            Some(Tok::Number("1")) => Ok(Side::One),
+            Some(Tok::Param(_) | Tok::Text | Tok::Number(_)) => Ok(Side::Value),
             Some(Tok::Word(w)) if is(w, "null") => Ok(Side::Value),
             Some(Tok::Word(w)) if self.peek() == Some(&Tok::Open) => {
                 let allowed = HELPERS.iter().any(|h| is(w, h)) || self.policy.functions.iter().any(|f| is(w, f));
@@ -636,18 +654,27 @@ impl<'s> Reader<'_, 's> {
                         HELPERS.join(", ")
                     ));
                 }
+                // `cidr4_contains(:p, col)`, exactly, at the top level.
+                let cidr4 = match &self.toks[self.at..self.toks.len().min(self.at + 5)] {
+                    [Tok::Open, Tok::Param(p), Tok::Comma, Tok::Word(c), Tok::Close]
+                        if depth == 0 && is(w, "cidr4_contains") && self.column(c).is_ok() =>
+                    {
+                        Some(Side::Cidr4 { param: p, column: c })
+                    }
+                    _ => None,
+                };
                 self.at += 1;
                 self.enter()?;
                 let mut side = Side::Value;
                 loop {
-                    if matches!(self.operand(depth + 1)?, Side::Column(_) | Side::Computed) {
+                    if matches!(self.operand(depth + 1)?, Side::Column(_) | Side::Computed | Side::Cidr4 { .. }) {
                         side = Side::Computed;
                     }
                     match self.next() {
                         Some(Tok::Comma) => continue,
                         Some(Tok::Close) => {
                             self.depth -= 1;
-                            return Ok(side);
+                            return Ok(cidr4.unwrap_or(side));
                         }
                         _ => return Err(format!("expected `,` or `)` in the arguments of `{w}`")),
                     }
@@ -772,6 +799,18 @@ mod tests {
         let c = check("select owner from assets where ip in (:sip, :dip)", &Policy::default()).unwrap();
         assert_eq!(c.keys, vec!["ip".to_string()]);
         assert!(c.terms.is_none(), "an in list is no in-memory key");
+    }
+
+    #[test]
+    fn a_network_lookup_is_a_term_for_memory() {
+        let terms = |sql: &str| check(sql, &Policy::default()).unwrap().terms;
+        let cidr4 = Some(vec![Term { column: "cidr".into(), op: "cidr4".into(), param: "ip".into() }]);
+        assert_eq!(terms("select zone from nets where cidr4_contains(:ip, cidr) = 1"), cidr4);
+        assert_eq!(terms("select zone from nets where 1 = CIDR4_CONTAINS(:ip, cidr)"), cidr4);
+        assert_eq!(terms("select zone from nets where cidr4_contains(cidr, :ip) = 1"), None, "the helper reads (ip, cidr)");
+        assert_eq!(terms("select zone from nets where cidr4_contains(:ip, cidr) = 2"), None);
+        assert_eq!(terms("select zone from nets where cidr4_contains(:ip, cidr) != 1"), None);
+        assert_eq!(terms("select zone from nets where ip4_int(cidr4_contains(:ip, cidr)) = 1"), None);
     }
 
     #[test]

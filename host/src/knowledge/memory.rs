@@ -289,6 +289,15 @@ pub enum Index {
         /// The ranges, searched in two steps.
         spans: Spans,
     },
+    /// IPv4 networks of one column (`cidr4_contains(:ip, col) = 1`), as
+    /// ranges of addresses, none overlapping; rows whose text is no network
+    /// are left out, as the helper never matches them.
+    Cidr4 {
+        /// The column of networks.
+        col: usize,
+        /// The networks' first and last addresses.
+        spans: Spans,
+    },
     /// Ranges `[lo, hi]` of `ip_key` texts (32 lower-case hex digits, as
     /// IPv6 and mixed-family tables hold them), none overlapping.
     KeyRanges {
@@ -378,6 +387,7 @@ impl Index {
             Index::Hash { rows, .. } => (rows.capacity() * (std::mem::size_of::<u32>() + 1)) as u64,
             Index::Ranges { spans, .. } => spans.bytes(),
             Index::KeyRanges { spans, .. } => spans.bytes(),
+            Index::Cidr4 { spans, .. } => spans.bytes(),
         }
     }
 }
@@ -533,6 +543,29 @@ impl Table {
         Ok(Index::Ranges { lo, hi, spans: Spans::new(&spans) })
     }
 
+    /// The networks of column `c` as ranges of addresses, computed as the
+    /// `cidr4_contains` helper reads them; none may overlap (nested
+    /// networks have several answers, and SQL's scan order decides).
+    fn cidr4_index(&self, c: usize) -> Result<Index, String> {
+        let mut spans = Vec::with_capacity(self.rows.len());
+        for (n, row) in self.rows.iter().enumerate() {
+            let lo = omlet_lang::pipes::helper(omlet_lang::ir::Helper::Cidr4Min, std::slice::from_ref(&row[c]));
+            let hi = omlet_lang::pipes::helper(omlet_lang::ir::Helper::Cidr4Max, std::slice::from_ref(&row[c]));
+            if let (Cell::Integer(l), Cell::Integer(h)) = (lo, hi) {
+                spans.push((l, h, n as u32));
+            }
+        }
+        spans.sort_by_key(|&(l, _, n)| (l, n));
+        if let Some(w) = spans.windows(2).find(|w| w[0].1 >= w[1].0) {
+            return Err(format!(
+                "its networks overlap (rows {} and {}), and without `order by` SQL decides which row answers",
+                w[0].2 + 1,
+                w[1].2 + 1
+            ));
+        }
+        Ok(Index::Cidr4 { col: c, spans: Spans::new(&spans) })
+    }
+
     /// Ranges whose bounds are `ip_key` texts: every bound one (or NULL),
     /// and no two ranges overlapping.
     fn key_range_index(&self, lo: usize, hi: usize) -> Result<Index, String> {
@@ -598,6 +631,18 @@ impl Table {
             }
             return Ok(Lookup::new(Plan { table: self.clone(), index, args, strict: (false, false), project }));
         }
+        if let [t] = terms
+            && t.op == "cidr4"
+        {
+            if self.compare != Compare::Sqlite {
+                return Err("cidr4_contains is computed in SQL here".into());
+            }
+            let c = col(&t.column)?;
+            let args = vec![param(&t.param)?];
+            let name = format!("cidr4 {}", self.columns[c]);
+            let index = self.index(name, || self.cidr4_index(c))?;
+            return Ok(Lookup::new(Plan { table: self.clone(), index, args, strict: (false, false), project }));
+        }
         if let [a, b] = terms {
             let (low, high) = match (a.op.as_str(), b.op.as_str()) {
                 ("<=" | "<", ">=" | ">") => (a, b),
@@ -621,7 +666,7 @@ impl Table {
 fn repeated(index: &Index) -> u64 {
     match index {
         Index::Hash { repeated, .. } => *repeated,
-        Index::Ranges { .. } | Index::KeyRanges { .. } => 0,
+        Index::Ranges { .. } | Index::KeyRanges { .. } | Index::Cidr4 { .. } => 0,
     }
 }
 
@@ -708,6 +753,9 @@ impl Plan {
                 t.len(),
                 spans.len()
             ),
+            Index::Cidr4 { col, spans } => {
+                format!("memory: cidr4 networks of {}.{} ({} rows, {} networks)", t.name, t.columns[*col], t.len(), spans.len())
+            }
             Index::KeyRanges { lo, hi, spans } => format!(
                 "memory: ip_key ranges {}..{} of {} ({} rows, {} ranges)",
                 t.columns[*lo],
@@ -727,6 +775,8 @@ impl Plan {
         let cols: &[usize] = match &*self.index {
             Index::Hash { cols, .. } => cols,
             Index::Ranges { lo, .. } | Index::KeyRanges { lo, .. } => std::slice::from_ref(lo),
+            // omlet's helper, only in SQLite (whose tables compare as `Sqlite`).
+            Index::Cidr4 { .. } => return false,
         };
         cols.iter().zip(&self.args).all(|(&c, &p)| match (params.get(p), t.affinity[c]) {
             (Some(Cell::Null), _) | (Some(Cell::Integer(_)), Affinity::Integer) => true,
@@ -776,6 +826,13 @@ impl Plan {
                 let (strict_lo, strict_hi) = self.strict;
                 let Some((h, row)) = spans.last_admitting(x, strict_lo) else { return Some(None) };
                 if (strict_hi && h > x) || (!strict_hi && h >= x) { row } else { return Some(None) }
+            }
+            Index::Cidr4 { spans, .. } => {
+                // As the helper reads the address; anything else is in no network.
+                let Some(x) = omlet_lang::pipes::cell_ipv4(params.get(self.args[0])?) else { return Some(None) };
+                let x = i64::from(x);
+                let Some((h, row)) = spans.last_admitting(x, false) else { return Some(None) };
+                if h >= x { row } else { return Some(None) }
             }
             Index::KeyRanges { spans, .. } => {
                 let (a, b) = (params.get(self.args[0])?, params.get(self.args[1])?);

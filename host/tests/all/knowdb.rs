@@ -251,6 +251,7 @@ async fn in_memory_answers_are_sqlites_answers() {
     let ranges: String = (0..300).map(|i| format!("{},{},r{i}\n", i * 10, i * 10 + 4 + (i % 3))).collect();
     write(d, "ranges.csv", &format!("lo,hi,label\n{ranges}5000,4000,empty\n,4100,null lo\n"));
     write(d, "overlap.csv", "lo,hi,label\n0,100,wide\n10,20,narrow\n");
+    write(d, "nets.csv", "cidr,zone\n10.1.0.0/16,lab\n10.2.0.0/15,corp\nbogus,never\n192.168.0.0/24,home\n");
     write(
         d,
         "keys.csv",
@@ -262,7 +263,7 @@ async fn in_memory_answers_are_sqlites_answers() {
         "knowdb.toml",
         "[[tables]]\nname = \"mixed\"\ncreate = \"mixed.sql\"\n\n[[tables]]\nname = \"ranges\"\ncsv = \"ranges.csv\"\n\n\
          [[tables]]\nname = \"overlap\"\ncsv = \"overlap.csv\"\n\n[[tables]]\nname = \"keys\"\ncsv = \"keys.csv\"\n\
-         types = [\"TEXT\", \"TEXT\", \"TEXT\"]\n",
+         types = [\"TEXT\", \"TEXT\", \"TEXT\"]\n\n[[tables]]\nname = \"nets\"\ncsv = \"nets.csv\"\n",
     );
     let db = Arc::new(SqliteProvider::memory().await.unwrap());
     let tables = omlet::knowledge::knowdb::load(&d.join("knowdb.toml"), db.as_ref()).await.unwrap();
@@ -282,6 +283,7 @@ async fn in_memory_answers_are_sqlites_answers() {
             stmt("select label from overlap where lo <= :x and hi >= :x_2", &["x", "x_2"]),
             stmt("select label from ranges where lo <= :x or hi >= :x_2", &["x", "x_2"]),
             stmt("select label from keys where lo <= :x and hi >= :x_2", &["x", "x_2"]),
+            stmt("select zone from nets where cidr4_contains(:x, cidr) = 1", &["x"]),
         ])
         .await
         .unwrap();
@@ -292,6 +294,7 @@ async fn in_memory_answers_are_sqlites_answers() {
     assert!(paths[8].starts_with("sql: ") && paths[8].contains("overlap"), "{}", paths[8]);
     assert!(paths[9].starts_with("sql: "), "{}", paths[9]);
     assert!(paths[10].starts_with("memory: ip_key ranges"), "{}", paths[10]);
+    assert!(paths[11].starts_with("memory: cidr4 networks of nets.cidr"), "{}", paths[11]);
     let mut values = vec![
         Cell::Null,
         Cell::Blob(vec![2]),
@@ -317,9 +320,15 @@ async fn in_memory_answers_are_sqlites_answers() {
         "20010DB8000000000000000000000007",
         "2001",
         "",
+        "10.1.2.3",
+        " 10.3.255.255 ",
+        "10.4.0.0",
+        "192.168.0.77",
+        "0.0.0.0",
     ] {
         values.push(Cell::Text(key.into()));
     }
+    values.push(Cell::Integer(167837955));
     for i in [-7, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 15, 1004, 1006, 2995, 2999, 3000, 4050, 4100] {
         values.push(Cell::Integer(i));
         values.push(Cell::Real(i as f64 + 0.5));
