@@ -718,6 +718,13 @@ async fn check(rules: &[PathBuf], knowdb: &[PathBuf], config: Option<&Path>, jso
         }
         Err(e) => Err(e),
     };
+    // Without a knowledge base, a lookup's functions are still checked
+    // against OML's fixed list (a database function must be listed in
+    // `functions`, which only a knowledge config says): a warning, with
+    // the nearest helper.
+    if let (Ok(p), [], None) = (&result, knowdb, config) {
+        warnings.extend(function_warnings(p));
+    }
     if json {
         let (models, diagnostics) = match &result {
             Ok(p) => (p.models.iter().map(|m| serde_json::json!({ "name": m.name, "file": m.file })).collect(), Vec::new()),
@@ -971,6 +978,32 @@ async fn open_knowdbs(knowdb: &[PathBuf]) -> omlet::Result<(Arc<Knowledge>, Arc<
 /// Rows past which `omlet check --knowdb` warns about a lookup that scans
 /// its table.
 const SCAN_WARN_ROWS: i64 = 10_000;
+
+/// A warning for each lookup that calls a function that is neither one of
+/// OML's helpers nor an aggregate of the select list: it loads only if the
+/// knowledge config lists it in `functions`, and it is usually a misspelled
+/// helper (`cidr4_contain`).
+fn function_warnings(program: &omlet_lang::ir::Program) -> Vec<String> {
+    use omlet::knowledge::guard;
+    let mut known: Vec<&str> = omlet::knowledge::HELPER_FUNCTIONS.to_vec();
+    known.extend(guard::AGGREGATES);
+    let mut out = Vec::new();
+    for s in &program.statements {
+        let Err(e) = guard::check(&s.sql, &guard::Policy::default()) else { continue };
+        let Some(name) = e.split("function `").nth(1).or_else(|| e.split("aggregate `").nth(1)).and_then(|r| r.split('`').next())
+        else {
+            continue;
+        };
+        let near = omlet_lang::parse::nearest(&name.to_ascii_lowercase(), &known)
+            .map(|n| format!(": did you mean `{n}`?"))
+            .unwrap_or_else(|| String::from(", and it loads only if the knowledge config lists it in `functions`"));
+        out.push(format!(
+            "{}:{}:{}: warning: lookup calls `{name}`, which is not one of OML's helpers{near}",
+            s.file, s.line, s.column
+        ));
+    }
+    out
+}
 
 /// The notes and warnings of `omlet check --knowdb`: each lookup's path (an
 /// in-memory index, or SQL and why), and each lookup that SQLite would

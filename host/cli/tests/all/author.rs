@@ -55,6 +55,26 @@ fn a_dash_means_standard_input_or_output() {
     assert!(text(&out.stderr).contains("<stdin>:3:12"), "{}", text(&out.stderr));
 }
 
+/// Issue 33: a misspelled SQL helper is named by `omlet check` even without
+/// a knowledge base, with the helper it is nearest to.
+#[test]
+fn check_names_a_misspelled_sql_helper() {
+    let dir = tempfile::tempdir().unwrap();
+    let rule = rule_file(&dir, "f.oml", "name : f\n---\nz = select zone from nets where cidr4_contain(read(ip), cidr) = 1 ;\n");
+    let out = omlet(&["check", &rule]);
+    assert_eq!(out.status.code(), Some(0), "a warning, not an error: {}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains(
+            "f.oml:3:5: warning: lookup calls `cidr4_contain`, which is not one of OML's helpers: did you mean `cidr4_contains`?"
+        ),
+        "{err}"
+    );
+    let fine =
+        rule_file(&dir, "g.oml", "name : g\n---\nz = select count(ip) from nets where cidr4_contains(read(ip), cidr) = 1 ;\n");
+    assert!(!text(&omlet(&["check", &fine]).stderr).contains("warning"));
+}
+
 /// `omlet check` names the release of OML a rule needs, and the forms only
 /// omlet has (issue 32, item 8); a v1.17 rule gets no such line.
 #[test]
