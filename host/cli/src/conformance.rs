@@ -550,16 +550,21 @@ fn compare(case: &Case, expected: &str, actual: &[Field<'static>]) -> std::resul
     if !lines.is_empty() {
         return Err(format!("{}\n{}", lines.join("\n"), diff()));
     }
+    // Every mismatch of type, not only the first.
+    let mut wrong = Vec::new();
     for (k, ty) in &case.expected_types {
         let got = kind_of(actual, k).map(Kind::name);
         if got != Some(ty.as_str()) {
-            return Err(format!("field {k}: expected type {ty}, got {}\n{}", got.unwrap_or("nothing"), diff()));
+            wrong.push(format!("field {k}: expected type {ty}, got {}", got.unwrap_or("nothing")));
         }
     }
     for k in &case.expected_ignored {
         if kind_of(actual, k) != Some(Kind::Ignore) {
-            return Err(format!("field {k} should be present as an ignore field\n{}", diff()));
+            wrong.push(format!("field {k} should be present as an ignore field"));
         }
+    }
+    if !wrong.is_empty() {
+        return Err(format!("{}\n{}", wrong.join("\n"), diff()));
     }
     Ok(())
 }

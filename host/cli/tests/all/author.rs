@@ -55,6 +55,27 @@ fn a_dash_means_standard_input_or_output() {
     assert!(text(&out.stderr).contains("<stdin>:3:12"), "{}", text(&out.stderr));
 }
 
+/// Issue 33: `omlet test` names every field whose type is wrong, not the
+/// first only.
+#[test]
+fn test_reports_every_type_mismatch() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = dir.path().join("t.toml");
+    std::fs::write(
+        &cases,
+        "[[case]]\nname = \"types\"\noml = \"name : t\\n---\\na = read(a) ;\\nb = read(b) ;\\n\"\n\
+         input = '{\"a\":\"1\",\"b\":\"2\"}'\nexpected = '{\"a\":\"1\",\"b\":\"2\"}'\n\
+         expected_types = { \"a\" = \"digit\", \"b\" = \"ip\" }\n",
+    )
+    .unwrap();
+    let out = omlet(&["test", cases.to_str().unwrap()]);
+    let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(
+        all.contains("field a: expected type digit, got chars") && all.contains("field b: expected type ip, got chars"),
+        "{all}"
+    );
+}
+
 /// Issue 33: a misspelled SQL helper is named by `omlet check` even without
 /// a knowledge base, with the helper it is nearest to.
 #[test]
