@@ -510,8 +510,7 @@ impl Table {
                 return Err(format!("the column `{}` is not numeric", self.columns[c]));
             }
         }
-        let mut spans = Vec::with_capacity(self.rows.len());
-        for (n, row) in self.rows.iter().enumerate() {
+        let spans = self.sorted_spans(|row| {
             let bound = |c: usize| match &row[c] {
                 Cell::Integer(i) => Ok(Some(*i)),
                 Cell::Real(f) => real_int(*f).map(Some).ok_or(()),
@@ -519,73 +518,27 @@ impl Table {
                 _ => Err(()),
             };
             match (bound(lo), bound(hi)) {
-                // A range with a NULL bound, or an empty one, matches nothing.
-                (Ok(Some(l)), Ok(Some(h))) if l <= h => spans.push((l, h, n as u32)),
-                (Ok(_), Ok(_)) => {}
-                _ => {
-                    return Err(format!("row {} of `{}` holds a bound that is not an integer", n + 1, self.name));
-                }
+                (Ok(Some(l)), Ok(Some(h))) => Ok(Some((l, h))),
+                (Ok(_), Ok(_)) => Ok(None),
+                _ => Err("holds a bound that is not an integer".into()),
             }
-        }
-        spans.sort_by_key(|&(l, _, n)| (l, n));
-        if let Some(w) = spans.windows(2).find(|w| w[0].1 >= w[1].0) {
-            return Err(format!(
-                "its ranges overlap ({}..={} and {}..={}, rows {} and {}), and without `order by` SQL decides which row \
-                 answers",
-                w[0].0,
-                w[0].1,
-                w[1].0,
-                w[1].1,
-                w[0].2 + 1,
-                w[1].2 + 1
-            ));
-        }
+        })?;
         Ok(Index::Ranges { lo, hi, spans: Spans::new(&spans) })
     }
 
-    /// The networks of column `c` as ranges of addresses, computed as the
-    /// `cidr4_contains` helper reads them; none may overlap (nested
-    /// networks have several answers, and SQL's scan order decides).
-    fn cidr4_index(&self, c: usize) -> Result<Index, String> {
+    /// The rows as ranges `(lo, hi, row)` sorted by `lo`, from `bounds` of
+    /// each row (`None`: the row matches nothing, as does an empty range;
+    /// an error: no index can be made), refused when two overlap, since SQL
+    /// then decides which row answers.
+    fn sorted_spans<K: Copy + Ord>(
+        &self,
+        mut bounds: impl FnMut(&[Cell]) -> Result<Option<(K, K)>, String>,
+    ) -> Result<Vec<(K, K, u32)>, String> {
         let mut spans = Vec::with_capacity(self.rows.len());
         for (n, row) in self.rows.iter().enumerate() {
-            let lo = omlet_lang::pipes::helper(omlet_lang::ir::Helper::Cidr4Min, std::slice::from_ref(&row[c]));
-            let hi = omlet_lang::pipes::helper(omlet_lang::ir::Helper::Cidr4Max, std::slice::from_ref(&row[c]));
-            if let (Cell::Integer(l), Cell::Integer(h)) = (lo, hi) {
-                spans.push((l, h, n as u32));
-            }
-        }
-        spans.sort_by_key(|&(l, _, n)| (l, n));
-        if let Some(w) = spans.windows(2).find(|w| w[0].1 >= w[1].0) {
-            return Err(format!(
-                "its networks overlap (rows {} and {}), and without `order by` SQL decides which row answers",
-                w[0].2 + 1,
-                w[1].2 + 1
-            ));
-        }
-        Ok(Index::Cidr4 { col: c, spans: Spans::new(&spans) })
-    }
-
-    /// Ranges whose bounds are `ip_key` texts: every bound one (or NULL),
-    /// and no two ranges overlapping.
-    fn key_range_index(&self, lo: usize, hi: usize) -> Result<Index, String> {
-        let mut spans = Vec::with_capacity(self.rows.len());
-        for (n, row) in self.rows.iter().enumerate() {
-            let bound = |c: usize| match &row[c] {
-                Cell::Text(t) => ip_key(t).map(Some).ok_or(()),
-                Cell::Null => Ok(None),
-                _ => Err(()),
-            };
-            match (bound(lo), bound(hi)) {
-                (Ok(Some(l)), Ok(Some(h))) if l <= h => spans.push((l, h, n as u32)),
-                (Ok(_), Ok(_)) => {}
-                _ => {
-                    return Err(format!(
-                        "row {} of `{}` holds a text bound that is not an ip_key (32 lower-case hex digits)",
-                        n + 1,
-                        self.name
-                    ));
-                }
+            match bounds(row).map_err(|e| format!("row {} of `{}` {e}", n + 1, self.name))? {
+                Some((l, h)) if l <= h => spans.push((l, h, n as u32)),
+                _ => {}
             }
         }
         spans.sort_by_key(|&(l, _, n)| (l, n));
@@ -596,6 +549,39 @@ impl Table {
                 w[1].2 + 1
             ));
         }
+        Ok(spans)
+    }
+
+    /// The networks of column `c` as ranges of addresses, computed as the
+    /// `cidr4_contains` helper reads them; none may overlap (nested
+    /// networks have several answers, and SQL's scan order decides).
+    fn cidr4_index(&self, c: usize) -> Result<Index, String> {
+        let spans = self.sorted_spans(|row| {
+            let lo = omlet_lang::pipes::helper(omlet_lang::ir::Helper::Cidr4Min, std::slice::from_ref(&row[c]));
+            let hi = omlet_lang::pipes::helper(omlet_lang::ir::Helper::Cidr4Max, std::slice::from_ref(&row[c]));
+            Ok(match (lo, hi) {
+                (Cell::Integer(l), Cell::Integer(h)) => Some((l, h)),
+                _ => None,
+            })
+        })?;
+        Ok(Index::Cidr4 { col: c, spans: Spans::new(&spans) })
+    }
+
+    /// Ranges whose bounds are `ip_key` texts: every bound one (or NULL),
+    /// and no two ranges overlapping.
+    fn key_range_index(&self, lo: usize, hi: usize) -> Result<Index, String> {
+        let spans = self.sorted_spans(|row| {
+            let bound = |c: usize| match &row[c] {
+                Cell::Text(t) => ip_key(t).map(Some).ok_or(()),
+                Cell::Null => Ok(None),
+                _ => Err(()),
+            };
+            match (bound(lo), bound(hi)) {
+                (Ok(Some(l)), Ok(Some(h))) => Ok(Some((l, h))),
+                (Ok(_), Ok(_)) => Ok(None),
+                _ => Err("holds a text bound that is not an ip_key (32 lower-case hex digits)".into()),
+            }
+        })?;
         Ok(Index::KeyRanges { lo, hi, spans: Spans::new(&spans) })
     }
 
