@@ -75,6 +75,10 @@ enum Cmd {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+        /// Also bind each lookup on this knowdb.toml (repeat it for several)
+        /// and show its path: an in-memory index, or SQL and why.
+        #[arg(long)]
+        knowdb: Vec<PathBuf>,
     },
     /// Evaluate records (JSONL or CSV) through a rule or rule set; one output line per record.
     Run {
@@ -214,7 +218,7 @@ async fn main() -> ExitCode {
     let result = match cli.cmd {
         Cmd::Build { rules, output } => build(&rules, &output),
         Cmd::Check { rules, knowdb, knowledge, json } => check(&rules, &knowdb, knowledge.as_deref(), json).await,
-        Cmd::Inspect { component, json } => inspect(&component, json).await,
+        Cmd::Inspect { component, json, knowdb } => inspect(&component, json, &knowdb).await,
         Cmd::Run {
             rule,
             input,
@@ -450,7 +454,7 @@ fn build(rules: &[PathBuf], output: &Path) -> omlet::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn inspect(component: &Path, json: bool) -> omlet::Result<ExitCode> {
+async fn inspect(component: &Path, json: bool, knowdb: &[PathBuf]) -> omlet::Result<ExitCode> {
     let bytes = if component.is_dir() || component.extension().is_some_and(|e| e == "oml") {
         // Rules, not a component: build them in memory, as `omlet build` would.
         let sources = RuleSource::collect(&[component.to_path_buf()])?;
@@ -472,9 +476,32 @@ async fn inspect(component: &Path, json: bool) -> omlet::Result<ExitCode> {
     }
     let rule = Engine::new()?.load_component(&bytes, &omlet::LoadOptions::new()).await?;
     let info = rule.info();
+    // With knowdbs: each statement's path, as the knowledge binds it.
+    let paths: Vec<String> = if knowdb.is_empty() {
+        Vec::new()
+    } else {
+        let (knowledge, _db) = open_knowdbs(knowdb).await?;
+        let statements: Vec<omlet_lang::ir::SqlStatement> = info
+            .statements
+            .iter()
+            .map(|s| omlet_lang::ir::SqlStatement {
+                sql: s.sql.clone(),
+                params: s.params.clone(),
+                table: s.table.clone(),
+                columns: s.columns.clone(),
+                file: s.file.clone(),
+                line: s.line,
+                column: s.column,
+            })
+            .collect();
+        knowledge.bind(&statements).await?.into_iter().map(|b| b.path).collect()
+    };
     let statement = |i: &u32| {
         let s = &info.statements[*i as usize];
-        serde_json::json!({ "sql": s.sql, "params": s.params, "table": s.table, "line": s.line, "column": s.column })
+        serde_json::json!({
+            "sql": s.sql, "params": s.params, "table": s.table, "line": s.line, "column": s.column,
+            "path": paths.get(*i as usize),
+        })
     };
     if json {
         let models: Vec<_> = info
@@ -508,6 +535,9 @@ async fn inspect(component: &Path, json: bool) -> omlet::Result<ExitCode> {
         for i in &m.statements {
             let s = &info.statements[*i as usize];
             println!("  sql  {}:{}  {}", s.line, s.column, s.sql);
+            if let Some(p) = paths.get(*i as usize) {
+                println!("       path: {p}");
+            }
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -55,6 +55,21 @@ fn a_dash_means_standard_input_or_output() {
     assert!(text(&out.stderr).contains("<stdin>:3:12"), "{}", text(&out.stderr));
 }
 
+/// Issue 31: `omlet inspect --knowdb` shows the path each lookup takes.
+#[test]
+fn inspect_shows_each_lookups_path_given_a_knowdb() {
+    let root = crate::root();
+    let rule = root.join("examples/nginx/nginx.oml");
+    let knowdb = root.join("examples/nginx/knowdb/knowdb.toml");
+    let out = omlet(&["inspect", rule.to_str().unwrap(), "--knowdb", knowdb.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("path: memory: ranges lo_int..hi_int of ip_zone"), "{}", text(&out.stdout));
+    let out = omlet(&["inspect", "--json", rule.to_str().unwrap(), "--knowdb", knowdb.to_str().unwrap()]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let path = v["models"][0]["statements"][0]["path"].as_str().unwrap_or_default().to_string();
+    assert!(path.starts_with("memory: ranges"), "{path}");
+}
+
 /// Issue 33: `omlet test` names every field whose type is wrong, not the
 /// first only.
 #[test]
