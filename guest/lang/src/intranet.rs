@@ -102,8 +102,9 @@ pub fn parse_cidr(text: &str) -> Option<Net> {
 }
 
 /// How the host's networks combine with [`BUILTIN`] (`[intranet_nets]`'s
-/// `mode`, §16.3).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// `mode`, §16.3: `add` or `replace`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Mode {
     /// The built-in set plus the host's.
     #[default]

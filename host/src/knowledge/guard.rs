@@ -283,9 +283,10 @@ enum Side<'s> {
 }
 
 impl Side<'_> {
-    /// A value known before the query runs.
+    /// A value the query receives rather than reads from the table: a
+    /// literal, `null`, a call of values, or a parameter.
     fn value(self) -> bool {
-        matches!(self, Side::Value | Side::One)
+        matches!(self, Side::Value | Side::One | Side::Param(_))
     }
 }
 
@@ -575,7 +576,7 @@ impl<'s> Reader<'_, 's> {
                 return Err("expected `(` after `in`".into());
             }
             loop {
-                if !matches!(self.operand(0)?, Side::Value | Side::One | Side::Param(_)) {
+                if !self.operand(0)?.value() {
                     return Err("an `in` list holds values, not columns".into());
                 }
                 match self.next() {
@@ -629,8 +630,8 @@ impl<'s> Reader<'_, 's> {
         }
         if self.depth == 0 {
             match (left, right) {
-                (Side::Column(c), r) if r.value() || matches!(r, Side::Param(_)) => self.compares.push((c, op)),
-                (l, Side::Column(c)) if l.value() || matches!(l, Side::Param(_)) => self.compares.push((c, flipped(op))),
+                (Side::Column(c), r) if r.value() => self.compares.push((c, op)),
+                (l, Side::Column(c)) if l.value() => self.compares.push((c, flipped(op))),
                 _ => {}
             }
         }

@@ -20,7 +20,7 @@ pub struct IntranetNets {
     /// `add` (default): the built-in private ranges plus `nets`; `replace`:
     /// `nets` only.
     #[serde(default)]
-    pub mode: IntranetMode,
+    pub mode: Mode,
     /// Networks in CIDR notation, IPv4 or IPv6 (`100.64.0.0/10`,
     /// `2001:db8:100::/48`); a bare address is a single host.
     #[serde(default)]
@@ -29,17 +29,6 @@ pub struct IntranetNets {
 
 fn yes() -> bool {
     true
-}
-
-/// `mode` of [`IntranetNets`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum IntranetMode {
-    /// The built-in set plus the listed networks.
-    #[default]
-    Add,
-    /// The listed networks only.
-    Replace,
 }
 
 impl IntranetNets {
@@ -53,11 +42,7 @@ impl IntranetNets {
                 None => bad.push(n.clone()),
             }
         }
-        let mode = match self.mode {
-            IntranetMode::Add => Mode::Add,
-            IntranetMode::Replace => Mode::Replace,
-        };
-        (intranet::effective(self.enabled, mode, &nets), bad)
+        (intranet::effective(self.enabled, self.mode, &nets), bad)
     }
 
     /// [`effective`](Self::effective), refusing an entry that is no network

@@ -110,6 +110,24 @@ pub struct TableData {
     pub bytes: u64,
 }
 
+impl TableData {
+    /// Adds a row read from `table`, or fails with [`Limit::TableMemory`]
+    /// once the rows take more than `max_bytes`.
+    ///
+    /// [`Limit::TableMemory`]: crate::Limit::TableMemory
+    pub fn push(&mut self, cells: Box<[Cell]>, max_bytes: u64, table: &str) -> crate::Result<()> {
+        self.bytes += row_bytes(&cells);
+        if self.bytes > max_bytes {
+            return Err(crate::Error::limit(
+                crate::Limit::TableMemory,
+                format!("the table {table} takes more than {} MiB in memory by row {}", max_bytes >> 20, self.rows.len() + 1),
+            ));
+        }
+        self.rows.push(cells);
+        Ok(())
+    }
+}
+
 /// The estimated bytes of one row held in memory.
 pub fn row_bytes(cells: &[Cell]) -> u64 {
     (std::mem::size_of::<Box<[Cell]>>() + std::mem::size_of_val(cells) + heap_bytes(cells)) as u64
@@ -369,6 +387,14 @@ impl<K: Copy + Ord> Spans<K> {
     /// The upper bound and row of the last range whose lower bound admits
     /// `x` (`lo <= x`, or `lo < x` when `strict`); since none overlap, no
     /// other range can hold `x`.
+    /// The row of the range that holds `x` (`strict` says whether the lower
+    /// and the upper bound exclude it), if one does: the last range whose
+    /// lower bound admits `x` is the only one that can, since none overlap.
+    fn holding(&self, x: K, (strict_lo, strict_hi): (bool, bool)) -> Option<u32> {
+        let (h, row) = self.last_admitting(x, strict_lo)?;
+        (if strict_hi { h > x } else { h >= x }).then_some(row)
+    }
+
     fn last_admitting(&self, x: K, strict: bool) -> Option<(K, u32)> {
         let admits = |l: &K| if strict { *l < x } else { *l <= x };
         let block = self.top.partition_point(admits).checked_sub(1)?;
@@ -768,7 +794,7 @@ impl Plan {
             (Some(Cell::Null), _) | (Some(Cell::Integer(_)), Affinity::Integer) => true,
             (Some(Cell::Text(_)), Affinity::Text) => text,
             _ => false,
-        }) && self.args.iter().all(|&p| params.get(p).is_some())
+        })
     }
 
     fn answer(&self, params: &[Cell]) -> Option<Option<Vec<Cell>>> {
@@ -807,18 +833,18 @@ impl Plan {
                     Probe::Value(Cell::Text(_) | Cell::Blob(_)) | Probe::Null => return Some(None),
                     Probe::Value(Cell::Null) | Probe::Unsure => return None,
                 };
-                // The last range whose lower bound admits x; no other can
-                // hold it, since none overlap.
-                let (strict_lo, strict_hi) = self.strict;
-                let Some((h, row)) = spans.last_admitting(x, strict_lo) else { return Some(None) };
-                if (strict_hi && h > x) || (!strict_hi && h >= x) { row } else { return Some(None) }
+                match spans.holding(x, self.strict) {
+                    Some(row) => row,
+                    None => return Some(None),
+                }
             }
             Index::Cidr4 { spans, .. } => {
                 // As the helper reads the address; anything else is in no network.
                 let Some(x) = omlet_lang::pipes::cell_ipv4(params.get(self.args[0])?) else { return Some(None) };
-                let x = i64::from(x);
-                let Some((h, row)) = spans.last_admitting(x, false) else { return Some(None) };
-                if h >= x { row } else { return Some(None) }
+                match spans.holding(i64::from(x), self.strict) {
+                    Some(row) => row,
+                    None => return Some(None),
+                }
             }
             Index::KeyRanges { spans, .. } => {
                 let (a, b) = (params.get(self.args[0])?, params.get(self.args[1])?);
@@ -832,9 +858,10 @@ impl Plan {
                     Cell::Null => return Some(None),
                     _ => return None,
                 };
-                let (strict_lo, strict_hi) = self.strict;
-                let Some((h, row)) = spans.last_admitting(x, strict_lo) else { return Some(None) };
-                if (strict_hi && h > x) || (!strict_hi && h >= x) { row } else { return Some(None) }
+                match spans.holding(x, self.strict) {
+                    Some(row) => row,
+                    None => return Some(None),
+                }
             }
         };
         let row = &t.rows[row as usize];

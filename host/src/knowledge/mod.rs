@@ -55,7 +55,9 @@ use omlet_lang::ir::SqlStatement;
 pub use batching::BatchPlan;
 use batching::{Pending, batch_select};
 pub use config::{CacheConfig, CacheMode, KnowledgeConfig, OnLookupError};
-pub use intranet::{IntranetMode, IntranetNets};
+pub use intranet::IntranetNets;
+/// `mode` of [`IntranetNets`]: `add` (default) or `replace`.
+pub use omlet_lang::intranet::Mode as IntranetMode;
 pub use provider::{BoxFuture, ParamType, Placeholders, Prepared, Provider, Tables, coerce};
 pub(crate) use provider::{quote_ident, table_sql};
 pub use sql::{HELPER_FUNCTIONS, qualify_helpers, rewrite_helper_calls, rewrite_placeholders, values_for_rows};
@@ -181,14 +183,13 @@ struct SnapshotLookup {
 /// With `order by`, the order decides among rows that share a key, so
 /// memory answers only where at most one row can match.
 fn plan(
-    held: &std::result::Result<Arc<memory::Table>, String>,
+    table: &Arc<memory::Table>,
     terms: &[guard::Term],
     ordered: bool,
     params: &[String],
     result: &[String],
 ) -> std::result::Result<memory::Lookup, String> {
-    let t = held.as_ref().map_err(Clone::clone)?;
-    let l = t.plan(terms, params, result)?;
+    let l = table.plan(terms, params, result)?;
     match l.repeated() {
         n if ordered && n > 0 => Err(format!("{n} keys repeat, and the statement's `order by` decides which row answers")),
         _ => Ok(l),
@@ -410,7 +411,7 @@ impl Knowledge {
                 }
             }
         };
-        let planned = plan(&held, terms, ordered, params, result);
+        let planned = held.and_then(|t| plan(&t, terms, ordered, params, result));
         Ok(match planned {
             Ok(lookup) => {
                 let path = lookup.describe();
@@ -472,7 +473,7 @@ impl Knowledge {
             };
             for l in lookups.iter().filter(|l| l.table == table) {
                 let Some(lookup) = l.lookup.upgrade() else { continue };
-                let planned = plan(&Ok(fresh.clone()), &l.terms, l.ordered, &l.params, &l.result);
+                let planned = plan(&fresh, &l.terms, l.ordered, &l.params, &l.result);
                 if let Err(why) = &planned {
                     tracing::warn!(target: "omlet::knowledge", "{table}: lookups go to SQL until the next reload: {why}");
                 }

@@ -520,18 +520,7 @@ where
                         data.columns.len()
                     )));
                 }
-                data.bytes += super::memory::row_bytes(&cells);
-                if data.bytes > max_bytes {
-                    return Err(Error::limit(
-                        crate::Limit::TableMemory,
-                        format!(
-                            "the table {table} takes more than {} MiB in memory by row {}",
-                            max_bytes >> 20,
-                            data.rows.len() + 1
-                        ),
-                    ));
-                }
-                data.rows.push(cells);
+                data.push(cells, max_bytes, table)?;
             }
             Ok(data)
         })

@@ -252,15 +252,7 @@ mod helpers {
                 };
                 cells.push(cell);
             }
-            let cells = cells.into_boxed_slice();
-            data.bytes += crate::knowledge::memory::row_bytes(&cells);
-            if data.bytes > max_bytes {
-                return Err(crate::Error::limit(
-                    crate::Limit::TableMemory,
-                    format!("the table {table} takes more than {} MiB in memory by row {}", max_bytes >> 20, data.rows.len() + 1),
-                ));
-            }
-            data.rows.push(cells);
+            data.push(cells.into_boxed_slice(), max_bytes, table)?;
         }
     }
 
