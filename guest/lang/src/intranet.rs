@@ -57,6 +57,11 @@ impl Net {
         Net { addr: addr & mask(prefix), prefix }
     }
 
+    /// The network's last address (its first is `addr`).
+    pub fn last(&self) -> u128 {
+        self.addr | !mask(self.prefix)
+    }
+
     pub fn contains(&self, addr: u128) -> bool {
         addr & mask(self.prefix) == self.addr
     }

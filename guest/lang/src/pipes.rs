@@ -700,10 +700,6 @@ pub fn write_json(v: &Value<'_>, out: &mut String, in_array: bool) {
 /// text (trimmed) or an integer in range. The host's in-memory index of
 /// networks reads parameters with it, to answer as the helper would.
 pub fn cell_ipv4(c: &Cell) -> Option<u32> {
-    cell_ip4(c)
-}
-
-fn cell_ip4(c: &Cell) -> Option<u32> {
     match c {
         Cell::Text(s) => s.trim().parse::<Ipv4Addr>().ok().map(u32::from),
         Cell::Integer(i) => u32::try_from(*i).ok(),
@@ -737,8 +733,7 @@ fn cidr(c: &Cell) -> Option<(u128, u128)> {
         return None;
     }
     let net = crate::intranet::parse_cidr(s)?;
-    let host = if net.prefix == 0 { u128::MAX } else { u128::MAX >> net.prefix };
-    Some((net.addr, net.addr | host))
+    Some((net.addr, net.last()))
 }
 
 fn key_text(n: u128) -> Cell {
@@ -749,14 +744,14 @@ fn key_text(n: u128) -> Cell {
 pub fn helper(h: Helper, args: &[Cell]) -> Cell {
     let arg = |i: usize| args.get(i).unwrap_or(&Cell::Null);
     match h {
-        Helper::Ip4Int => Cell::Integer(cell_ip4(arg(0)).map(i64::from).unwrap_or(0)),
-        Helper::Ip4Between => match (cell_ip4(arg(0)), cell_ip4(arg(1)), cell_ip4(arg(2))) {
+        Helper::Ip4Int => Cell::Integer(cell_ipv4(arg(0)).map(i64::from).unwrap_or(0)),
+        Helper::Ip4Between => match (cell_ipv4(arg(0)), cell_ipv4(arg(1)), cell_ipv4(arg(2))) {
             (Some(ip), Some(lo), Some(hi)) => Cell::Integer((lo <= ip && ip <= hi) as i64),
             _ => Cell::Integer(0),
         },
         Helper::Cidr4Min => cidr4(arg(0)).map(|(lo, _)| Cell::Integer(lo as i64)).unwrap_or(Cell::Null),
         Helper::Cidr4Max => cidr4(arg(0)).map(|(_, hi)| Cell::Integer(hi as i64)).unwrap_or(Cell::Null),
-        Helper::Cidr4Contains => match (cell_ip4(arg(0)), cidr4(arg(1))) {
+        Helper::Cidr4Contains => match (cell_ipv4(arg(0)), cidr4(arg(1))) {
             (Some(ip), Some((lo, hi))) => Cell::Integer((lo <= ip && ip <= hi) as i64),
             _ => Cell::Integer(0),
         },
@@ -964,6 +959,8 @@ mod tests {
         assert_eq!(helper(Helper::CidrMaxKey, &[t("10.0.0.0/8")]), t("00000000000000000000ffff0affffff"));
         assert_eq!(helper(Helper::CidrMinKey, &[t("::/0")]), t("00000000000000000000000000000000"));
         assert_eq!(helper(Helper::CidrMaxKey, &[t("2001:db8::7")]), Cell::Null, "an address is no network");
+        assert_eq!(helper(Helper::CidrMaxKey, &[t("2001:db8::7/128")]), t("20010db8000000000000000000000007"), "one host");
+        assert_eq!(helper(Helper::CidrMaxKey, &[t("10.0.0.7/32")]), t("00000000000000000000ffff0a000007"));
         assert_eq!(helper(Helper::CidrContains, &[t("2001:db8::7"), t("2001:db8::/32")]), Cell::Integer(1));
         assert_eq!(helper(Helper::CidrContains, &[t("2001:db9::7"), t("2001:db8::/32")]), Cell::Integer(0));
         assert_eq!(helper(Helper::CidrContains, &[t("10.1.2.3"), t("10.0.0.0/8")]), Cell::Integer(1));
