@@ -540,10 +540,7 @@ impl<'a, 'h> Ctx<'a, 'h> {
                     (CalcOp::Mul, Num::Int(a), Num::Int(b)) => Num::Int(a.checked_mul(b)?),
                     (CalcOp::Rem, Num::Int(a), Num::Int(b)) => Num::Int(a.checked_rem(b)?),
                     (CalcOp::Rem, ..) => return None,
-                    (CalcOp::Div, a, b) if b.float() == 0.0 => {
-                        let _ = a;
-                        return None;
-                    }
+                    (CalcOp::Div, _, b) if b.float() == 0.0 => return None,
                     (CalcOp::Div, a, b) => Num::Float(a.float() / b.float()),
                     (CalcOp::Add, a, b) => Num::Float(a.float() + b.float()),
                     (CalcOp::Sub, a, b) => Num::Float(a.float() - b.float()),

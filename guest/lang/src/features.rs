@@ -151,15 +151,14 @@ impl Visitor<'_> {
             SqlCond::Not(x) | SqlCond::Group(x) => self.cond(x),
             SqlCond::Cmp { left, right, span, .. } => {
                 for o in [left, right] {
-                    if let SqlOperand::Call { helper: Some(h), name, .. } = o
-                        && matches!(h, Helper::IpKey | Helper::CidrMinKey | Helper::CidrMaxKey | Helper::CidrContains)
-                    {
-                        let name = match name.as_str() {
-                            "ip_key" => "ip_key",
-                            "cidr_min_key" => "cidr_min_key",
-                            "cidr_max_key" => "cidr_max_key",
-                            _ => "cidr_contains",
-                        };
+                    let own = match o {
+                        SqlOperand::Call { helper: Some(Helper::IpKey), .. } => Some("ip_key"),
+                        SqlOperand::Call { helper: Some(Helper::CidrMinKey), .. } => Some("cidr_min_key"),
+                        SqlOperand::Call { helper: Some(Helper::CidrMaxKey), .. } => Some("cidr_max_key"),
+                        SqlOperand::Call { helper: Some(Helper::CidrContains), .. } => Some("cidr_contains"),
+                        _ => None,
+                    };
+                    if let Some(name) = own {
                         self.note(name, OMLET_ONLY, *span);
                     }
                     if matches!(o, SqlOperand::Value(Expr::At(..)))

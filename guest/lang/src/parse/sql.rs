@@ -159,7 +159,7 @@ impl<'s> Parser<'s> {
         let ts = self.pos;
         if self.peek() == b'(' {
             self.nest()?;
-            let r = self.sub_query(ts);
+            let r = self.sub_query();
             self.depth -= 1;
             return r;
         }
@@ -177,7 +177,7 @@ impl<'s> Parser<'s> {
         Ok((table, None))
     }
 
-    fn sub_query(&mut self, start: usize) -> PResult<(String, Option<String>)> {
+    fn sub_query(&mut self) -> PResult<(String, Option<String>)> {
         self.bump();
         self.ws();
         let ss = self.pos;
@@ -199,17 +199,15 @@ impl<'s> Parser<'s> {
             self.ws();
         }
         if !self.at_word_ci("where") {
-            let a = self.pos;
             let alias = self.take_while(|c| c.is_ascii_alphanumeric() || c == b'_').to_string();
             if !alias.is_empty() {
                 text.push(' ');
                 text.push_str(&alias);
-            } else if self.pos > a || !self.at_end() && !self.peek().is_ascii_whitespace() {
+            } else if !self.at_end() && !self.peek().is_ascii_whitespace() {
                 let span = self.here();
                 return self.err("strict SQL: expected an alias or `where` after the sub-query", span);
             }
         }
-        let _ = start;
         Ok((table, Some(text)))
     }
 
