@@ -603,7 +603,8 @@ pub struct StatementInfo {
 }
 
 impl StatementInfo {
-    fn to_lang(&self) -> omlet_lang::ir::SqlStatement {
+    /// The statement as the knowledge binds it ([`Knowledge::bind`]).
+    pub fn to_lang(&self) -> omlet_lang::ir::SqlStatement {
         omlet_lang::ir::SqlStatement {
             sql: self.sql.clone(),
             params: self.params.clone(),

@@ -481,19 +481,7 @@ async fn inspect(component: &Path, json: bool, knowdb: &[PathBuf]) -> omlet::Res
         Vec::new()
     } else {
         let (knowledge, _db) = open_knowdbs(knowdb).await?;
-        let statements: Vec<omlet_lang::ir::SqlStatement> = info
-            .statements
-            .iter()
-            .map(|s| omlet_lang::ir::SqlStatement {
-                sql: s.sql.clone(),
-                params: s.params.clone(),
-                table: s.table.clone(),
-                columns: s.columns.clone(),
-                file: s.file.clone(),
-                line: s.line,
-                column: s.column,
-            })
-            .collect();
+        let statements: Vec<_> = info.statements.iter().map(|s| s.to_lang()).collect();
         knowledge.bind(&statements).await?.into_iter().map(|b| b.path).collect()
     };
     let statement = |i: &u32| {
