@@ -985,6 +985,12 @@ async fn open_knowledge(knowdb: &[PathBuf], config: Option<&Path>) -> omlet::Res
 /// their tables, which lookups may read, and no others.
 async fn open_knowdbs(knowdb: &[PathBuf]) -> omlet::Result<(Arc<Knowledge>, Arc<SqliteProvider>)> {
     let db = Arc::new(SqliteProvider::memory().await?);
+    // One knowdb opens as a knowledge config naming it would: a Warp Parse
+    // knowdb's [cache], [intranet_nets] and databases apply.
+    if let [one] = knowdb {
+        let config = omlet::knowledge::KnowledgeConfig { knowdb: Some(one.clone()), ..Default::default() };
+        return Ok((config.open_with(db.clone()).await?, db));
+    }
     let mut tables = Vec::new();
     for k in knowdb {
         tables.extend(omlet::knowledge::knowdb::load(k, db.as_ref()).await?);
@@ -1041,7 +1047,8 @@ async fn scan_warnings(
         // Where its lookups are answered: an in-memory index, or SQL (and
         // why not memory, for a knowdb table).
         notes.push(format!("{}:{}:{}: note: lookup path: {}", s.file, s.line, s.column, b.path));
-        if b.memory.is_some() {
+        // Only the knowdb's own tables have plans to read here.
+        if b.memory.is_some() || b.source != 0 {
             continue;
         }
         let Some(table) = db.scanned(&b.sql, b.order.len()).await? else { continue };

@@ -146,7 +146,7 @@ impl Knowledge {
         let runs_now = {
             let mut pending = self.pending.lock().map_err(|_| LookupError::failed("lookup queue poisoned"))?;
             let p = pending.entry(stmt.stats).or_default();
-            if p.in_flight < batch_slots(self.provider.lookup_connections()) {
+            if p.in_flight < batch_slots(self.provider_of(stmt).lookup_connections()) {
                 p.in_flight += 1;
                 Some((key, tx))
             } else {
@@ -182,7 +182,7 @@ impl Knowledge {
                 distinct.push(k.clone());
             }
         }
-        let rows = self.timed(stmt, self.provider.query_many(plan, distinct)).await;
+        let rows = self.timed(stmt, self.provider_of(stmt).query_many(plan, distinct)).await;
         let rows = match rows {
             Ok(rows) => rows,
             // One key the database refuses (text with a NUL byte on

@@ -46,7 +46,7 @@ use super::mysql::MySqlProvider;
 #[cfg(feature = "postgres")]
 use super::postgres::PostgresProvider;
 use super::sqlite::SqliteProvider;
-use super::{Knowledge, Provider};
+use super::{Knowledge, Provider, Source};
 use crate::{Error, Result};
 
 /// What a failed lookup (a database error or a timeout) does to the
@@ -332,28 +332,46 @@ impl KnowledgeConfig {
                 )));
             }
         }
-        let mut config = self;
-        // A Warp Parse knowdb may name the database itself ([provider.sqldb]).
-        if let Some(k) = &config.knowdb
-            && let Some(db) = super::warp::external(k)?
+        let config = self;
+        // A Warp Parse knowdb may name databases of its own
+        // ([provider.sqldb]), which lookups reach by routing.
+        let (databases, local) = match &config.knowdb {
+            Some(k) => super::warp::external(k)?,
+            None => (Vec::new(), false),
+        };
+        if let (Some(k), Some(db)) = (&config.knowdb, databases.iter().find(|d| d.is_default() || databases.len() == 1))
+            && !local
+            && config.url != default_url()
         {
-            if config.url != default_url() {
-                return Err(Error::Knowledge(format!(
-                    "{} names a database ([provider.sqldb] {}) and the knowledge config names another (`url`): keep one",
-                    k.display(),
-                    db.name()
-                )));
-            }
-            config.url = db.connection_uri.clone();
-            config.pool_size = db.pool_size.unwrap_or(config.pool_size);
-            if let Some(ms) = db.acquire_timeout_ms {
-                config.connect_timeout_ms = ms;
-            }
+            return Err(Error::Knowledge(format!(
+                "{} names a database ([provider.sqldb] {}) and the knowledge config names another (`url`): keep one",
+                k.display(),
+                db.name()
+            )));
         }
         let provider =
             connect_with(&config.url, config.pool_size, Duration::from_millis(config.connect_timeout_ms), config.query_timeout())
                 .await?
                 .into_dyn();
+        config.open_on(provider, databases).await
+    }
+
+    #[doc(hidden)]
+    /// [`open`](Self::open) on a database already connected (in place of
+    /// `url`), for a caller that keeps its own handle on it (`omlet check`
+    /// reads SQLite's query plans).
+    pub async fn open_with(self, provider: Arc<dyn Provider>) -> Result<Arc<Knowledge>> {
+        let databases = match &self.knowdb {
+            Some(k) => super::warp::external(k)?.0,
+            None => Vec::new(),
+        };
+        self.open_on(provider, databases).await
+    }
+
+    /// Loads the knowdb into `provider`, connects the knowdb's `databases`,
+    /// and wraps it all.
+    async fn open_on(self, provider: Arc<dyn Provider>, databases: Vec<super::warp::SqlDb>) -> Result<Arc<Knowledge>> {
+        let mut config = self;
         if let Some(k) = &config.knowdb {
             let loaded = super::knowdb::load_any(k, provider.as_ref(), &config.knowdb_roots).await?;
             if let Some(c) = loaded.cache {
@@ -373,7 +391,28 @@ impl KnowledgeConfig {
                 config.tables.get_or_insert(loaded.tables);
             }
         }
-        Ok(Arc::new(Knowledge::with_config(provider, config)))
+        let mut sources = Vec::with_capacity(databases.len());
+        for db in databases {
+            let at = |e: Error| {
+                let file = config.knowdb.as_deref().unwrap_or(Path::new("knowdb.toml")).display().to_string();
+                Error::Knowledge(format!("{file}: [provider.sqldb] {}: {}", db.name(), redact(&e.to_string())))
+            };
+            let timeout = db.acquire_timeout_ms.unwrap_or(config.connect_timeout_ms);
+            let p = connect_with(
+                &db.connection_uri,
+                db.pool_size.unwrap_or(config.pool_size),
+                Duration::from_millis(timeout),
+                config.query_timeout(),
+            )
+            .await
+            .map_err(at)?
+            .into_dyn();
+            if p.kind() != db.kind {
+                return Err(at(Error::Knowledge(format!("kind `{}`, but connection_uri is a {} database", db.kind, p.kind()))));
+            }
+            sources.push(Source { name: Some(db.name().to_string()), provider: p, tables: db.tables.clone(), qualified: true });
+        }
+        Ok(Arc::new(Knowledge::with_config(provider, config).with_databases(sources)))
     }
 }
 

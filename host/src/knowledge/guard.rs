@@ -114,6 +114,10 @@ pub struct Policy {
     /// SQLite it is a column name), so `user` is refused on `postgres` and
     /// when the database is not known.
     pub database: &'static str,
+    /// Whether a schema-qualified table (`public.ip_geo_city`) may be read
+    /// without `tables` naming it: true on the databases a knowdb names
+    /// (see [`route`](super::route)). Catalog tables stay refused.
+    pub qualified: bool,
 }
 
 impl Policy {
@@ -729,6 +733,18 @@ pub struct Checked {
     pub limited: bool,
 }
 
+/// The statement's first table (after the first `from` that a name
+/// follows, so inside a sub-query when the source is one), as written:
+/// what [`route`](super::route) routes by. `None` when the text does not
+/// read as tokens of a lookup or has no such `from`.
+pub fn first_table(sql: &str) -> Option<String> {
+    let toks = tokens(sql).ok()?;
+    toks.windows(2).find_map(|w| match w {
+        [Tok::Word(from), Tok::Word(t)] if is(from, "from") => Some(t.to_string()),
+        _ => None,
+    })
+}
+
 /// Checks one statement as the guest hands it over (before dialect
 /// rewrites); the error says what is refused.
 pub fn check(sql: &str, policy: &Policy) -> Result<Checked, String> {
@@ -764,7 +780,7 @@ pub fn check(sql: &str, policy: &Policy) -> Result<Checked, String> {
                 if allowed.is_empty() { "none are allowed".to_string() } else { allowed.join(", ") }
             ))
         }
-        None if table.contains('.') => Err(format!(
+        None if table.contains('.') && !policy.qualified => Err(format!(
             "the schema-qualified table `{table}` is refused: list it in `tables` of the knowledge config to allow it"
         )),
         None => Ok(checked),

@@ -39,6 +39,7 @@ pub mod mysql;
 pub mod postgres;
 mod provider;
 pub mod reload;
+pub mod route;
 mod sql;
 mod sql_provider;
 pub mod sqlite;
@@ -60,6 +61,7 @@ pub use intranet::IntranetNets;
 pub use omlet_lang::intranet::Mode as IntranetMode;
 pub use provider::{BoxFuture, ParamType, Placeholders, Prepared, Provider, Tables, coerce};
 pub(crate) use provider::{quote_ident, table_sql};
+pub use route::Source;
 pub use sql::{HELPER_FUNCTIONS, qualify_helpers, rewrite_helper_calls, rewrite_placeholders, values_for_rows};
 pub use sql_provider::{Dialect, SqlProvider};
 pub use stats::{AtomicHistogram, Histogram, StatementStats, Stats};
@@ -80,6 +82,9 @@ pub struct BoundStatement {
     pub columns: Vec<String>,
     /// Index into [`Stats::statements`].
     pub stats: usize,
+    /// The database it runs on: an index into the knowledge's sources (0,
+    /// its own, unless a knowdb routes it elsewhere; see [`route`]).
+    pub source: usize,
     /// Set when the statement is a single-key lookup whose misses can be batched.
     pub batch: Option<BatchPlan>,
     /// Set when an in-memory table answers it (see [`memory`]); SQL
@@ -94,6 +99,7 @@ pub struct BoundStatement {
 #[derive(Clone, Hash, PartialEq, Eq)]
 struct CacheKey {
     generation: u64,
+    source: usize,
     sql: Arc<str>,
     params: Vec<u8>,
 }
@@ -142,9 +148,16 @@ impl std::error::Error for LookupError {}
 
 type Row = Option<Arc<Vec<Cell>>>;
 
+/// A table held in memory, or why it is not.
+type Held = Result<Arc<memory::Table>, String>;
+
 /// A provider plus generation, shared cache, policy and counters.
 pub struct Knowledge {
-    provider: Arc<dyn Provider>,
+    /// The databases lookups go to: `[0]` is its own (where a knowdb's
+    /// tables load), the others those a knowdb names (see [`route`]).
+    sources: Vec<Source>,
+    /// Where a lookup goes that names neither a local table nor a source.
+    default_source: usize,
     config: KnowledgeConfig,
     generation: AtomicU64,
     born: Instant,
@@ -159,7 +172,7 @@ pub struct Knowledge {
     indexed: Mutex<std::collections::HashSet<(String, Vec<String>)>>,
     /// Knowdb tables held in memory, read at the first bind that wants
     /// them, or why one is not.
-    tables: tokio::sync::Mutex<std::collections::HashMap<String, Result<Arc<memory::Table>, String>>>,
+    tables: tokio::sync::Mutex<std::collections::HashMap<(usize, String), Held>>,
     /// The networks `intranet_ip` and `access_direct` call LAN.
     intranet: Vec<omlet_lang::intranet::Net>,
     /// Lookups answered from snapshot tables, to swap when they are read
@@ -171,6 +184,7 @@ pub struct Knowledge {
 /// A bound lookup of a snapshot table, and what planning it took.
 #[derive(Clone)]
 struct SnapshotLookup {
+    source: usize,
     table: String,
     lookup: std::sync::Weak<memory::Lookup>,
     terms: Vec<guard::Term>,
@@ -233,7 +247,8 @@ impl Knowledge {
             None => omlet_lang::intranet::BUILTIN.to_vec(),
         };
         Knowledge {
-            provider,
+            sources: vec![Source::own(provider, config.tables.clone())],
+            default_source: 0,
             intranet,
             config,
             generation: AtomicU64::new(1),
@@ -246,6 +261,31 @@ impl Knowledge {
             snapshot_lookups: Mutex::new(Vec::new()),
             stats: Stats::default(),
         }
+    }
+
+    /// The knowledge with `databases` beside its own, which lookups reach
+    /// by routing (see [`route`]): each named, each under its own
+    /// allow-list. The default becomes the one named `default`, or the
+    /// only one.
+    pub fn with_databases(mut self, databases: Vec<Source>) -> Knowledge {
+        self.sources.extend(databases);
+        self.default_source = route::default_of(&self.sources);
+        self
+    }
+
+    /// The databases lookups may go to (see [`route`]); the first is its own.
+    pub fn sources(&self) -> &[Source] {
+        &self.sources
+    }
+
+    /// Where a lookup of `sql` (as the rule wrote it) goes.
+    pub fn route(&self, sql: &str) -> route::Routed {
+        route::route(sql, &self.sources, self.default_source, &self.config.knowdb_tables)
+    }
+
+    /// The database of a bound statement.
+    fn provider_of(&self, stmt: &BoundStatement) -> &Arc<dyn Provider> {
+        &self.sources.get(stmt.source).unwrap_or(&self.sources[0]).provider
     }
 
     /// The settings it was made with.
@@ -335,7 +375,7 @@ impl Knowledge {
     /// The database behind it, for loading tables or running DDL outside
     /// the allow-list.
     pub fn provider(&self) -> &Arc<dyn Provider> {
-        &self.provider
+        &self.sources[0].provider
     }
 
     /// Creates the index a lookup of a knowdb table wants, unless it was
@@ -346,8 +386,8 @@ impl Knowledge {
     /// distinct keys, where an index gives tens of thousands. Only tables
     /// omlet loaded itself get indexes; a failure is logged, and the lookup
     /// runs without one.
-    async fn index_for(&self, checked: &guard::Checked) {
-        if !self.config.knowdb_tables.contains(&checked.table) {
+    async fn index_for(&self, source: usize, checked: &guard::Checked) {
+        if source != 0 || !self.config.knowdb_tables.contains(&checked.table) {
             return;
         }
         let mut columns = checked.keys.clone();
@@ -361,7 +401,7 @@ impl Knowledge {
             Ok(mut made) => made.insert((checked.table.clone(), columns.clone())),
             Err(_) => false,
         };
-        if first && let Err(e) = self.provider.create_index(&checked.table, &columns).await {
+        if first && let Err(e) = self.sources[0].provider.create_index(&checked.table, &columns).await {
             tracing::warn!(target: "omlet::knowledge", "no index on {}({}): {e}", checked.table, columns.join(", "));
         }
     }
@@ -373,6 +413,7 @@ impl Knowledge {
     /// lookups in SQL, unless `memory.over_limit = "fail"`.
     async fn memory_for(
         &self,
+        source: usize,
         table: &str,
         terms: Option<&[guard::Term]>,
         ordered: bool,
@@ -381,7 +422,7 @@ impl Knowledge {
     ) -> Result<(Option<Arc<memory::Lookup>>, String)> {
         let cfg = &self.config.memory;
         let snapshot = cfg.snapshots.iter().any(|t| t == table);
-        if !snapshot && !self.config.knowdb_tables.iter().any(|t| t == table) {
+        if !snapshot && (source != 0 || !self.config.knowdb_tables.iter().any(|t| t == table)) {
             return Ok((None, "sql".into()));
         }
         if !snapshot && !cfg.knowdb {
@@ -392,10 +433,10 @@ impl Knowledge {
         };
         let held = {
             let mut tables = self.tables.lock().await;
-            match tables.get(table) {
+            match tables.get(&(source, table.to_string())) {
                 Some(t) => t.clone(),
                 None => {
-                    let t = match self.read_table(table).await {
+                    let t = match self.read_table(source, table).await {
                         Ok(t) => Ok(Arc::new(t)),
                         Err(e @ Error::Limit { .. }) if cfg.over_limit == memory::OverLimit::Fail => return Err(e),
                         Err(e) => {
@@ -406,7 +447,7 @@ impl Knowledge {
                     if let Ok(t) = &t {
                         tracing::info!(target: "omlet::knowledge", "{table}: {} rows in memory, about {} bytes, read in {:?}", t.len(), t.bytes, t.loaded_in);
                     }
-                    tables.insert(table.to_string(), t.clone());
+                    tables.insert((source, table.to_string()), t.clone());
                     t
                 }
             }
@@ -418,6 +459,7 @@ impl Knowledge {
                 let lookup = Arc::new(lookup);
                 if snapshot && let Ok(mut all) = self.snapshot_lookups.lock() {
                     all.push(SnapshotLookup {
+                        source,
                         table: table.to_string(),
                         lookup: Arc::downgrade(&lookup),
                         terms: terms.to_vec(),
@@ -434,10 +476,11 @@ impl Knowledge {
 
     /// Reads `table` from the provider into memory, comparing as the
     /// provider's database does.
-    async fn read_table(&self, table: &str) -> Result<memory::Table> {
+    async fn read_table(&self, source: usize, table: &str) -> Result<memory::Table> {
         let started = Instant::now();
-        let data = self.provider.read_table(table, self.config.memory.max_table_mb.saturating_mul(1 << 20)).await?;
-        let compare = match self.provider.kind() {
+        let provider = &self.sources[source].provider;
+        let data = provider.read_table(table, self.config.memory.max_table_mb.saturating_mul(1 << 20)).await?;
+        let compare = match provider.kind() {
             "sqlite" => memory::Compare::Sqlite,
             "postgres" => memory::Compare::Exact { text: true },
             _ => memory::Compare::Exact { text: false },
@@ -458,12 +501,12 @@ impl Knowledge {
             }
             Err(_) => return Err(Error::Internal("snapshot list poisoned".into())),
         };
-        let mut tables: Vec<&str> = lookups.iter().map(|l| l.table.as_str()).collect();
+        let mut tables: Vec<(usize, &str)> = lookups.iter().map(|l| (l.source, l.table.as_str())).collect();
         tables.sort_unstable();
         tables.dedup();
         let mut failed = None;
-        for table in tables {
-            let fresh = match self.read_table(table).await {
+        for (source, table) in tables {
+            let fresh = match self.read_table(source, table).await {
                 Ok(t) => Arc::new(t),
                 Err(e) => {
                     tracing::warn!(target: "omlet::knowledge", "{table}: the snapshot stays as it was: {e}");
@@ -471,7 +514,7 @@ impl Knowledge {
                     continue;
                 }
             };
-            for l in lookups.iter().filter(|l| l.table == table) {
+            for l in lookups.iter().filter(|l| l.source == source && l.table == table) {
                 let Some(lookup) = l.lookup.upgrade() else { continue };
                 let planned = plan(&fresh, &l.terms, l.ordered, &l.params, &l.result);
                 if let Err(why) = &planned {
@@ -479,7 +522,7 @@ impl Knowledge {
                 }
                 lookup.swap(planned.ok());
             }
-            self.tables.lock().await.insert(table.to_string(), Ok(fresh));
+            self.tables.lock().await.insert((source, table.to_string()), Ok(fresh));
         }
         failed.map_or(Ok(()), Err)
     }
@@ -499,11 +542,6 @@ impl Knowledge {
     /// first that the database rejects.
     pub async fn bind(&self, statements: &[SqlStatement]) -> Result<Vec<BoundStatement>> {
         let mut out = Vec::with_capacity(statements.len());
-        let policy = guard::Policy {
-            tables: self.config.tables.clone(),
-            functions: self.config.functions.clone(),
-            database: self.provider.kind(),
-        };
         for s in statements {
             let refused =
                 |message| Error::Statement { file: s.file.clone(), line: s.line, column: s.column, sql: s.sql.clone(), message };
@@ -514,34 +552,54 @@ impl Knowledge {
             if s.sql.len() > guard::MAX_STATEMENT_BYTES {
                 return Err(too_long(format!("{} bytes long; at most {} are read", s.sql.len(), guard::MAX_STATEMENT_BYTES)));
             }
-            let checked = guard::check(&s.sql, &policy).map_err(refused)?;
-            if let Some(h) = sql::helper_missing_in(&s.sql, self.provider.kind()) {
+            // Which database, then what it may read there.
+            let routed = self.route(&s.sql);
+            let source = &self.sources[routed.source];
+            let provider = &source.provider;
+            let policy = guard::Policy {
+                tables: source.tables.clone(),
+                functions: self.config.functions.clone(),
+                database: provider.kind(),
+                qualified: source.qualified,
+            };
+            let checked = guard::check(&routed.sql, &policy).map_err(|m| {
+                let names: Vec<&str> = self.sources.iter().filter_map(|s| s.name.as_deref()).collect();
+                match (&source.name, guard::first_table(&routed.sql)) {
+                    (Some(name), _) if self.sources.len() > 1 => refused(format!("on the database `{name}`: {m}")),
+                    (None, Some(t)) if !names.is_empty() && t.contains('.') => {
+                        let first = t.split('.').next().unwrap_or_default();
+                        refused(format!("{m} (`{first}` is no database of the knowdb: {})", names.join(", ")))
+                    }
+                    _ => refused(m),
+                }
+            })?;
+            if let Some(h) = sql::helper_missing_in(&routed.sql, provider.kind()) {
                 return Err(refused(format!(
                     "`{h}` is applied to a column, which {} cannot compute: keep the keys in columns of the \
                      table (made when the data is, or by a knowdb loaded on SQLite, which has every helper) \
                      and compare them with helpers of values, such as ip_key(read(ip))",
-                    self.provider.kind()
+                    provider.kind()
                 )));
             }
-            self.index_for(&checked).await;
+            self.index_for(routed.source, &checked).await;
             let terms = checked.terms.clone();
             let (checked_plain, order_by, limited) = (checked.plain, checked.order.clone(), checked.limited);
             // The batch form is built from what the SQL reads, never from the
             // component's own account of its table and columns.
-            let s = &SqlStatement { table: checked.table, columns: checked.columns, ..s.clone() };
+            let s = &SqlStatement { sql: routed.sql, table: checked.table, columns: checked.columns, ..s.clone() };
             // Dialect rewrites first, so that a parameter they repeat gets
             // a placeholder per occurrence. They are bounded in size.
-            let sql = self.provider.rewrite_sql(s.sql.clone()).map_err(too_long)?;
-            let (sql, order) = rewrite_placeholders(&sql, &s.params, self.provider.placeholders());
-            let prepared = match self.provider.prepare(&sql).await {
+            let sql = provider.rewrite_sql(s.sql.clone()).map_err(too_long)?;
+            let (sql, order) = rewrite_placeholders(&sql, &s.params, provider.placeholders());
+            let prepared = match provider.prepare(&sql).await {
                 Ok(p) => p,
                 Err(message) => {
                     // Say what the table has: a misspelled column is the
                     // usual cause. (The guard allowed the name: a plain
                     // identifier, safe to put in SQL.)
                     let all = format!("select * from {}", s.table);
-                    let described = match self.provider.rewrite_sql(all) {
-                        Ok(all) => self.provider.prepare(&all).await,
+                    let described = match provider.rewrite_sql(all) {
+                        Ok(all) => provider.prepare(&all).await,
                         Err(e) => Err(e),
                     };
                     let message = match described {
@@ -555,22 +613,28 @@ impl Knowledge {
             };
             let stats = {
                 let mut st = self.stats.statements.lock().map_err(|_| Error::Knowledge("stats poisoned".into()))?;
-                match st.iter().position(|x| x.sql == sql) {
+                let database = source.name.clone().filter(|_| self.sources.len() > 1);
+                match st.iter().position(|x| x.sql == sql && x.database == database) {
                     Some(i) => i,
                     None => {
-                        st.push(StatementStats { sql: sql.clone(), ..Default::default() });
+                        st.push(StatementStats { sql: sql.clone(), database, ..Default::default() });
                         st.len() - 1
                     }
                 }
             };
-            let (memory, path) =
-                self.memory_for(&s.table, terms.as_deref(), order_by.is_some(), &s.params, &prepared.columns).await?;
+            let (memory, mut path) = self
+                .memory_for(routed.source, &s.table, terms.as_deref(), order_by.is_some(), &s.params, &prepared.columns)
+                .await?;
+            if let Some(name) = source.name.as_ref().filter(|_| self.sources.len() > 1 && memory.is_none()) {
+                path = format!("{path} (on the database `{name}`)");
+            }
             let mut bound = BoundStatement {
                 sql: sql.into(),
                 order,
                 param_types: prepared.params,
                 columns: prepared.columns,
                 stats,
+                source: routed.source,
                 batch: None,
                 memory,
                 path,
@@ -582,7 +646,7 @@ impl Knowledge {
                 let key_type = bound.param_types.first().copied().unwrap_or(ParamType::Any);
                 let plan = BatchPlan { select, key_type, order: order_by.clone().unwrap_or_default() };
                 // A plan the database refuses just means no batching for it.
-                if self.provider.prepare_many(&plan).await.is_ok() {
+                if provider.prepare_many(&plan).await.is_ok() {
                     bound.batch = Some(plan);
                 }
             }
@@ -689,7 +753,7 @@ impl Knowledge {
 
     /// One database round trip, with the timeout and the counters.
     async fn fetch(&self, stmt: &BoundStatement, bound: Vec<Cell>) -> Result<Option<Vec<Cell>>, LookupError> {
-        self.timed(stmt, self.provider.query_first(stmt, bound)).await
+        self.timed(stmt, self.provider_of(stmt).query_first(stmt, bound)).await
     }
 
     async fn timed<T>(&self, stmt: &BoundStatement, query: BoxFuture<'_, Result<T, String>>) -> Result<T, LookupError> {
@@ -726,7 +790,7 @@ fn bind(stmt: &BoundStatement, params: &[Cell]) -> Vec<Cell> {
 
 impl CacheKey {
     fn new(generation: u64, stmt: &BoundStatement, bound: &[Cell]) -> CacheKey {
-        CacheKey { generation, sql: stmt.sql.clone(), params: encode(bound) }
+        CacheKey { generation, source: stmt.source, sql: stmt.sql.clone(), params: encode(bound) }
     }
 }
 

@@ -115,14 +115,17 @@ pub async fn watch(knowledge: &Arc<Knowledge>) -> Result<Option<Watcher>> {
     }
     let query = r.poll_query.unwrap_or_default();
     let every = Duration::from_millis(r.poll_ms.max(10));
-    let provider = knowledge.provider().clone();
-    let sql = provider.rewrite_sql(query.clone()).map_err(|e| Error::Knowledge(format!("[reload] poll_query `{query}`: {e}")))?;
+    // The query goes where a lookup of its table would (see `route`).
+    let routed = knowledge.route(&query);
+    let provider = knowledge.sources()[routed.source].provider.clone();
+    let sql = provider.rewrite_sql(routed.sql).map_err(|e| Error::Knowledge(format!("[reload] poll_query `{query}`: {e}")))?;
     let stmt = BoundStatement {
         sql: sql.into(),
         order: Vec::new(),
         param_types: Vec::new(),
         columns: Vec::new(),
         stats: 0,
+        source: routed.source,
         batch: None,
         memory: None,
         path: "sql".into(),

@@ -23,7 +23,7 @@ pub const HELPER_FUNCTIONS: &[&str] = &[
 /// `at(sql, i, out)` may write a replacement for what starts at byte `i` and
 /// return where to go on, or `None` to copy the character as it is; an error
 /// stops the copy.
-fn rewrite_outside_quotes<E>(
+pub(super) fn rewrite_outside_quotes<E>(
     sql: &str,
     mut at: impl FnMut(&str, usize, &mut String) -> Result<Option<usize>, E>,
 ) -> Result<String, E> {

@@ -78,6 +78,9 @@ pub struct StatementStats {
     /// The statement in the provider's dialect. Rules that bind the same
     /// text share one entry.
     pub sql: String,
+    /// The database it runs on, when a knowdb names it (`geo`; see
+    /// [`route`](super::route)); `None` for the knowledge's own.
+    pub database: Option<String>,
     /// Database round trips sent (a batched query counts once).
     pub queries: u64,
     /// Round trips that failed or timed out.
@@ -134,7 +137,7 @@ impl Stats {
             "shared_cache_hit_us": hit,
             "errors": self.get(&self.errors),
             "statements": stmts.iter().map(|s| serde_json::json!({
-                "sql": s.sql, "queries": s.queries, "errors": s.errors,
+                "sql": s.sql, "database": s.database, "queries": s.queries, "errors": s.errors,
                 "p50_us": s.latency.quantile_us(0.5), "p95_us": s.latency.quantile_us(0.95),
                 "mean_us": if s.latency.count > 0 { s.latency.total_us / s.latency.count as f64 } else { 0.0 },
             })).collect::<Vec<_>>(),

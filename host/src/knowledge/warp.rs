@@ -27,7 +27,7 @@
 //! enabled = true
 //!
 //! [cache]                        # the lookup cache: enabled, capacity, ttl_ms
-//! [provider.sqldb]               # an external database (or [[provider.sqldb]] with names)
+//! [provider.sqldb]               # an external database (or [[provider.sqldb]] with names): see `route`
 //! [provider.redis]               # and [fun.*]: no OML syntax uses them; ignored with a warning
 //! [intranet_nets]                # OML 1.25 §9: intranet_ip and access_direct
 //! ```
@@ -206,6 +206,18 @@ pub struct SqlDb {
     /// does not send them.
     #[serde(default)]
     pub postgres_session: Option<toml::Table>,
+    /// omlet's own: the tables lookups may read on this database, as it
+    /// names them (`public.ip_geo_city`); default any outside the catalog.
+    #[serde(default)]
+    pub tables: Option<Vec<String>>,
+}
+
+impl SqlDb {
+    /// Whether this is the database that lookups without a prefix reach:
+    /// the unnamed one (or the one named `default`).
+    pub fn is_default(&self) -> bool {
+        self.name() == "default"
+    }
 }
 
 impl SqlDb {
@@ -247,35 +259,18 @@ pub struct Loaded {
     pub intranet_nets: Option<super::IntranetNets>,
 }
 
-/// The external database a Warp Parse knowdb at `path` names, when it
-/// names one (`None` for omlet's layout, or none named). omlet reaches one
-/// database per knowledge: several `[[provider.sqldb]]`, or local tables
-/// beside one, are refused for now, naming the file.
-pub fn external(path: &Path) -> Result<Option<SqlDb>> {
+/// The external databases a Warp Parse knowdb at `path` names (none for
+/// omlet's layout), and whether it loads local tables beside them. Lookups
+/// are routed among them and the local tables (see
+/// [`route`](super::route)).
+pub fn external(path: &Path) -> Result<(Vec<SqlDb>, bool)> {
     let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
     if !is_warp(&text) {
-        return Ok(None);
+        return Ok((Vec::new(), false));
     }
     let raw = parse(path, &text)?;
-    let enabled_tables = raw.tables.iter().any(|t| t.enabled);
-    let mut dbs = databases(path, raw.provider)?;
-    if dbs.is_empty() {
-        return Ok(None);
-    }
-    let refuse = |what: &str| {
-        Err(Error::Knowledge(format!(
-            "{}: {what}: omlet reaches one database per knowledge for now (routing by the first dotted segment of a \
-             table name, and local tables beside an external database, are not done yet)",
-            path.display()
-        )))
-    };
-    if dbs.len() > 1 {
-        return refuse(&format!("{} [[provider.sqldb]] databases", dbs.len()));
-    }
-    if enabled_tables {
-        return refuse("[[tables]] beside [provider.sqldb]");
-    }
-    Ok(Some(dbs.remove(0)))
+    let local = raw.tables.iter().any(|t| t.enabled);
+    Ok((databases(path, raw.provider)?, local))
 }
 
 /// The file's text as written, or an error naming the file and line.

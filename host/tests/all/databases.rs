@@ -784,6 +784,7 @@ async fn a_backslash_in_a_literal_is_a_character_on_postgres() {
         param_types: Vec::new(),
         columns: Vec::new(),
         stats: 0,
+        source: 0,
         batch: None,
         memory: None,
         path: "sql".into(),
@@ -1215,4 +1216,96 @@ async fn a_bad_reload_setting_fails_when_the_watcher_starts() {
     let k = c.open().await.unwrap();
     let e = omlet::knowledge::reload::watch(&k).await.err().expect("a failing poll query").to_string();
     assert!(e.contains("no_such_table"), "{e}");
+}
+
+/// Issue 31, delta §13.9: a Warp Parse knowdb with local tables beside
+/// named databases (`[[provider.sqldb]]`). Each lookup goes where its first
+/// table says: a local table to the knowdb's SQLite, `geo.public.…` to
+/// PostgreSQL and `asset.…` to MariaDB with the prefix removed, and a lone
+/// unnamed database takes what names no local table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lookups_are_routed_by_their_first_table_among_a_knowdbs_databases() {
+    let (pg, maria) = (Postgres::start(), MariaDb::start());
+    let admin = KnowledgeConfig::for_url(&pg.url()).open().await.unwrap();
+    admin
+        .provider()
+        .execute(
+            "create table public.ip_geo_city (ip text primary key, country text, city text); \
+             insert into public.ip_geo_city values ('10.0.0.7', 'FR', 'Lyon'), ('10.9.9.9', 'JP', 'Osaka')",
+        )
+        .await
+        .unwrap();
+    let admin_m = KnowledgeConfig::for_url(&maria.url()).open().await.unwrap();
+    admin_m.provider().execute("create table inventory (ip varchar(64) primary key, owner text)").await.unwrap();
+    admin_m.provider().execute("insert into inventory values ('10.0.0.7', 'alice')").await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("zone")).unwrap();
+    std::fs::write(d.join("zone/create.sql"), "create table {table} (ip text, zone text)").unwrap();
+    std::fs::write(d.join("zone/insert.sql"), "insert into {table} values (?1, ?2)").unwrap();
+    std::fs::write(d.join("zone/data.csv"), "ip,zone\n10.0.0.7,dmz\n").unwrap();
+    let tables = "version = 2\n[[tables]]\nname = \"zone\"\ncolumns.by_header = [\"ip\", \"zone\"]\n";
+    std::fs::write(
+        d.join("knowdb.toml"),
+        format!(
+            "{tables}\n[[provider.sqldb]]\nname = \"geo\"\nkind = \"postgres\"\nconnection_uri = \"{}\"\n\n\
+             [[provider.sqldb]]\nname = \"asset\"\nkind = \"mysql\"\nconnection_uri = \"{}\"\npool_size = 2\n",
+            pg.url(),
+            maria.url()
+        ),
+    )
+    .unwrap();
+    let k = KnowledgeConfig { knowdb: Some(d.join("knowdb.toml")), ..Default::default() }.open().await.unwrap();
+    let rule = "name : t\n---\n\
+        zone = select zone from zone where ip = read(ip) ;\n\
+        country, city = select country, city from geo.public.ip_geo_city where ip = read(ip) ;\n\
+        owner = select owner from asset.inventory where ip = read(ip) ;\n";
+    let opts = omlet::LoadOptions::new().knowledge(k.clone());
+    let rule = Engine::new().unwrap().load_source("t.oml", rule, &opts).await.unwrap();
+    let out = rule.evaluate(&omlet::record::from_json_str(r#"{"ip":"10.0.0.7"}"#).unwrap()).await.unwrap();
+    assert_eq!(omlet::record::to_json_string(&out), r#"{"zone":"dmz","country":"FR","city":"Lyon","owner":"alice"}"#);
+    let out = rule.evaluate(&omlet::record::from_json_str(r#"{"ip":"10.9.9.9"}"#).unwrap()).await.unwrap();
+    assert_eq!(omlet::record::to_json_string(&out), r#"{"country":"JP","city":"Osaka"}"#);
+    let stats = k.stats().to_json();
+    let databases: Vec<_> = stats["statements"].as_array().unwrap().iter().map(|s| s["database"].clone()).collect();
+    assert!(databases.contains(&serde_json::json!("geo")) && databases.contains(&serde_json::json!("asset")), "{stats}");
+    // What a routed lookup may read: the catalog stays out of reach, and an
+    // unknown prefix is no database (the local one refuses a qualified name).
+    let refused = |sql: &'static str| {
+        let k = k.clone();
+        async move {
+            let stmt = statement(sql, &["a"]);
+            match k.bind(&[stmt]).await {
+                Ok(_) => panic!("{sql} was bound"),
+                Err(e) => e.to_string(),
+            }
+        }
+    };
+    let e = refused("select usename from geo.pg_catalog.pg_user where usename = :a").await;
+    assert!(e.contains("on the database `geo`") && e.contains("catalog"), "{e}");
+    let e = refused("select a from other.t where a = :a").await;
+    assert!(e.contains("`other` is no database of the knowdb: geo, asset"), "{e}");
+    let e = refused("select owner from asset.mysql.user where owner = :a").await;
+    assert!(e.contains("catalog"), "{e}");
+
+    // One unnamed database beside local tables: it takes every lookup that
+    // names no local table.
+    std::fs::write(
+        d.join("knowdb.toml"),
+        format!("{tables}\n[provider.sqldb]\nkind = \"postgres\"\nconnection_uri = \"{}\"\n", pg.url()),
+    )
+    .unwrap();
+    let k = KnowledgeConfig { knowdb: Some(d.join("knowdb.toml")), ..Default::default() }.open().await.unwrap();
+    let bound = k
+        .bind(&[
+            statement("select zone from zone where ip = :a", &["a"]),
+            statement("select city from ip_geo_city where ip = :a", &["a"]),
+        ])
+        .await
+        .unwrap();
+    assert_eq!((bound[0].source, bound[1].source), (0, 1));
+    let ip = [omlet_lang::Cell::Text("10.0.0.7".into())];
+    assert_eq!(k.query(&bound[0], &ip).await.unwrap(), Some(vec![omlet_lang::Cell::Text("dmz".into())]));
+    assert_eq!(k.query(&bound[1], &ip).await.unwrap(), Some(vec![omlet_lang::Cell::Text("Lyon".into())]));
+    assert!(bound[1].path.contains("sql") && bound[1].path.contains("`default`"), "{}", bound[1].path);
 }
