@@ -57,8 +57,8 @@ pub struct MemoryConfig {
     #[serde(default = "yes")]
     pub knowdb: bool,
     /// Most memory one table may take, in MiB, as estimated while it is
-    /// read (default 1024).
-    #[serde(default = "default_max_table_mb")]
+    /// read (default 1024; `max_memory_mb` is read as the same key).
+    #[serde(default = "default_max_table_mb", alias = "max_memory_mb")]
     pub max_table_mb: u64,
     /// What a table over `max_table_mb` does (default `sql`).
     #[serde(default)]

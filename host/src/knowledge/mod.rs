@@ -155,7 +155,10 @@ type Held = Result<Arc<memory::Table>, String>;
 pub struct Knowledge {
     /// The databases lookups go to: `[0]` is its own (where a knowdb's
     /// tables load), the others those a knowdb names (see [`route`]).
-    sources: Vec<Source>,
+    /// Swapped whole when the knowdb is loaded again
+    /// ([`reload_knowdb`](Self::reload_knowdb)), so that a lookup sees the
+    /// old database or the new one, never a mix.
+    sources: arc_swap::ArcSwap<Vec<Source>>,
     /// Where a lookup goes that names neither a local table nor a source.
     default_source: usize,
     config: KnowledgeConfig,
@@ -175,15 +178,20 @@ pub struct Knowledge {
     tables: tokio::sync::Mutex<std::collections::HashMap<(usize, String), Held>>,
     /// The networks `intranet_ip` and `access_direct` call LAN.
     intranet: Vec<omlet_lang::intranet::Net>,
-    /// Lookups answered from snapshot tables, to swap when they are read
-    /// again.
-    snapshot_lookups: Mutex<Vec<SnapshotLookup>>,
+    /// Lookups answered from memory, to swap when their tables are read
+    /// again (snapshots on a reload, knowdb tables when the knowdb is).
+    held_lookups: Mutex<Vec<HeldLookup>>,
+    /// Held while the knowdb loads again: one load at a time.
+    reloading: tokio::sync::Mutex<()>,
     stats: Stats,
 }
 
-/// A bound lookup of a snapshot table, and what planning it took.
+/// A bound lookup of a table held in memory, and what planning it took.
 #[derive(Clone)]
-struct SnapshotLookup {
+struct HeldLookup {
+    /// A snapshot table (read again on every reload), or a knowdb table
+    /// (read again when the knowdb is).
+    snapshot: bool,
     source: usize,
     table: String,
     lookup: std::sync::Weak<memory::Lookup>,
@@ -247,7 +255,7 @@ impl Knowledge {
             None => omlet_lang::intranet::BUILTIN.to_vec(),
         };
         Knowledge {
-            sources: vec![Source::own(provider, config.tables.clone())],
+            sources: arc_swap::ArcSwap::from_pointee(vec![Source::own(provider, config.tables.clone())]),
             default_source: 0,
             intranet,
             config,
@@ -258,7 +266,8 @@ impl Knowledge {
             pending: Mutex::new(Default::default()),
             indexed: Mutex::new(Default::default()),
             tables: Default::default(),
-            snapshot_lookups: Mutex::new(Vec::new()),
+            held_lookups: Mutex::new(Vec::new()),
+            reloading: tokio::sync::Mutex::new(()),
             stats: Stats::default(),
         }
     }
@@ -268,24 +277,32 @@ impl Knowledge {
     /// allow-list. The default becomes the one named `default`, or the
     /// only one.
     pub fn with_databases(mut self, databases: Vec<Source>) -> Knowledge {
-        self.sources.extend(databases);
-        self.default_source = route::default_of(&self.sources);
+        let mut all = Vec::clone(&self.sources.load());
+        all.extend(databases);
+        self.default_source = route::default_of(&all);
+        self.sources.store(Arc::new(all));
         self
     }
 
     /// The databases lookups may go to (see [`route`]); the first is its own.
-    pub fn sources(&self) -> &[Source] {
-        &self.sources
+    pub fn sources(&self) -> Arc<Vec<Source>> {
+        self.sources.load_full()
     }
 
     /// Where a lookup of `sql` (as the rule wrote it) goes.
     pub fn route(&self, sql: &str) -> route::Routed {
-        route::route(sql, &self.sources, self.default_source, &self.config.knowdb_tables)
+        route::route(sql, &self.sources.load(), self.default_source, &self.config.knowdb_tables)
     }
 
     /// The database of a bound statement.
-    fn provider_of(&self, stmt: &BoundStatement) -> &Arc<dyn Provider> {
-        &self.sources.get(stmt.source).unwrap_or(&self.sources[0]).provider
+    fn provider_of(&self, stmt: &BoundStatement) -> Arc<dyn Provider> {
+        self.provider_at(stmt.source)
+    }
+
+    /// The database of source `i` (its own, 0, when there is no such source).
+    fn provider_at(&self, i: usize) -> Arc<dyn Provider> {
+        let sources = self.sources.load();
+        sources.get(i).unwrap_or(&sources[0]).provider.clone()
     }
 
     /// The settings it was made with.
@@ -374,8 +391,8 @@ impl Knowledge {
     #[doc(hidden)]
     /// The database behind it, for loading tables or running DDL outside
     /// the allow-list.
-    pub fn provider(&self) -> &Arc<dyn Provider> {
-        &self.sources[0].provider
+    pub fn provider(&self) -> Arc<dyn Provider> {
+        self.provider_at(0)
     }
 
     /// Creates the index a lookup of a knowdb table wants, unless it was
@@ -401,7 +418,7 @@ impl Knowledge {
             Ok(mut made) => made.insert((checked.table.clone(), columns.clone())),
             Err(_) => false,
         };
-        if first && let Err(e) = self.sources[0].provider.create_index(&checked.table, &columns).await {
+        if first && let Err(e) = self.provider_at(0).create_index(&checked.table, &columns).await {
             tracing::warn!(target: "omlet::knowledge", "no index on {}({}): {e}", checked.table, columns.join(", "));
         }
     }
@@ -457,8 +474,9 @@ impl Knowledge {
             Ok(lookup) => {
                 let path = lookup.describe();
                 let lookup = Arc::new(lookup);
-                if snapshot && let Ok(mut all) = self.snapshot_lookups.lock() {
-                    all.push(SnapshotLookup {
+                if let Ok(mut all) = self.held_lookups.lock() {
+                    all.push(HeldLookup {
+                        snapshot,
                         source,
                         table: table.to_string(),
                         lookup: Arc::downgrade(&lookup),
@@ -477,9 +495,13 @@ impl Knowledge {
     /// Reads `table` from the provider into memory, comparing as the
     /// provider's database does.
     async fn read_table(&self, source: usize, table: &str) -> Result<memory::Table> {
+        Self::read_from(&self.provider_at(source), table, self.config.memory.max_table_mb).await
+    }
+
+    /// Reads `table` of `provider` into memory, at most `max_mb` MiB.
+    async fn read_from(provider: &Arc<dyn Provider>, table: &str, max_mb: u64) -> Result<memory::Table> {
         let started = Instant::now();
-        let provider = &self.sources[source].provider;
-        let data = provider.read_table(table, self.config.memory.max_table_mb.saturating_mul(1 << 20)).await?;
+        let data = provider.read_table(table, max_mb.saturating_mul(1 << 20)).await?;
         let compare = match provider.kind() {
             "sqlite" => memory::Compare::Sqlite,
             "postgres" => memory::Compare::Exact { text: true },
@@ -494,13 +516,7 @@ impl Knowledge {
     /// that cannot be read keeps its previous snapshot, and the error is
     /// returned after the others are done.
     pub async fn refresh_snapshots(&self) -> Result<()> {
-        let lookups: Vec<SnapshotLookup> = match self.snapshot_lookups.lock() {
-            Ok(mut all) => {
-                all.retain(|l| l.lookup.strong_count() > 0);
-                all.clone()
-            }
-            Err(_) => return Err(Error::Internal("snapshot list poisoned".into())),
-        };
+        let lookups = self.held(|l| l.snapshot)?;
         let mut tables: Vec<(usize, &str)> = lookups.iter().map(|l| (l.source, l.table.as_str())).collect();
         tables.sort_unstable();
         tables.dedup();
@@ -514,17 +530,120 @@ impl Knowledge {
                     continue;
                 }
             };
-            for l in lookups.iter().filter(|l| l.source == source && l.table == table) {
-                let Some(lookup) = l.lookup.upgrade() else { continue };
-                let planned = plan(&fresh, &l.terms, l.ordered, &l.params, &l.result);
-                if let Err(why) = &planned {
-                    tracing::warn!(target: "omlet::knowledge", "{table}: lookups go to SQL until the next reload: {why}");
-                }
-                lookup.swap(planned.ok());
-            }
+            Self::replan(&lookups, source, table, Some(&fresh));
             self.tables.lock().await.insert((source, table.to_string()), Ok(fresh));
         }
         failed.map_or(Ok(()), Err)
+    }
+
+    /// The live lookups held in memory that `which` picks (and the list
+    /// rid of the dead ones).
+    fn held(&self, which: impl Fn(&HeldLookup) -> bool) -> Result<Vec<HeldLookup>> {
+        match self.held_lookups.lock() {
+            Ok(mut all) => {
+                all.retain(|l| l.lookup.strong_count() > 0);
+                Ok(all.iter().filter(|l| which(l)).cloned().collect())
+            }
+            Err(_) => Err(Error::Internal("the list of in-memory lookups is poisoned".into())),
+        }
+    }
+
+    /// Swaps each of `lookups` on `table` of `source` to a plan over
+    /// `fresh`, or to SQL when there is none or the new rows cannot be
+    /// indexed (keys now repeat, ranges now overlap).
+    fn replan(lookups: &[HeldLookup], source: usize, table: &str, fresh: Option<&Arc<memory::Table>>) {
+        for l in lookups.iter().filter(|l| l.source == source && l.table == table) {
+            let Some(lookup) = l.lookup.upgrade() else { continue };
+            let planned = fresh.map(|t| plan(t, &l.terms, l.ordered, &l.params, &l.result));
+            if let Some(Err(why)) = &planned {
+                tracing::warn!(target: "omlet::knowledge", "{table}: lookups go to SQL until the next reload: {why}");
+            }
+            lookup.swap(planned.and_then(|p| p.ok()));
+        }
+    }
+
+    /// Loads the knowdb again, into a fresh in-memory SQLite database, and
+    /// swaps it in whole: its tables, their indexes, and the in-memory
+    /// copies of them, then the caches drop their answers. A lookup sees the
+    /// old rows or the new ones, never half a table. What the `[reload]`
+    /// watcher does when `knowdb = true` and a file of the knowdb changed.
+    ///
+    /// Fails, and the knowledge stays as it was, when the knowdb does not
+    /// load (an error naming the file, as at open), when it now declares
+    /// other tables, or when a lookup bound on it no longer prepares (a
+    /// column gone): the rules were bound on the old tables. Changes to its
+    /// `[cache]`, `[intranet_nets]` or databases need a restart. Only a
+    /// knowdb held in in-memory SQLite (`url = "sqlite::memory:"`, the
+    /// default) can be loaded again.
+    pub async fn reload_knowdb(&self) -> Result<()> {
+        let _one = self.reloading.lock().await;
+        let r = self.load_knowdb_again().await;
+        let counter = if r.is_ok() { &self.stats.knowdb_loads } else { &self.stats.knowdb_load_failures };
+        counter.fetch_add(1, Ordering::Relaxed);
+        r
+    }
+
+    async fn load_knowdb_again(&self) -> Result<()> {
+        let Some(path) = self.config.knowdb.clone() else {
+            return Err(Error::Knowledge("no knowdb to load again".into()));
+        };
+        if self.config.url != "sqlite::memory:" {
+            return Err(Error::Knowledge(format!(
+                "{}: only a knowdb held in in-memory SQLite can be loaded again (url = \"sqlite::memory:\"); restart to load it",
+                path.display()
+            )));
+        }
+        let stays = |what: String| Error::Knowledge(format!("{}: {what}; the knowledge stays as it was", path.display()));
+        let fresh: Arc<dyn Provider> = Arc::new(sqlite::SqliteProvider::memory().await?);
+        let loaded = knowdb::load_any(&path, fresh.as_ref(), &self.config.knowdb_roots).await?;
+        if loaded.tables != self.config.knowdb_tables {
+            return Err(stays(format!(
+                "it now declares the tables {}, where the rules were bound on {}: restart to load another set",
+                loaded.tables.join(", "),
+                self.config.knowdb_tables.join(", ")
+            )));
+        }
+        let made: Vec<(String, Vec<String>)> = self.indexed.lock().map(|m| m.iter().cloned().collect()).unwrap_or_default();
+        for (table, columns) in made {
+            if let Err(e) = fresh.create_index(&table, &columns).await {
+                tracing::warn!(target: "omlet::knowledge", "no index on {table}({}): {e}", columns.join(", "));
+            }
+        }
+        // Every lookup bound on the knowdb's database must still prepare.
+        let bound: Vec<String> = match self.stats.statements.lock() {
+            Ok(st) => st.iter().filter(|s| s.database.is_none()).map(|s| s.sql.clone()).collect(),
+            Err(_) => return Err(Error::Internal("stats poisoned".into())),
+        };
+        for sql in bound {
+            if let Err(e) = fresh.prepare(&sql).await {
+                return Err(stays(format!("the lookup `{sql}` no longer runs on it: {e}")));
+            }
+        }
+        let lookups = self.held(|l| !l.snapshot && l.source == 0)?;
+        let mut tables: Vec<&str> = lookups.iter().map(|l| l.table.as_str()).collect();
+        tables.sort_unstable();
+        tables.dedup();
+        let mut held = Vec::with_capacity(tables.len());
+        for table in tables {
+            let t = Self::read_from(&fresh, table, self.config.memory.max_table_mb).await.map(Arc::new).map_err(|e| {
+                tracing::warn!(target: "omlet::knowledge", "{table} stays in SQL: {e}");
+                e.to_string()
+            });
+            held.push((table, t));
+        }
+        // The swap: the database, then the in-memory copies, then the caches.
+        let mut sources = Vec::clone(&self.sources.load());
+        sources[0].provider = fresh;
+        self.sources.store(Arc::new(sources));
+        let mut cached = self.tables.lock().await;
+        for (table, t) in held {
+            Self::replan(&lookups, 0, table, t.as_ref().ok());
+            cached.insert((0, table.to_string()), t);
+        }
+        drop(cached);
+        self.reload();
+        tracing::info!(target: "omlet::knowledge", "{}: loaded again", path.display());
+        Ok(())
     }
 
     /// [`refresh_snapshots`](Self::refresh_snapshots), then
@@ -542,6 +661,7 @@ impl Knowledge {
     /// first that the database rejects.
     pub async fn bind(&self, statements: &[SqlStatement]) -> Result<Vec<BoundStatement>> {
         let mut out = Vec::with_capacity(statements.len());
+        let sources = self.sources.load_full();
         for s in statements {
             let refused =
                 |message| Error::Statement { file: s.file.clone(), line: s.line, column: s.column, sql: s.sql.clone(), message };
@@ -554,7 +674,7 @@ impl Knowledge {
             }
             // Which database, then what it may read there.
             let routed = self.route(&s.sql);
-            let source = &self.sources[routed.source];
+            let source = &sources[routed.source];
             let provider = &source.provider;
             let policy = guard::Policy {
                 tables: source.tables.clone(),
@@ -563,9 +683,9 @@ impl Knowledge {
                 qualified: source.qualified,
             };
             let checked = guard::check(&routed.sql, &policy).map_err(|m| {
-                let names: Vec<&str> = self.sources.iter().filter_map(|s| s.name.as_deref()).collect();
+                let names: Vec<&str> = sources.iter().filter_map(|s| s.name.as_deref()).collect();
                 match (&source.name, guard::first_table(&routed.sql)) {
-                    (Some(name), _) if self.sources.len() > 1 => refused(format!("on the database `{name}`: {m}")),
+                    (Some(name), _) if sources.len() > 1 => refused(format!("on the database `{name}`: {m}")),
                     (None, Some(t)) if !names.is_empty() && t.contains('.') => {
                         let first = t.split('.').next().unwrap_or_default();
                         refused(format!("{m} (`{first}` is no database of the knowdb: {})", names.join(", ")))
@@ -613,7 +733,7 @@ impl Knowledge {
             };
             let stats = {
                 let mut st = self.stats.statements.lock().map_err(|_| Error::Knowledge("stats poisoned".into()))?;
-                let database = source.name.clone().filter(|_| self.sources.len() > 1);
+                let database = source.name.clone().filter(|_| sources.len() > 1);
                 match st.iter().position(|x| x.sql == sql && x.database == database) {
                     Some(i) => i,
                     None => {
@@ -625,7 +745,7 @@ impl Knowledge {
             let (memory, mut path) = self
                 .memory_for(routed.source, &s.table, terms.as_deref(), order_by.is_some(), &s.params, &prepared.columns)
                 .await?;
-            if let Some(name) = source.name.as_ref().filter(|_| self.sources.len() > 1 && memory.is_none()) {
+            if let Some(name) = source.name.as_ref().filter(|_| sources.len() > 1 && memory.is_none()) {
                 path = format!("{path} (on the database `{name}`)");
             }
             let mut bound = BoundStatement {

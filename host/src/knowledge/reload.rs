@@ -11,6 +11,13 @@
 //!   LISTEN, use): the watcher reads the query's single value every
 //!   `poll_ms`, and reloads when it changes. A trigger that bumps a version
 //!   row keeps it cheap.
+//!
+//! And a third, for the knowdb's own files: with `knowdb = true`, the
+//! watcher looks at the files under the knowdb's folder (and
+//! `knowdb_roots`) every `poll_ms`; once a change has rested for one more
+//! period, the knowdb is loaded again ([`Knowledge::reload_knowdb`]). A
+//! knowdb that no longer loads is logged, naming the file, and the previous
+//! knowledge stays in use.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,10 +38,18 @@ pub struct ReloadConfig {
     /// none), read every `poll_ms`.
     #[serde(default)]
     pub poll_query: Option<String>,
-    /// How often `poll_query` is read, in milliseconds (default 500).
+    /// How often `poll_query` is read, and the knowdb's files looked at,
+    /// in milliseconds (default 500).
     #[serde(default = "default_poll_ms")]
     pub poll_ms: u64,
+    /// Load the knowdb again when one of its files changes (default false).
+    #[serde(default)]
+    pub knowdb: bool,
 }
+
+/// The most files the knowdb watcher looks at: past them, changes to the
+/// others go unseen (and it says so once).
+pub const MAX_WATCHED_FILES: usize = 10_000;
 
 fn default_poll_ms() -> u64 {
     500
@@ -42,12 +57,14 @@ fn default_poll_ms() -> u64 {
 
 /// A running watcher; dropping it stops it.
 pub struct Watcher {
-    task: tokio::task::JoinHandle<()>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl Drop for Watcher {
     fn drop(&mut self) {
-        self.task.abort();
+        for t in &self.tasks {
+            t.abort();
+        }
     }
 }
 
@@ -57,6 +74,99 @@ impl Drop for Watcher {
 /// every second, with a reload after each reconnection (a notification may
 /// have been missed while it was down).
 pub async fn watch(knowledge: &Arc<Knowledge>) -> Result<Option<Watcher>> {
+    let r = &knowledge.config().reload;
+    let files = match r.knowdb {
+        true => Some(watch_knowdb(knowledge)?),
+        false => None,
+    };
+    let database = watch_database(knowledge).await?;
+    let tasks: Vec<_> = files.into_iter().chain(database).collect();
+    Ok((!tasks.is_empty()).then_some(Watcher { tasks }))
+}
+
+/// The task that loads the knowdb again when its files change.
+fn watch_knowdb(knowledge: &Arc<Knowledge>) -> Result<tokio::task::JoinHandle<()>> {
+    let config = knowledge.config();
+    let Some(path) = config.knowdb.clone() else {
+        return Err(Error::Knowledge("[reload] knowdb = true, but the knowledge config names no knowdb".into()));
+    };
+    if config.url != "sqlite::memory:" {
+        return Err(Error::Knowledge(
+            "[reload] knowdb = true needs the knowdb held in in-memory SQLite (url = \"sqlite::memory:\")".into(),
+        ));
+    }
+    let mut roots: Vec<std::path::PathBuf> = vec![path.parent().map(|p| p.to_path_buf()).unwrap_or_default()];
+    roots.extend(config.knowdb_roots.iter().cloned());
+    let every = Duration::from_millis(config.reload.poll_ms.max(10));
+    let weak = Arc::downgrade(knowledge);
+    // What the files are now, before this returns: a change made after it
+    // is seen.
+    let mut loaded = fingerprint(&roots);
+    Ok(tokio::spawn(async move {
+        let look = |roots: Vec<std::path::PathBuf>| async move {
+            tokio::task::spawn_blocking(move || fingerprint(&roots)).await.unwrap_or_default()
+        };
+        let mut seen = loaded.clone();
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let now = look(roots.clone()).await;
+            // A change is loaded once it has rested one period: files being
+            // written are not read half-way.
+            let settled = now == seen && now != loaded;
+            seen = now;
+            if !settled {
+                continue;
+            }
+            let Some(knowledge) = weak.upgrade() else { return };
+            match knowledge.reload_knowdb().await {
+                Ok(()) => {}
+                Err(e) => tracing::warn!(
+                    "knowledge reload: {} (the previous knowledge stays in use)",
+                    super::config::redact(&e.to_string())
+                ),
+            }
+            loaded = seen.clone();
+        }
+    }))
+}
+
+/// What the files under `roots` are (path, size, modification time),
+/// sorted; at most [`MAX_WATCHED_FILES`] of them.
+fn fingerprint(roots: &[std::path::PathBuf]) -> Vec<(std::path::PathBuf, u64, Option<std::time::SystemTime>)> {
+    let mut out = Vec::new();
+    let mut dirs: Vec<std::path::PathBuf> = roots.to_vec();
+    while let Some(dir) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for e in entries.flatten() {
+            if out.len() >= MAX_WATCHED_FILES {
+                static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+                if SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                    out.sort();
+                    return out;
+                }
+                tracing::warn!(
+                    "knowledge reload: more than {MAX_WATCHED_FILES} files under the knowdb's folders; changes to the others go unseen"
+                );
+                out.sort();
+                return out;
+            }
+            let Ok(meta) = e.metadata() else { continue };
+            if meta.is_dir() {
+                dirs.push(e.path());
+            } else {
+                out.push((e.path(), meta.len(), meta.modified().ok()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The task that follows the database's changes (`channel` or
+/// `poll_query`), if the config asks for one.
+async fn watch_database(knowledge: &Arc<Knowledge>) -> Result<Option<tokio::task::JoinHandle<()>>> {
     let config = knowledge.config().clone();
     let r = config.reload.clone();
     if r.channel.is_none() && r.poll_query.is_none() {
@@ -105,7 +215,7 @@ pub async fn watch(knowledge: &Arc<Knowledge>) -> Result<Option<Watcher>> {
                     }
                 }
             });
-            return Ok(Some(Watcher { task }));
+            return Ok(Some(task));
         }
         #[cfg(not(feature = "postgres"))]
         {
@@ -153,7 +263,7 @@ pub async fn watch(knowledge: &Arc<Knowledge>) -> Result<Option<Watcher>> {
             }
         }
     });
-    Ok(Some(Watcher { task }))
+    Ok(Some(task))
 }
 
 /// A reload: snapshot tables read again, then the caches dropped. A

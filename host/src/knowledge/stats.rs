@@ -109,6 +109,10 @@ pub struct Stats {
     pub hit_latency: AtomicHistogram,
     /// Queries that failed or timed out (a failed batch counts once).
     pub errors: AtomicU64,
+    /// Times the knowdb was loaded again ([`Knowledge::reload_knowdb`](super::Knowledge::reload_knowdb)).
+    pub knowdb_loads: AtomicU64,
+    /// Times loading it again failed, leaving the previous knowledge in use.
+    pub knowdb_load_failures: AtomicU64,
     /// Per-statement figures, one per bound statement of the rules loaded on it.
     pub statements: Mutex<Vec<StatementStats>>,
 }
@@ -136,6 +140,8 @@ impl Stats {
             "batched_lookups": self.get(&self.batched),
             "shared_cache_hit_us": hit,
             "errors": self.get(&self.errors),
+            "knowdb_loads": self.get(&self.knowdb_loads),
+            "knowdb_load_failures": self.get(&self.knowdb_load_failures),
             "statements": stmts.iter().map(|s| serde_json::json!({
                 "sql": s.sql, "database": s.database, "queries": s.queries, "errors": s.errors,
                 "p50_us": s.latency.quantile_us(0.5), "p95_us": s.latency.quantile_us(0.95),

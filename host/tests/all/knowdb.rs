@@ -546,3 +546,64 @@ async fn a_malformed_warp_parse_knowdb_names_the_file() {
         assert!(err.contains("knowdb.toml") && err.contains(expected), "{toml}: {err}");
     }
 }
+
+/// Issue 31: with `[reload] knowdb = true`, a changed Warp Parse knowdb is
+/// loaded again and swapped in whole (its in-memory copy too); one that no
+/// longer loads, or now declares other tables, is refused naming the file,
+/// and the previous knowledge stays in use.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_knowdb_is_loaded_again_and_a_broken_one_leaves_the_old_in_use() {
+    use omlet::knowledge::KnowledgeConfig;
+    use std::sync::atomic::Ordering;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("owner")).unwrap();
+    let knowdb = "version = 2\n[[tables]]\nname = \"owner\"\ncolumns.by_header = [\"ip\", \"name\"]\n\
+                  expected_rows = { min = 1, max = 100 }\n";
+    write(d, "knowdb.toml", knowdb);
+    write(&d.join("owner"), "create.sql", "create table {table} (ip text, name text)");
+    write(&d.join("owner"), "insert.sql", "insert into {table} values (?1, ?2)");
+    write(&d.join("owner"), "data.csv", "ip,name\n10.0.0.1,alice\n");
+    let mut config = KnowledgeConfig { knowdb: Some(d.join("knowdb.toml")), ..Default::default() };
+    config.reload.knowdb = true;
+    config.reload.poll_ms = 20;
+    let k = config.open().await.unwrap();
+    let rule = "name : t\n---\nwho = select name from owner where ip = read(ip) ;\n";
+    let rule =
+        omlet::Engine::new().unwrap().load_source("t.oml", rule, &omlet::LoadOptions::new().knowledge(k.clone())).await.unwrap();
+    let who = || async {
+        let out = rule.evaluate(&omlet::record::from_json_str(r#"{"ip":"10.0.0.1"}"#).unwrap()).await.unwrap();
+        omlet::record::to_json_string(&out)
+    };
+    assert_eq!(who().await, r#"{"who":"alice"}"#);
+    assert_eq!(k.memory_tables().await.len(), 1, "the table is held in memory");
+    let _watcher = omlet::knowledge::reload::watch(&k).await.unwrap().expect("a watcher");
+    let until = |what: &'static str, done: &dyn Fn() -> bool| {
+        for _ in 0..500 {
+            if done() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        panic!("timed out waiting for {what}: {}", k.stats().to_json());
+    };
+    // A change: the new rows answer, from memory, once loaded.
+    write(&d.join("owner"), "data.csv", "ip,name\n10.0.0.1,bob\n");
+    until("the reload", &|| k.stats().knowdb_loads.load(Ordering::SeqCst) == 1);
+    assert_eq!(who().await, r#"{"who":"bob"}"#);
+    assert_eq!(k.memory_tables().await.len(), 1);
+    // A broken knowdb (no rows, under expected_rows.min): the old one stays.
+    write(&d.join("owner"), "data.csv", "ip,name\n");
+    until("the refusal", &|| k.stats().knowdb_load_failures.load(Ordering::SeqCst) == 1);
+    assert_eq!(who().await, r#"{"who":"bob"}"#);
+    // Refused directly, naming the file: other tables, a missing folder.
+    write(&d.join("owner"), "data.csv", "ip,name\n10.0.0.1,carol\n");
+    write(d, "knowdb.toml", &format!("{knowdb}\n[[tables]]\nname = \"more\"\n"));
+    drop(_watcher);
+    let e = k.reload_knowdb().await.unwrap_err().to_string();
+    assert!(e.contains("knowdb.toml") && e.contains("more"), "{e}");
+    assert_eq!(who().await, r#"{"who":"bob"}"#);
+    write(d, "knowdb.toml", knowdb);
+    k.reload_knowdb().await.unwrap();
+    assert_eq!(who().await, r#"{"who":"carol"}"#);
+}
