@@ -48,6 +48,7 @@ pub mod build;
 #[doc(hidden)]
 pub mod clock;
 mod coalesce;
+pub mod code_cache;
 mod error;
 #[doc(hidden)]
 pub mod guest;

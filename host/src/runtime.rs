@@ -182,6 +182,14 @@ pub struct EngineConfig {
     /// once and then set aside) evaluates alone once its thread has run out
     /// of ready tasks twice, so that nobody waits on a future nobody polls.
     pub coalesce: bool,
+    /// Where compiled guest code is kept between runs (default
+    /// [`code_cache::default_dir`](crate::code_cache::default_dir): the
+    /// user's cache folder, or `$OMLET_CODE_CACHE`; `None` compiles every
+    /// load). A load whose component was compiled before by the same
+    /// omlet and engine settings reads the machine code back instead of
+    /// compiling it: milliseconds instead of about half a second. See
+    /// [`code_cache`](crate::code_cache) for what it trusts.
+    pub code_cache: Option<std::path::PathBuf>,
 }
 
 impl Default for EngineConfig {
@@ -195,6 +203,7 @@ impl Default for EngineConfig {
             build: build::BuildLimits::default(),
             max_component_bytes: 16 << 20,
             coalesce: true,
+            code_cache: crate::code_cache::default_dir(),
         }
     }
 }
@@ -211,6 +220,7 @@ pub struct Engine {
     sync_linker: Arc<Linker<StoreState>>,
     slots: Arc<Slots>,
     config: Arc<EngineConfig>,
+    code: Option<crate::code_cache::CodeCache>,
 }
 
 /// The engine's instance budget: one permit per live instance, and the idle
@@ -367,7 +377,14 @@ impl Engine {
             returned: Notify::new(),
             pools: Mutex::new(Vec::new()),
         });
-        Ok(Engine { inner, linker: Arc::new(linker), sync_linker: Arc::new(sync_linker), slots, config: Arc::new(cfg.clone()) })
+        Ok(Engine {
+            inner,
+            linker: Arc::new(linker),
+            sync_linker: Arc::new(sync_linker),
+            slots,
+            config: Arc::new(cfg.clone()),
+            code: cfg.code_cache.clone().map(crate::code_cache::CodeCache::new),
+        })
     }
 
     /// The limits this engine enforces.
@@ -445,7 +462,10 @@ impl Engine {
     /// build limits, or read from a file no bigger than the limit).
     async fn load_built(&self, component: &[u8], options: &LoadOptions) -> Result<Rule> {
         let knowledge = options.knowledge.clone();
-        let component = Component::from_binary(&self.inner, component).map_err(|e| Error::load("component", e))?;
+        let component = match &self.code {
+            Some(cache) => cache.component(&self.inner, component)?.0,
+            None => Component::from_binary(&self.inner, component).map_err(|e| Error::load("component", e))?,
+        };
         check_wit_version(&self.inner, &component)?;
         let pre = self.linker.instantiate_pre(&component).map_err(|e| Error::load("component", e))?;
         let pre = bindings::RulePre::new(pre).map_err(|e| Error::load("component", e))?;

@@ -244,3 +244,31 @@ async fn a_component_of_an_older_wit_package_is_refused_with_rebuild() {
     };
     assert!(err.contains("omlet:rule@0.4.0") && err.contains("rebuild"), "{err}");
 }
+
+/// Issue 33, item 5: compiled guest code is kept in the cache folder, a
+/// second engine loads it from there, and a damaged entry is compiled again
+/// rather than run.
+#[tokio::test]
+async fn compiled_code_is_cached_and_a_damaged_entry_is_not_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = omlet::EngineConfig { code_cache: Some(dir.path().join("code")), ..Default::default() };
+    let rule = "name : t\n---\nn : digit = read(n) ;\n";
+    let run = || async {
+        let engine = omlet::Engine::with_config(&config).unwrap();
+        let r = engine.load_source("t.oml", rule, &Default::default()).await.unwrap();
+        r.evaluate(&omlet::Record::from_json(r#"{"n":"42"}"#).unwrap()).await.unwrap().to_json()
+    };
+    assert_eq!(run().await, r#"{"n":42}"#);
+    let files: Vec<_> = std::fs::read_dir(dir.path().join("code")).unwrap().flatten().map(|e| e.path()).collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let written = std::fs::metadata(&files[0]).unwrap().len();
+    assert!(written > 100_000, "machine code of the guest: {written} bytes");
+    assert_eq!(run().await, r#"{"n":42}"#, "read back");
+    // Damaged in the middle of the code: the digest catches it.
+    let mut bytes = std::fs::read(&files[0]).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    std::fs::write(&files[0], &bytes).unwrap();
+    assert_eq!(run().await, r#"{"n":42}"#);
+    assert_eq!(std::fs::metadata(&files[0]).unwrap().len(), written, "rewritten whole");
+}

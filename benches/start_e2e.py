@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""The release CLI's wall time from outside (issue 33, item 5), beside a Python loop.
+
+    cargo build --release -p omlet-cli && python3 benches/start_e2e.py
+
+Runs, 5 times each, and keeps the medians:
+- `omlet run` of examples/nginx on one record: the start, with the compiled guest read
+  from the code cache (a fresh cache folder, filled by one run first) and with the cache
+  off (`OMLET_CODE_CACHE=off`: Cranelift compiles the guest);
+- the same over 200,000 nginx records (the example's lines, repeated), to /dev/null;
+- a Python loop that only parses each line with `json.loads` and writes it back with
+  `json.dumps`: the floor a script would have.
+Writes target/criterion/omlet-start.json for `benches/report.py --only start`.
+"""
+import json, os, platform, shutil, statistics, subprocess, sys, tempfile, time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CLI = os.path.join(ROOT, "target/release/omlet")
+N = 200_000
+RUNS = 5
+
+
+def timed(cmd, env=None):
+    t = time.perf_counter()
+    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - t
+
+
+def main():
+    if not os.path.exists(CLI):
+        sys.exit("build the release CLI first: cargo build --release -p omlet-cli")
+    work = tempfile.mkdtemp(prefix="omlet-start-")
+    try:
+        nginx = os.path.join(ROOT, "examples/nginx")
+        lines = open(os.path.join(nginx, "access.jsonl")).read().splitlines()
+        many, one = os.path.join(work, "many.jsonl"), os.path.join(work, "one.jsonl")
+        with open(many, "w") as f:
+            for i in range(N):
+                f.write(lines[i % len(lines)] + "\n")
+        with open(one, "w") as f:
+            f.write(lines[0] + "\n")
+        loop = os.path.join(work, "loop.py")
+        with open(loop, "w") as f:
+            f.write("import json, sys\nw = sys.stdout.write\nfor line in open(sys.argv[1]):\n"
+                    "    w(json.dumps(json.loads(line)) + '\\n')\n")
+        cached = dict(os.environ, OMLET_CODE_CACHE=os.path.join(work, "code"))
+        off = dict(os.environ, OMLET_CODE_CACHE="off")
+
+        def run(inp, env):
+            return timed([CLI, "run", os.path.join(nginx, "nginx.oml"), "--knowdb",
+                          os.path.join(nginx, "knowdb/knowdb.toml"), "-i", inp, "-o", "/dev/null",
+                          "--errors", "/dev/null"], env)
+
+        run(one, cached)  # fills the cache
+        cells = {
+            "first record, cached": [run(one, cached) for _ in range(RUNS)],
+            "first record, compiled": [run(one, off) for _ in range(RUNS)],
+            f"{N:,} records, cached": [run(many, cached) for _ in range(RUNS)],
+            f"{N:,} records, compiled": [run(many, off) for _ in range(RUNS)],
+            f"{N:,} records, Python json loop": [timed([sys.executable, loop, many]) for _ in range(RUNS)],
+        }
+        out = {
+            "machine": f"{os.cpu_count()} cores, {platform.processor() or platform.machine()}, {platform.system()} {platform.release()}",
+            "runs": RUNS,
+            "cells": {k: {"median_s": statistics.median(v), "all_s": v} for k, v in cells.items()},
+        }
+        os.makedirs(os.path.join(ROOT, "target/criterion"), exist_ok=True)
+        with open(os.path.join(ROOT, "target/criterion/omlet-start.json"), "w") as f:
+            json.dump(out, f, indent=1)
+        for k, v in out["cells"].items():
+            print(f"{k}: median {v['median_s']:.3f} s ({', '.join(f'{x:.3f}' for x in v['all_s'])})")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
