@@ -178,7 +178,7 @@ impl CodeCache {
                 Some((m.modified().ok()?, m.len(), e.path()))
             })
             .collect();
-        all.sort_by(|a, b| b.0.cmp(&a.0));
+        all.sort_by_key(|e| std::cmp::Reverse(e.0));
         let mut kept = 0u64;
         for (i, (_, len, path)) in all.into_iter().enumerate() {
             kept = kept.saturating_add(len);
