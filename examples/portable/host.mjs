@@ -136,11 +136,11 @@ async function main() {
   // it comes with spell them with the package version. Both are given.
   const rule = await instantiate(readFileSync(args.component), {
     'omlet:rule/knowledge': knowledge,
-    'omlet:rule/knowledge@0.5.0': knowledge,
+    'omlet:rule/knowledge@0.6.0': knowledge,
     'omlet:rule/clock': clock,
-    'omlet:rule/clock@0.5.0': clock,
+    'omlet:rule/clock@0.6.0': clock,
     'omlet:rule/types': {},
-    'omlet:rule/types@0.5.0': {},
+    'omlet:rule/types@0.6.0': {},
   });
 
   let info;

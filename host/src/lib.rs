@@ -67,5 +67,7 @@ pub use knowledge::{
     AtomicHistogram, CacheConfig, CacheMode, Histogram, Knowledge, KnowledgeConfig, OnLookupError, StatementStats, Stats,
 };
 pub use omlet_lang::Limits as CompileLimits;
+/// Evaluation traces ([`Rule::explain`]): the types, and their JSON and text forms.
+pub use omlet_lang::trace;
 pub use record::{Record, Value};
-pub use runtime::{Engine, EngineConfig, LoadOptions, ModelInfo, Route, Rule, RuleInfo, StatementInfo, block_on};
+pub use runtime::{Engine, EngineConfig, Explained, LoadOptions, ModelInfo, Route, Rule, RuleInfo, StatementInfo, block_on};

@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use omlet_lang::Cell;
+use omlet_lang::trace::{Event as TraceEvent, Trace};
 use thread_local::ThreadLocal;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use wasmtime::component::{Component, ComponentExportIndex, HasSelf, InstancePre, Linker, TypedFunc};
@@ -516,12 +517,13 @@ impl Engine {
 }
 
 /// The WIT package this host speaks (`wit/omlet.wit`).
-const WIT_PACKAGE: &str = "omlet:rule@0.5.0";
+const WIT_PACKAGE: &str = "omlet:rule@0.6.0";
 
 /// Refuses a component built for another version of omlet's WIT package,
 /// with what to do, before linking fails on its first import. 0.4.0 added
 /// the `bigint` frame node, which an older guest cannot read; 0.5.0 the
-/// `intranet-nets` import and the `rejected` error kind.
+/// `intranet-nets` import and the `rejected` error kind; 0.6.0 the
+/// `explain` export.
 fn check_wit_version(engine: &WtEngine, component: &Component) -> Result<()> {
     let ty = component.component_type();
     let names = ty.imports(engine).map(|(n, _)| n.to_string()).chain(ty.exports(engine).map(|(n, _)| n.to_string()));
@@ -693,6 +695,36 @@ impl From<bindings::exports::omlet::rule::meta::RuleInfo> for RuleInfo {
     }
 }
 
+/// A record evaluated with a trace of how ([`Rule::explain`]).
+#[derive(Debug)]
+pub struct Explained {
+    /// What [`Rule::evaluate`] would have given.
+    pub output: Result<Record>,
+    /// How: per statement of the record's model, what was read and from
+    /// where, each conversion, pipe step and match arm, each lookup with
+    /// the layer that answered it, and what was written or why nothing was.
+    /// `trace.to_json()` gives its JSON form, `trace.to_text()` a text for
+    /// people.
+    pub trace: Trace,
+}
+
+/// Puts the host's account of each lookup (the layer, the time) into the
+/// guest's trace, where the guest says only `host`: both list the lookups
+/// that reached the host in the order they were made.
+fn merge_layers(trace: &mut Trace, layers: Vec<(u32, &'static str, u64)>) {
+    let mut host = layers.into_iter();
+    for e in trace.steps.iter_mut().flat_map(|s| s.events.iter_mut()) {
+        if let TraceEvent::Lookup { statement, layer, micros, .. } = e
+            && layer == "host"
+            && let Some((s, l, us)) = host.next()
+            && s == *statement
+        {
+            *layer = l.into();
+            *micros = Some(us);
+        }
+    }
+}
+
 /// What every instance of one rule shares.
 pub(crate) struct Shared {
     knowledge: Option<Arc<Knowledge>>,
@@ -720,6 +752,9 @@ pub(crate) struct StoreState {
     /// answer: the call's result is dropped and the call made again on the
     /// async path.
     would_block: bool,
+    /// Set during [`Rule::explain`]: each lookup's statement, the layer
+    /// that answered it and its microseconds, in order.
+    layers: Option<Vec<(u32, &'static str, u64)>>,
 }
 
 impl wasmtime::ResourceLimiter for StoreState {
@@ -852,7 +887,7 @@ struct SyncPath {
 const SKIP_AFTER_MISS: u32 = 64;
 
 /// The interface the evaluator's functions are exported under.
-const EVALUATOR: &str = "omlet:rule/evaluator@0.5.0";
+const EVALUATOR: &str = "omlet:rule/evaluator@0.6.0";
 
 /// A store for one instance, with the engine's limits; `sync` stores stop
 /// a call that computes past [`SYNC_BUDGET`] instead of yielding.
@@ -867,6 +902,7 @@ fn new_store(engine: &Engine, shared: Arc<Shared>, sync: bool) -> Result<Store<S
         call_deadline: cfg.call_deadline,
         generation: 0,
         would_block: false,
+        layers: None,
     };
     let mut store = Store::new(&engine.inner, state);
     store.limiter(|s| s as &mut dyn wasmtime::ResourceLimiter);
@@ -1221,6 +1257,41 @@ impl Rule {
         Some(out.and_then(single_output))
     }
 
+    /// Evaluates one record as [`Rule::evaluate`] does, with a trace of how
+    /// (see [`Explained`]): for diagnosis (one record, on the async path,
+    /// never coalesced), not for throughput.
+    pub async fn explain(&self, record: &Record) -> Result<Explained> {
+        self.explain_on(Route::Only, record).await
+    }
+
+    /// [`Rule::explain`] with the model `route` names. The trace comes from
+    /// the component's `explain` export, so a component built by any
+    /// `omlet build` of this WIT version gives one under any host; this host
+    /// adds which of its layers answered each lookup, and how long it took.
+    /// Fails as `evaluate` fails for what stops a call (a trap, a limit);
+    /// the record's own errors (unrouted, a fatal lookup, `fail`) are in
+    /// [`Explained::output`], with the trace up to them.
+    pub async fn explain_on(&self, route: Route<'_>, record: &Record) -> Result<Explained> {
+        let route = wit_route(route);
+        let input = wire::with_record_frame(record, |f| self.check_size(f).map(|()| f.to_vec()))?;
+        let generation = self.generation();
+        let mut inst = self.checkout(generation).await?;
+        inst.store.data_mut().layers = Some(Vec::new());
+        let out = inst.calls.omlet_rule_evaluator().call_explain(&mut inst.store, generation, &route, &input).await;
+        let layers = inst.store.data_mut().layers.take().unwrap_or_default();
+        let explained = match out {
+            Ok(e) => {
+                self.checkin(&self.inner.idle, inst);
+                e
+            }
+            Err(e) => return Err(call_error(&inst.store, e)),
+        };
+        let mut trace: Trace = serde_json::from_str(&explained.trace)
+            .map_err(|e| Error::Internal(format!("the component's trace does not read: {e}")))?;
+        merge_layers(&mut trace, layers);
+        Ok(Explained { output: single_output(explained.output), trace })
+    }
+
     /// Evaluates records in one guest call with the rule's only model. Each
     /// input gets its own result, in order.
     pub async fn evaluate_batch(&self, records: &[Record]) -> Result<Vec<Result<Record>>> {
@@ -1493,8 +1564,11 @@ impl wk::Host for StoreState {
         let params: Vec<Cell> = params.into_iter().map(to_lang).collect();
         // Waiting for the lookup is not the guest's computing time.
         let waited = Instant::now();
-        let row = k.query_at(self.generation, stmt, &params).await;
+        let (row, layer) = k.query_layer(self.generation, stmt, &params).await;
         self.in_host += waited.elapsed();
+        if let Some(layers) = &mut self.layers {
+            layers.push((statement, layer.name(), waited.elapsed().as_micros() as u64));
+        }
         Ok(match row {
             Ok(row) => Ok(answer(k, row)),
             Err(e) => {
@@ -1530,7 +1604,7 @@ impl clock::Host for StoreState {
 /// early and the call is made again on the async path.
 fn sync_imports(engine: &WtEngine) -> wasmtime::Result<Linker<StoreState>> {
     let mut linker: Linker<StoreState> = Linker::new(engine);
-    let mut knowledge = linker.instance("omlet:rule/knowledge@0.5.0")?;
+    let mut knowledge = linker.instance("omlet:rule/knowledge@0.6.0")?;
     knowledge.func_wrap("query", |mut store, (statement, params): (u32, Vec<wk::Cell>)| {
         let s = store.data_mut();
         let shared = s.shared.clone();
@@ -1549,7 +1623,7 @@ fn sync_imports(engine: &WtEngine) -> wasmtime::Result<Linker<StoreState>> {
     })?;
     knowledge.func_wrap("columns", |store, (statement,): (u32,)| Ok((columns(&store.data().shared, statement),)))?;
     knowledge.func_wrap("intranet-nets", |store, (): ()| Ok((store.data().shared.nets.clone(),)))?;
-    let mut clock = linker.instance("omlet:rule/clock@0.5.0")?;
+    let mut clock = linker.instance("omlet:rule/clock@0.6.0")?;
     clock.func_wrap("now", |_, (): ()| Ok((now(),)))?;
     Ok(linker)
 }

@@ -43,7 +43,7 @@ wit_bindgen::generate!({
     world: "rule",
 });
 
-use exports::omlet::rule::evaluator::{BatchOutput, ErrorKind, EvalError, RecordError, Route as WRoute};
+use exports::omlet::rule::evaluator::{BatchOutput, ErrorKind, EvalError, Explained, RecordError, Route as WRoute};
 use exports::omlet::rule::meta;
 use omlet::rule::knowledge;
 
@@ -281,6 +281,32 @@ impl exports::omlet::rule::evaluator::Guest for Guest {
         result
     }
 
+    fn explain(generation: u64, route: WRoute, input: Vec<u8>) -> Explained {
+        let st = state();
+        refresh(st, generation);
+        let mut trace = omlet_lang::trace::Trace::default();
+        let output = (|| {
+            let (prog, model, mut host) = split(st, &route)?;
+            let mut reader = Reader::new(&input).map_err(|e| failed(e.to_string()))?;
+            if reader.records() != 1 {
+                return Err(failed("`explain` takes a frame of exactly one record".to_string()));
+            }
+            let fields = reader.size(0).and_then(|n| reader.fields_in(n, Vec::new())).map_err(|e| failed(e.to_string()))?;
+            let (out, t) = eval::explain(prog, model, fields, &mut host);
+            trace = t;
+            let out = out.map_err(eval_error)?;
+            let mut w = Writer::new();
+            w.record(&out);
+            Ok(w.finish())
+        })();
+        if let Err(e) = &output
+            && trace.error.is_none()
+        {
+            trace.error = Some(e.message.clone());
+        }
+        Explained { output, trace: trace.to_json() }
+    }
+
     fn evaluate_batch(generation: u64, route: WRoute, input: Vec<u8>) -> BatchOutput {
         let st = state();
         refresh(st, generation);
@@ -379,7 +405,7 @@ fn split<'s>(st: &'s mut State, route: &WRoute) -> Result<(&'s Program, usize, W
         WRoute::Only => prog.route(Route::Only),
     };
     let model = model.map_err(|e| EvalError { kind: ErrorKind::Unrouted, message: e.to_string() })?;
-    Ok((prog, model, WitHost { cache, key, columns, nets }))
+    Ok((prog, model, WitHost { cache, key, columns, nets, layer: "host" }))
 }
 
 /// `eval::Host` over the WIT imports, with the guest-side cache.
@@ -389,6 +415,8 @@ struct WitHost<'s> {
     key: &'s mut Vec<u8>,
     columns: &'s mut BTreeMap<u32, Vec<String>>,
     nets: &'s mut Option<Vec<Net>>,
+    /// Who answered the last lookup (for traces).
+    layer: &'static str,
 }
 
 /// Writes the cache key of a lookup into `k` (reused between lookups).
@@ -422,8 +450,10 @@ impl eval::Host for WitHost<'_> {
     fn query(&mut self, statement: u32, params: &[Cell]) -> Result<Option<Vec<Cell>>, QueryError> {
         cache_key(statement, params, self.key);
         if let Some(hit) = self.cache.get(self.key.as_slice()) {
+            self.layer = "guest cache";
             return Ok(hit.clone());
         }
+        self.layer = "host";
         let wit: Vec<knowledge::Cell> = params.iter().map(to_wit).collect();
         match knowledge::query(statement, &wit) {
             Ok(answer) => {
@@ -448,6 +478,10 @@ impl eval::Host for WitHost<'_> {
             }
             Err(e) => Err(QueryError { message: e.message, fatal: e.fatal }),
         }
+    }
+
+    fn last_layer(&self) -> &'static str {
+        self.layer
     }
 
     fn now(&mut self) -> (i64, i32) {

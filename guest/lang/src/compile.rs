@@ -252,9 +252,12 @@ impl Checker<'_> {
             let _ = self.static_binding(b);
         }
         let mut stmts = Vec::new();
+        let mut lines = Vec::new();
         for s in rule.stmts {
+            let line = crate::diag::line_col(self.text, s.span.start as usize).0;
             if let Ok(s) = self.statement(s) {
                 stmts.push(s);
+                lines.push(line);
             }
         }
         Model {
@@ -264,6 +267,7 @@ impl Checker<'_> {
             file: self.file.to_string(),
             stmts,
             uses_clock: self.uses_clock,
+            lines,
         }
     }
 

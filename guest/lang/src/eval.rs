@@ -27,6 +27,7 @@ use crate::{intranet, pipes, value};
 use crate::cell::value_of_cell;
 pub use crate::cell::{Cell, cell_of, push_cells_key};
 pub use crate::ir::const_value;
+use crate::trace::{Event, Trace, describe, describe_cell};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct QueryError {
@@ -47,6 +48,11 @@ pub trait Host {
     /// asked at most once per record that uses them.
     fn intranet_nets(&mut self) -> &[crate::intranet::Net] {
         &crate::intranet::BUILTIN
+    }
+    /// Who answered the last [`query`](Host::query), for traces: `guest
+    /// cache` when a cache of the guest's own did, else `host`.
+    fn last_layer(&self) -> &'static str {
+        "host"
     }
 }
 
@@ -133,6 +139,42 @@ pub fn evaluate_with<'a>(
     host: &mut dyn Host,
     spare: &mut Spare,
 ) -> Result<Vec<Field<'a>>, EvalError> {
+    run(program, model, input, host, spare, None)
+}
+
+/// [`evaluate`] with a [`Trace`] of how: what each statement read, converted,
+/// matched, looked up and wrote, or why it wrote nothing (bounded; see
+/// [`crate::trace`]). The output is what `evaluate` gives.
+pub fn explain<'a>(
+    program: &'a Program,
+    model: usize,
+    input: Vec<Field<'a>>,
+    host: &mut dyn Host,
+) -> (Result<Vec<Field<'a>>, EvalError>, Trace) {
+    let Some(m) = program.models.get(model) else {
+        let e = EvalError::NoSuchModel(model);
+        let mut trace = Trace::default();
+        trace.error = Some(alloc::format!("{e}"));
+        return (Err(e), trace);
+    };
+    let mut trace = Some(Box::new(Trace::new(&m.name, &m.file)));
+    let out = run(program, model, input, host, &mut Spare::new(), Some(&mut trace));
+    let mut trace = trace.map(|t| *t).unwrap_or_default();
+    if let Err(e) = &out {
+        trace.error = Some(alloc::format!("{e}"));
+    }
+    (out, trace)
+}
+
+/// The evaluation itself; `trace`, when given, is filled and handed back.
+fn run<'a>(
+    program: &'a Program,
+    model: usize,
+    input: Vec<Field<'a>>,
+    host: &mut dyn Host,
+    spare: &mut Spare,
+    trace: Option<&mut Option<Box<Trace>>>,
+) -> Result<Vec<Field<'a>>, EvalError> {
     let m = program.models.get(model).ok_or(EvalError::NoSuchModel(model))?;
     let mut input = input;
     for f in &mut input {
@@ -142,11 +184,24 @@ pub fn evaluate_with<'a>(
     ctx.dst = recycle(core::mem::take(&mut spare.dst));
     // Most statements write one field: one allocation for the output.
     ctx.dst.reserve(m.stmts.len());
-    for stmt in &m.stmts {
+    let mut trace = trace;
+    ctx.trace = trace.as_mut().and_then(|t| t.take());
+    let mut failed = None;
+    for (i, stmt) in m.stmts.iter().enumerate() {
+        if let Some(t) = ctx.trace.as_deref_mut() {
+            t.begin(m.lines.get(i).copied().unwrap_or(0), targets_of(stmt));
+        }
         ctx.stmt(stmt);
         if let Some(e) = ctx.fatal.take() {
-            return Err(e);
+            failed = Some(e);
+            break;
         }
+    }
+    if let Some(t) = trace {
+        *t = ctx.trace.take();
+    }
+    if let Some(e) = failed {
+        return Err(e);
     }
     spare.src = recycle(core::mem::take(&mut ctx.src));
     let mut out = ctx.dst;
@@ -188,6 +243,8 @@ pub struct Ctx<'a, 'h> {
     /// A field's slot is outside the program's name table (a damaged IR or
     /// input): lookups stay scans.
     unindexable: bool,
+    /// Set by [`explain`]: what happens is noted here.
+    trace: Option<Box<Trace>>,
 }
 
 /// Up to this many fields (input and output together), lookups scan: a scan
@@ -224,6 +281,15 @@ impl<'a, 'h> Ctx<'a, 'h> {
             fatal: None,
             index: None,
             unindexable: false,
+            trace: None,
+        }
+    }
+
+    /// Notes `e` in the trace, when there is one.
+    #[inline]
+    fn note(&mut self, e: impl FnOnce() -> Event) {
+        if let Some(t) = self.trace.as_deref_mut() {
+            t.push(e());
         }
     }
 
@@ -273,14 +339,28 @@ impl<'a, 'h> Ctx<'a, 'h> {
     fn stmt(&mut self, stmt: &'a Stmt) {
         match stmt {
             Stmt::Assign { target, expr } => {
-                if let Some(v) = self.expr(expr, &target.name) {
-                    let v = convert(v, &target.ty);
-                    // Delta §4: a null value stores no field.
-                    if matches!(v, Value::Null) {
-                        return;
-                    }
-                    self.push_dst(Field { name: Cow::Borrowed(&target.name), value: v, sym: target.sym });
+                let Some(v) = self.expr(expr, &target.name) else {
+                    self.note(|| Event::NotWritten { target: target.name.clone(), why: "the value is absent".into() });
+                    return;
+                };
+                let before = self.trace.as_ref().filter(|_| !matches!(target.ty, Type::Auto)).map(|_| describe(&v));
+                let v = convert(v, &target.ty);
+                if let Some(input) = before {
+                    self.note(|| Event::Convert { to: type_name(&target.ty), input, output: describe(&v) });
                 }
+                // Delta §4: a null value stores no field.
+                if matches!(v, Value::Null) {
+                    self.note(|| Event::NotWritten {
+                        target: target.name.clone(),
+                        why: "the value is null, and a null stores no field".into(),
+                    });
+                    return;
+                }
+                if self.trace.is_some() {
+                    let value = describe(&v);
+                    self.note(|| Event::Write { target: target.name.clone(), value });
+                }
+                self.push_dst(Field { name: Cow::Borrowed(&target.name), value: v, sym: target.sym });
             }
             Stmt::Lookup { targets, lookup } => self.lookup(targets, lookup),
             Stmt::Batch { pattern, ty } => self.batch(pattern, ty),
@@ -351,6 +431,9 @@ impl<'a, 'h> Ctx<'a, 'h> {
 
     /// `read(…)` / `take(…)` with options and default (spec §8.3).
     fn access(&mut self, a: &'a Access) -> Option<Field<'a>> {
+        if self.trace.is_some() {
+            return self.access_traced(a);
+        }
         if let Some(f) = self.find(a.take, &a.key, a.key_sym, false) {
             return Some(f);
         }
@@ -363,6 +446,49 @@ impl<'a, 'h> Ctx<'a, 'h> {
         let d = a.default.as_ref()?;
         let v = self.expr(d, &a.key)?;
         Some(Field::new(a.key.as_str(), v))
+    }
+
+    /// [`Self::access`], noting where the field came from.
+    #[inline(never)]
+    fn access_traced(&mut self, a: &'a Access) -> Option<Field<'a>> {
+        let read = |key: &str, from: &str, value: Option<&Value<'_>>| Event::Read {
+            key: key.into(),
+            take: a.take,
+            from: from.into(),
+            value: value.map(describe),
+        };
+        let in_output = |ctx: &Self, key: &str| ctx.dst.iter().any(|f| f.name == key);
+        let out = in_output(self, &a.key);
+        if let Some(f) = self.find(a.take, &a.key, a.key_sym, false) {
+            self.note(|| read(&a.key, if out { "output" } else { "input" }, Some(&f.value)));
+            if a.take
+                && let Some(t) = self.trace.as_deref_mut()
+            {
+                t.took(&a.key);
+            }
+            return Some(f);
+        }
+        for (i, opt) in a.options.iter().enumerate() {
+            let sym = a.option_syms.get(i).copied().unwrap_or(NO_SYM);
+            if let Some(f) = self.find(a.take, opt, sym, true) {
+                self.note(|| read(&a.key, &alloc::format!("option {opt}"), Some(&f.value)));
+                if a.take
+                    && let Some(t) = self.trace.as_deref_mut()
+                {
+                    t.took(opt);
+                }
+                return Some(f);
+            }
+        }
+        let absent = self.trace.as_deref().map(|t| t.absent(&a.key)).unwrap_or_default();
+        let Some(d) = a.default.as_ref() else {
+            self.note(|| read(&a.key, &absent, None));
+            return None;
+        };
+        let v = self.expr(d, &a.key);
+        let from = if absent == "absent" { String::from("default") } else { alloc::format!("default, the field being {absent}") };
+        self.note(|| read(&a.key, &from, v.as_ref()));
+        Some(Field::new(a.key.as_str(), v?))
     }
 
     // ----- expressions -------------------------------------------------------
@@ -443,7 +569,9 @@ impl<'a, 'h> Ctx<'a, 'h> {
                 Some(v) => v.raw_text().into_owned(),
                 None => String::from("fail() with an absent message"),
             };
-            self.fatal = Some(EvalError::Rejected(bounded(text)));
+            let message = bounded(text);
+            self.note(|| Event::Failed { message: message.clone() });
+            self.fatal = Some(EvalError::Rejected(message));
         }
         None
     }
@@ -452,10 +580,14 @@ impl<'a, 'h> Ctx<'a, 'h> {
     /// its networks; the others are pure.
     fn pipe(&mut self, mut v: Value<'a>, fns: &'a [PipeFn]) -> Value<'a> {
         for f in fns {
+            let before = self.trace.as_ref().map(|_| describe(&v));
             v = match f {
                 PipeFn::IntranetIp => pipes::intranet_ip(v, self.host.intranet_nets()),
                 f => pipes::apply(f, v),
             };
+            if let Some(input) = before {
+                self.note(|| Event::Pipe { function: crate::trace::pipe_name(f), input, output: describe(&v) });
+            }
         }
         v
     }
@@ -491,24 +623,42 @@ impl<'a, 'h> Ctx<'a, 'h> {
         // Most matches read one field: its value needs no vector.
         let (one, mut many);
         let values: &[Value<'a>] = if let [source] = m.sources.as_slice() {
-            let Some(f) = self.access(source) else { return self.expr(m.default.as_ref()?, target) };
+            let Some(f) = self.access(source) else { return self.match_default(m, &[], target) };
             one = f.value;
             core::slice::from_ref(&one)
         } else {
             many = Vec::with_capacity(m.sources.len());
             for s in &m.sources {
-                let Some(f) = self.access(s) else { return self.expr(m.default.as_ref()?, target) };
+                let Some(f) = self.access(s) else { return self.match_default(m, &many, target) };
                 many.push(f.value);
             }
             &many
         };
-        for arm in &m.arms {
+        for (i, arm) in m.arms.iter().enumerate() {
             if arm.conds.len() == values.len()
                 && arm.conds.iter().zip(values).all(|(alts, v)| alts.iter().any(|c| cond_holds(c, v)))
             {
+                self.note(|| Event::Match {
+                    values: values.iter().map(describe).collect(),
+                    arm: Some(i as u32 + 1),
+                    arms: m.arms.len() as u32,
+                    default: false,
+                });
                 return self.expr(&arm.result, target);
             }
         }
+        self.match_default(m, values, target)
+    }
+
+    /// A match that no arm took (or whose source is absent): its default
+    /// body, if it has one.
+    fn match_default(&mut self, m: &'a Match, values: &[Value<'a>], target: &'a str) -> Option<Value<'a>> {
+        self.note(|| Event::Match {
+            values: values.iter().map(describe).collect(),
+            arm: None,
+            arms: m.arms.len() as u32,
+            default: m.default.is_some(),
+        });
         self.expr(m.default.as_ref()?, target)
     }
 
@@ -607,6 +757,7 @@ impl<'a, 'h> Ctx<'a, 'h> {
     /// but not over a field of the same name already there.
     fn batch(&mut self, pattern: &str, ty: &Type) {
         self.ensure_index();
+        let before = self.dst.len();
         for i in 0..self.src.len() {
             let Some(f) = &self.src[i] else { continue };
             if !wildcard(pattern, f.name.trim()) {
@@ -630,6 +781,9 @@ impl<'a, 'h> Ctx<'a, 'h> {
                 self.push_dst(f);
             }
         }
+        let moved = self.dst.len() - before;
+        let fields = if moved == 1 { "field" } else { "fields" };
+        self.note(|| Event::Write { target: pattern.into(), value: alloc::format!("{moved} {fields} moved") });
     }
 
     fn param(&mut self, p: &'a Param) -> Cell {
@@ -679,9 +833,31 @@ impl<'a, 'h> Ctx<'a, 'h> {
         // statement in the reference, not parameters, so they do not count.
         let mut read = l.params.iter().zip(&params).filter(|(p, _)| matches!(p, Param::Access(_) | Param::Helper(..)));
         if read.clone().next().is_some() && read.all(|(_, c)| matches!(c, Cell::Null)) {
+            self.note_lookup(
+                targets,
+                l,
+                &params,
+                "not sent",
+                Ok(None),
+                "every parameter read from the record is null, so the lookup was not sent",
+            );
             return;
         }
-        let row = match self.host.query(l.statement, &params) {
+        let answer = self.host.query(l.statement, &params);
+        if self.trace.is_some() {
+            let layer = self.host.last_layer();
+            let shown = match &answer {
+                Ok(row) => Ok(row.as_deref()),
+                Err(e) => Err(e.message.as_str()),
+            };
+            let why = match &answer {
+                Ok(None) => "the lookup found no row",
+                Err(e) if e.fatal => "the lookup failed, and the host's policy fails the record",
+                _ => "the lookup failed",
+            };
+            self.note_lookup(targets, l, &params, layer, shown, why);
+        }
+        let row = match answer {
             Ok(Some(row)) => row,
             Ok(None) => return,
             Err(e) => {
@@ -711,15 +887,83 @@ impl<'a, 'h> Ctx<'a, 'h> {
             };
             // Delta §4: a NULL column stores no field, typed target or not.
             let v = match cell {
-                Cell::Null => continue,
+                Cell::Null => {
+                    self.note(|| Event::NotWritten { target: String::from(&*name), why: "the column is NULL".into() });
+                    continue;
+                }
                 cell => convert(value_of_cell(cell), &t.ty),
             };
             if matches!(v, Value::Null) {
+                self.note(|| Event::NotWritten {
+                    target: String::from(&*name),
+                    why: alloc::format!("the column's value does not convert to {}", type_name(&t.ty)),
+                });
                 continue;
+            }
+            if self.trace.is_some() {
+                let value = describe(&v);
+                self.note(|| Event::Write { target: String::from(&*name), value });
             }
             let sym = if t.name == "_" { self.program.resolve(&name) } else { t.sym };
             self.push_dst(Field { name, value: v, sym });
         }
+    }
+}
+
+impl<'a, 'h> Ctx<'a, 'h> {
+    /// Notes a lookup: its parameters, who answered and what (`answer`:
+    /// the row, no row, or the error), and, when it gave no row, `why` its
+    /// targets got nothing.
+    #[inline(never)]
+    fn note_lookup(
+        &mut self,
+        targets: &[Target],
+        l: &Lookup,
+        params: &[Cell],
+        layer: &str,
+        answer: Result<Option<&[Cell]>, &str>,
+        why: &str,
+    ) {
+        let Some(t) = self.trace.as_deref_mut() else { return };
+        let (row, error) = match answer {
+            Ok(row) => (row.map(|r| r.iter().map(describe_cell).collect()), None),
+            Err(e) => (None, Some(crate::trace::cut(e.into()))),
+        };
+        let empty = row.is_none();
+        t.push(Event::Lookup {
+            statement: l.statement,
+            params: params.iter().map(describe_cell).collect(),
+            layer: layer.into(),
+            row,
+            error,
+            micros: None,
+        });
+        if empty {
+            for target in targets {
+                t.push(Event::NotWritten { target: target.name.clone(), why: why.into() });
+            }
+        }
+    }
+}
+
+/// A statement's targets as the trace names them.
+fn targets_of(s: &Stmt) -> String {
+    match s {
+        Stmt::Assign { target, .. } => target.name.clone(),
+        Stmt::Lookup { targets, .. } => {
+            let names: Vec<&str> = targets.iter().map(|t| t.name.as_str()).collect();
+            names.join(", ")
+        }
+        Stmt::Batch { pattern, .. } => pattern.clone(),
+    }
+}
+
+/// A target type as OML writes it.
+fn type_name(t: &Type) -> String {
+    match t {
+        Type::Auto => String::from("auto"),
+        Type::Kind(k) => String::from(k.name()),
+        Type::Other(s) => s.clone(),
     }
 }
 

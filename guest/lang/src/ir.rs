@@ -19,7 +19,7 @@ use crate::time::TsUnit;
 use crate::value::{Field, Type, Value};
 
 /// Bumped on every change to these types' serialised form.
-pub const IR_VERSION: u32 = 2;
+pub const IR_VERSION: u32 = 3;
 
 const MAGIC: &[u8; 6] = b"OMLIR\0";
 
@@ -119,6 +119,8 @@ pub struct Model {
     pub file: String,
     pub stmts: Vec<Stmt>,
     pub uses_clock: bool,
+    /// The line of each of `stmts` in `file` (1-based), for traces.
+    pub lines: Vec<u32>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -36,6 +36,7 @@ pub mod route;
 pub mod syntax;
 pub mod time;
 pub mod timefmt;
+pub mod trace;
 pub mod value;
 
 pub use compile::{FileErrors, Source, compile, compile_with_limits};

@@ -107,6 +107,8 @@ pub struct Outcome {
     pub name: String,
     /// Why it failed; `None` when it passed.
     pub failure: Option<String>,
+    /// How its record was evaluated (`omlet test --trace`), as text.
+    pub trace: Option<String>,
 }
 
 /// Whether `path` is a TOML file with `[[case]]` tables (the test of what
@@ -184,16 +186,18 @@ pub async fn run_file(path: &Path, mode: Mode, engine: &Engine) -> Result<Vec<Ou
 /// [`run_file`], with the knowledge tables in `db` if given, else in a fresh
 /// in-memory SQLite per case.
 pub async fn run_file_on(path: &Path, mode: Mode, engine: &Engine, db: Option<&TestDb>) -> Result<Vec<Outcome>> {
-    run_matching(path, mode, engine, db, None).await
+    run_matching(path, mode, engine, db, None, false).await
 }
 
-/// [`run_file_on`], only the cases whose name contains `filter` (all when `None`).
+/// [`run_file_on`], only the cases whose name contains `filter` (all when
+/// `None`); with `trace`, each outcome carries the trace of its record.
 pub async fn run_matching(
     path: &Path,
     mode: Mode,
     engine: &Engine,
     db: Option<&TestDb>,
     filter: Option<&str>,
+    trace: bool,
 ) -> Result<Vec<Outcome>> {
     let mut out = Vec::new();
     let dir = path.parent().unwrap_or(Path::new("."));
@@ -209,8 +213,8 @@ pub async fn run_matching(
             case.oml = std::fs::read_to_string(&p).map_err(|e| Error::Io { path: p.clone(), source: e })?;
             case.oml_file = Some(p.display().to_string());
         }
-        let failure = run_case_on(&case, mode, engine, db).await.err();
-        out.push(Outcome { name: case.name, failure });
+        let (result, trace) = run_case_traced(&case, mode, engine, db, trace).await;
+        out.push(Outcome { name: case.name, failure: result.err(), trace });
     }
     Ok(out)
 }
@@ -224,14 +228,27 @@ pub async fn run_case(case: &Case, mode: Mode, engine: &Engine) -> std::result::
 /// [`run_case`], with the knowledge tables in `db` if given: each is dropped
 /// before it is loaded and again after the case.
 pub async fn run_case_on(case: &Case, mode: Mode, engine: &Engine, db: Option<&TestDb>) -> std::result::Result<(), String> {
+    run_case_traced(case, mode, engine, db, false).await.0
+}
+
+/// [`run_case_on`]; with `trace`, also the trace of the case's record, as
+/// text (when the rule compiled and the record was evaluated).
+pub async fn run_case_traced(
+    case: &Case,
+    mode: Mode,
+    engine: &Engine,
+    db: Option<&TestDb>,
+    trace: bool,
+) -> (std::result::Result<(), String>, Option<String>) {
     let mut created = Vec::new();
-    let r = run_case_inner(case, mode, engine, db, &mut created).await;
+    let mut traced = trace.then(String::new);
+    let r = run_case_inner(case, mode, engine, db, &mut created, &mut traced).await;
     if let Some(db) = db {
         for t in created {
             let _ = db.provider.drop_table(&t).await;
         }
     }
-    r
+    (r, traced.filter(|t| !t.is_empty()))
 }
 
 async fn run_case_inner(
@@ -240,6 +257,7 @@ async fn run_case_inner(
     engine: &Engine,
     db: Option<&TestDb>,
     created: &mut Vec<String>,
+    trace: &mut Option<String>,
 ) -> std::result::Result<(), String> {
     let file = case.oml_file.clone().unwrap_or_else(|| format!("{}.oml", case.name));
     let src = [RuleSource { file: file.clone(), text: case.oml.clone() }];
@@ -293,7 +311,15 @@ async fn run_case_inner(
                 options = options.intranet_nets(n.clone());
             }
             let rule = engine.load_component(&component, &options).await.map_err(|e| e.to_string())?;
-            rule.evaluate(&Record::from_fields(input)).await.map(|r| r.into_fields()).map_err(|e| e.to_string())
+            let record = Record::from_fields(input);
+            match trace {
+                Some(t) => {
+                    let e = rule.explain(&record).await.map_err(|e| e.to_string())?;
+                    *t = e.trace.to_text();
+                    e.output.map(|r| r.into_fields()).map_err(|e| e.to_string())
+                }
+                None => rule.evaluate(&record).await.map(|r| r.into_fields()).map_err(|e| e.to_string()),
+            }
         }
         Mode::Native => {
             let bound = match &knowledge {
@@ -305,13 +331,22 @@ async fn run_case_inner(
             if let Some(n) = &case.intranet_nets {
                 host.nets = n.strict("the case's intranet_nets").map_err(|e| e.to_string())?;
             }
-            tokio::task::spawn_blocking(move || {
-                omlet_lang::evaluate(&program, 0, input, &mut host)
-                    .map(|r| r.into_iter().map(Field::into_owned).collect::<Fields>())
-                    .map_err(|e| e.to_string())
+            let traced = trace.is_some();
+            let (out, text) = tokio::task::spawn_blocking(move || {
+                let (out, text) = if traced {
+                    let (out, t) = omlet_lang::eval::explain(&program, 0, input, &mut host);
+                    (out, Some(t.to_text()))
+                } else {
+                    (omlet_lang::evaluate(&program, 0, input, &mut host), None)
+                };
+                (out.map(|r| r.into_iter().map(Field::into_owned).collect::<Fields>()).map_err(|e| e.to_string()), text)
             })
             .await
-            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?;
+            if let (Some(t), Some(text)) = (trace.as_mut(), text) {
+                *t = text;
+            }
+            out
         }
     };
     match (&case.expected_record_error, output) {

@@ -166,6 +166,26 @@ enum Cmd {
         /// No progress bar, even on a terminal.
         #[arg(short, long)]
         quiet: bool,
+        /// Instead of the run's output, explain record N (1-based): for each
+        /// statement of its model, what was read and from where, each
+        /// conversion, pipe step, match arm and lookup (with the layer that
+        /// answered it), and what was written or why nothing was; then its
+        /// output line.
+        #[arg(long, conflicts_with = "explain_where")]
+        explain: Option<u64>,
+        /// Instead of the run's output, explain each record whose field has
+        /// this value (`--explain-where dst_ip=10.0.0.7`; at most
+        /// --explain-limit of them).
+        #[arg(long)]
+        explain_where: Option<String>,
+        /// Most records explained by --explain-where.
+        #[arg(long, default_value_t = 10)]
+        explain_limit: u64,
+        /// The explanations as `text` (default) or as JSON lines (`json`: one
+        /// object per record, with `record`, `line`, `output` or `error`, and
+        /// `trace`).
+        #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+        explain_format: String,
     },
     /// Rewrite rule files in the canonical layout (comments kept).
     Fmt {
@@ -205,6 +225,11 @@ enum Cmd {
         /// database created for the run and dropped after it.
         #[arg(long)]
         knowledge: Option<String>,
+        /// Print each case's trace: for each statement, what was read,
+        /// converted, matched, looked up and written, or why nothing was (in
+        /// `--json`, as each case's `trace`).
+        #[arg(long)]
+        trace: bool,
     },
 }
 
@@ -243,7 +268,23 @@ async fn main() -> ExitCode {
             batch,
             concurrency,
             quiet,
+            explain,
+            explain_where,
+            explain_limit,
+            explain_format,
         } => {
+            let which = match (explain, explain_where) {
+                (Some(n), _) => Some(Ok(n)),
+                (None, Some(w)) => match w.split_once('=') {
+                    Some((f, v)) => Some(Err((f.trim().to_string(), v.to_string()))),
+                    None => {
+                        eprintln!("error: --explain-where takes field=value, as in --explain-where dst_ip=10.0.0.7");
+                        return ExitCode::from(2);
+                    }
+                },
+                (None, None) => None,
+            };
+            let explain = which.map(|which| Explain { which, limit: explain_limit.max(1), json: explain_format == "json" });
             let route = match (rule_path, rule_path_field, model) {
                 (Some(p), _, _) => RouteBy::Path(p),
                 (_, Some(f), _) => RouteBy::Field(f),
@@ -276,11 +317,12 @@ async fn main() -> ExitCode {
                 concurrency: concurrency.map_or_else(default_concurrency, usize::from),
                 quiet,
                 no_knowledge,
+                explain,
             };
             run(&rule, &knowdb, knowledge.as_deref(), opts).await
         }
-        Cmd::Test { files, filter, json, junit, native, knowledge } => {
-            test(&files, filter.as_deref(), json, junit.as_deref(), native, knowledge.as_deref()).await
+        Cmd::Test { files, filter, json, junit, native, knowledge, trace } => {
+            test(&files, filter.as_deref(), json, junit.as_deref(), native, knowledge.as_deref(), trace).await
         }
         Cmd::Fmt { files, check } => fmt(&files, check),
         Cmd::Completions { shell } => {
@@ -538,6 +580,7 @@ async fn test(
     junit: Option<&Path>,
     native: bool,
     knowledge: Option<&str>,
+    trace: bool,
 ) -> omlet::Result<ExitCode> {
     use omlet_cli::conformance::{Mode, TestDb, run_matching};
     // Directories are searched as `build` and `fmt` search them for rules;
@@ -567,13 +610,22 @@ async fn test(
     let (mut passed, mut failed, mut cases) = (0, 0, Vec::new());
     let mut suites = Vec::new();
     for f in &files {
-        let outcomes = run_matching(f, mode, &engine, db.as_ref(), filter).await?;
+        let outcomes = run_matching(f, mode, &engine, db.as_ref(), filter, trace).await?;
         suites.push(junit_suite(&f.display().to_string(), &outcomes));
         for o in outcomes {
             if json {
                 cases.push(serde_json::json!({
                     "file": f.display().to_string(), "name": o.name, "ok": o.failure.is_none(), "failure": o.failure,
+                    "trace": o.trace,
                 }));
+            } else if let Some(t) = &o.trace {
+                println!(
+                    "{} {}: {}\n  {}",
+                    if o.failure.is_none() { "ok" } else { "--" },
+                    f.display(),
+                    o.name,
+                    t.trim_end().replace('\n', "\n  ")
+                );
             }
             match o.failure {
                 None => passed += 1,
@@ -860,6 +912,16 @@ struct RunOptions {
     concurrency: usize,
     quiet: bool,
     no_knowledge: bool,
+    explain: Option<Explain>,
+}
+
+/// Which records `omlet run --explain` explains, and how it prints them.
+#[derive(Clone)]
+struct Explain {
+    /// Record N, or those whose field (`.0`) has the value `.1`.
+    which: std::result::Result<u64, (String, String)>,
+    limit: u64,
+    json: bool,
 }
 
 fn create(path: &Path) -> omlet::Result<Box<dyn Write + Send>> {
@@ -1064,6 +1126,110 @@ async fn scan_warnings(
     Ok((notes, warnings))
 }
 
+/// `omlet run --explain`: the chosen records, each evaluated with a trace of
+/// how, printed in place of the run's output.
+async fn explain_records(rule: &omlet::Rule, o: &RunOptions, x: &Explain) -> omlet::Result<ExitCode> {
+    let reader: Box<dyn BufRead + Send> = if o.input == "-" {
+        Box::new(std::io::BufReader::new(std::io::stdin()))
+    } else {
+        let f = std::fs::File::open(&o.input).map_err(|e| Error::Io { path: o.input.clone().into(), source: e })?;
+        Box::new(std::io::BufReader::new(f))
+    };
+    let limits = omlet::stream::ReadLimits { csv_empty_cell: o.csv_empty, ..Default::default() };
+    let mut stdout = std::io::stdout().lock();
+    let mut explained = 0u64;
+    for item in omlet::stream::read_with(reader, o.format, &limits) {
+        let input = item?;
+        let chosen = match &x.which {
+            Ok(n) => input.number == *n,
+            Err((field, value)) => input.record.as_ref().is_ok_and(|r| {
+                r.get(field).is_some_and(|v| match v {
+                    omlet::Value::Chars(s) | omlet::Value::BigInt(s) => s == *value,
+                    omlet::Value::Digit(d) => d.to_string() == *value,
+                    omlet::Value::Float(f) => f.to_string() == *value,
+                    omlet::Value::Bool(b) => b.to_string() == *value,
+                    omlet::Value::Ip(ip) => ip.to_string() == *value,
+                    _ => false,
+                })
+            }),
+        };
+        if !chosen {
+            if matches!(x.which, Ok(n) if input.number > n) {
+                break;
+            }
+            continue;
+        }
+        explained += 1;
+        let record = match input.record {
+            Ok(mut r) if !o.input_types.is_empty() => {
+                let mut fields = std::mem::take(&mut r).into_fields();
+                omlet_cli::conformance::retype(&mut fields, &o.input_types)
+                    .map(|()| omlet::Record::from_fields(fields))
+                    .map_err(|m| Error::Input { what: format!("line {}", input.line), message: m })
+            }
+            other => other,
+        };
+        let result = match record {
+            Ok(r) => {
+                // The rule path of --rule-path-field, owned: `get` gives a copy.
+                let by_field = match &o.route {
+                    RouteBy::Field(f) => match r.get(f) {
+                        Some(omlet::Value::Chars(p)) => Some(p),
+                        _ => None,
+                    },
+                    _ => None,
+                };
+                let route = match (&o.route, &by_field) {
+                    (RouteBy::Path(p), _) | (RouteBy::Field(_), Some(p)) => omlet::Route::Path(p),
+                    (RouteBy::Model(m), _) => omlet::Route::Model(m),
+                    _ => omlet::Route::Only,
+                };
+                rule.explain_on(route, &r).await
+            }
+            Err(e) => Err(e),
+        };
+        let (output, trace) = match result {
+            Ok(e) => (e.output.map(|r| r.to_json()), Some(e.trace)),
+            Err(e) => (Err(e), None),
+        };
+        if x.json {
+            let line = serde_json::json!({
+                "record": input.number,
+                "line": input.line,
+                "output": output.as_ref().ok().and_then(|j| serde_json::from_str::<serde_json::Value>(j).ok()),
+                "error": output.as_ref().err().map(|e| e.to_string()),
+                "trace": trace.map(|t| serde_json::from_str::<serde_json::Value>(&t.to_json()).unwrap_or_default()),
+            });
+            let _ = writeln!(stdout, "{line}");
+        } else {
+            let _ = writeln!(stdout, "record {} (line {}):", input.number, input.line);
+            if let Some(t) = trace {
+                let _ = write!(stdout, "{}", t.to_text());
+            }
+            match output {
+                Ok(json) => {
+                    let _ = writeln!(stdout, "output: {json}\n");
+                }
+                Err(e) => {
+                    let _ = writeln!(stdout, "error: {e}\n");
+                }
+            }
+        }
+        if explained >= x.limit || x.which.is_ok() {
+            break;
+        }
+    }
+    if explained == 0 {
+        let what = match &x.which {
+            Ok(n) => format!("record {n}: the input has fewer records"),
+            Err((f, v)) => format!("no record has {f} = {v}"),
+        };
+        eprintln!("omlet run --explain: {what}");
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 /// `--concurrency` when not given: one call per core, and one more. The
 /// caller's task writes each call's outputs in order; with one call per core,
 /// a core would wait while it does (on 2 cores, 2 calls gave 176-186 K
@@ -1099,6 +1265,9 @@ async fn run(rule: &Path, knowdb: &[PathBuf], config: Option<&Path>, o: RunOptio
              --knowdb knowdb.toml or --knowledge config.toml, or --no-knowledge to run with every lookup absent",
             first.file, first.line, first.column, first.table
         )));
+    }
+    if let Some(x) = o.explain.clone() {
+        return explain_records(&rule, &o, &x).await;
     }
     // Changes in the database reach the caches, when the config's [reload] says how.
     let _watcher = match &knowledge {

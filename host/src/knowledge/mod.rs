@@ -113,6 +113,29 @@ enum Miss {
     Uncached(Arc<Vec<Cell>>),
 }
 
+/// Which layer answered a lookup that reached the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Layer {
+    /// An in-memory table's index.
+    Memory,
+    /// The shared cache.
+    SharedCache,
+    /// The database (or a query another lookup of the same key was making).
+    Database,
+}
+
+impl Layer {
+    /// How a trace names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Layer::Memory => "in-memory table",
+            Layer::SharedCache => "shared cache",
+            Layer::Database => "database",
+        }
+    }
+}
+
 /// Why a lookup got no answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LookupError {
@@ -794,18 +817,29 @@ impl Knowledge {
         stmt: &BoundStatement,
         params: &[Cell],
     ) -> Result<Option<Vec<Cell>>, LookupError> {
+        self.query_layer(generation, stmt, params).await.0
+    }
+
+    #[doc(hidden)]
+    /// [`Knowledge::query_at`], and which layer answered (for traces).
+    pub async fn query_layer(
+        &self,
+        generation: u64,
+        stmt: &BoundStatement,
+        params: &[Cell],
+    ) -> (Result<Option<Vec<Cell>>, LookupError>, Layer) {
         self.stats.lookups.fetch_add(1, Ordering::Relaxed);
         if let Some(row) = self.memory_answer(stmt, params) {
-            return Ok(row);
+            return (Ok(row), Layer::Memory);
         }
         let bound = bind(stmt, params);
         let Some(cache) = &self.cache else {
-            return self.miss(stmt, bound).await;
+            return (self.miss(stmt, bound).await, Layer::Database);
         };
         let started = Instant::now();
         let key = CacheKey::new(generation, stmt, &bound);
         if let Some(row) = cache.get(&key).await {
-            return Ok(self.hit(started, row));
+            return (Ok(self.hit(started, row)), Layer::SharedCache);
         }
         self.stats.misses.fetch_add(1, Ordering::Relaxed);
         let negative = self.config.cache.negative;
@@ -824,14 +858,15 @@ impl Knowledge {
                 }
             })
             .await;
-        match got {
+        let answer = match got {
             Ok(row) => Ok(row.map(|r| (*r).clone())),
             Err(e) => match &*e {
                 Miss::NoRow => Ok(None),
                 Miss::Failed(m) => Err(m.clone()),
                 Miss::Uncached(row) => Ok(Some((**row).clone())),
             },
-        }
+        };
+        (answer, Layer::Database)
     }
 
     #[doc(hidden)]

@@ -43,14 +43,14 @@ fn component_imports_only_omlets_interfaces() {
         let funcs: Vec<String> =
             inst.exports(&engine).filter(|(_, e)| !matches!(e.ty, ComponentItem::Type(_))).map(|(n, _)| n.to_string()).collect();
         match name {
-            "omlet:rule/knowledge@0.5.0" => assert_eq!(funcs, ["query", "columns", "intranet-nets"]),
-            "omlet:rule/clock@0.5.0" => assert_eq!(funcs, ["now"]),
-            "omlet:rule/types@0.5.0" => assert!(funcs.is_empty(), "types exports only types"),
+            "omlet:rule/knowledge@0.6.0" => assert_eq!(funcs, ["query", "columns", "intranet-nets"]),
+            "omlet:rule/clock@0.6.0" => assert_eq!(funcs, ["now"]),
+            "omlet:rule/types@0.6.0" => assert!(funcs.is_empty(), "types exports only types"),
             other => panic!("foreign import {other}"),
         }
     }
     names.sort();
-    assert_eq!(names, ["omlet:rule/clock@0.5.0", "omlet:rule/knowledge@0.5.0", "omlet:rule/types@0.5.0"]);
+    assert_eq!(names, ["omlet:rule/clock@0.6.0", "omlet:rule/knowledge@0.6.0", "omlet:rule/types@0.6.0"]);
     assert!(!names.iter().any(|n| n.starts_with("wasi")));
 }
 
@@ -226,7 +226,7 @@ async fn the_guests_byte_compares_agree_with_byte_order() {
 async fn a_component_of_an_older_wit_package_is_refused_with_rebuild() {
     let mut bytes = build("name : t\n---\nv = read(v) ;\n");
     // The names are strings of the same length in every section.
-    let (new, old) = (b"omlet:rule/", b"@0.5.0");
+    let (new, old) = (b"omlet:rule/", b"@0.6.0");
     let mut patched = 0;
     for i in 0..bytes.len().saturating_sub(new.len() + 20) {
         if bytes[i..].starts_with(new)
@@ -271,4 +271,48 @@ async fn compiled_code_is_cached_and_a_damaged_entry_is_not_run() {
     std::fs::write(&files[0], &bytes).unwrap();
     assert_eq!(run().await, r#"{"n":42}"#);
     assert_eq!(std::fs::metadata(&files[0]).unwrap().len(), written, "rewritten whole");
+}
+
+/// Issue 33: `Rule::explain` gives the output `evaluate` gives and a trace
+/// of how, through the component's `explain` export, with the host's layer
+/// for each lookup.
+#[tokio::test]
+async fn explain_traces_a_record_through_the_component() {
+    use omlet::knowledge::KnowledgeConfig;
+    use omlet::trace::Event;
+    let k = KnowledgeConfig::default().open().await.unwrap();
+    k.provider()
+        .execute("create table owners (ip text, name text); insert into owners values ('10.0.0.1', 'alice')")
+        .await
+        .unwrap();
+    let rule = "name : fw\n---\n\
+        port : digit = read(dest_port) ;\n\
+        owner = select name from owners where ip = read(src_ip) ;\n\
+        kind = match read(proto) { chars(tcp) => chars(stream) ; } ;\n";
+    let rule = omlet::Engine::new().unwrap().load_source("fw.oml", rule, &omlet::LoadOptions::new().knowledge(k)).await.unwrap();
+    let input = omlet::Record::from_json(r#"{"src_ip":"10.0.0.1","dst_port":"443","proto":"udp"}"#).unwrap();
+    let plain = rule.evaluate(&input).await.unwrap();
+    let e = rule.explain(&input).await.unwrap();
+    assert_eq!(e.output.as_ref().unwrap().to_json(), plain.to_json());
+    let text = e.trace.to_text();
+    assert!(text.contains("line 3: port\n    read dest_port: absent\n    port not written: the value is absent"), "{text}");
+    assert!(text.contains("match [chars \"udp\"]: no arm of 1, and no default"), "{text}");
+    let layers: Vec<&str> = e
+        .trace
+        .steps
+        .iter()
+        .flat_map(|s| &s.events)
+        .filter_map(|e| match e {
+            Event::Lookup { layer, row, .. } => {
+                assert_eq!(row.as_deref(), Some(&["'alice'".to_string()][..]));
+                Some(layer.as_str())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(layers.len(), 1);
+    assert!(["in-memory table", "shared cache", "database", "guest cache"].contains(&layers[0]), "{layers:?}");
+    // The JSON form reads back as the same trace.
+    let back: omlet::trace::Trace = serde_json::from_str(&e.trace.to_json()).unwrap();
+    assert_eq!(back, e.trace);
 }

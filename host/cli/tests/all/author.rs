@@ -383,3 +383,74 @@ fn stats_file_holds_the_summary_apart_from_error_lines() {
     );
     assert!(text(&out.stderr).contains("\"record\":2"), "the error line stays on standard error");
 }
+
+/// Issue 33: "why is `dst_owner` absent for this record" in one command:
+/// `omlet run --explain N` (text or JSON), `--explain-where`, and `omlet
+/// test --trace`, on wasm and natively.
+#[test]
+fn run_explain_and_test_trace_say_why_a_field_is_absent() {
+    let dir = tempfile::tempdir().unwrap();
+    let rule = rule_file(
+        &dir,
+        "fw.oml",
+        "name : fw\n---\nsrc = take(src_ip) ;\nport : digit = read(dest_port) ;\n\
+         dst_owner = select owner from assets where ip = read(dst_ip) ;\n",
+    );
+    let knowdb = rule_file(&dir, "knowdb.toml", "[[tables]]\nname = \"assets\"\ncsv = \"assets.csv\"\n");
+    rule_file(&dir, "assets.csv", "ip,owner\n10.0.0.7,alice\n");
+    let input = rule_file(
+        &dir,
+        "in.jsonl",
+        "{\"src_ip\":\"10.0.0.1\",\"dst_ip\":\"10.0.0.7\",\"dst_port\":\"22\"}\n\
+         {\"src_ip\":\"10.0.0.2\",\"dst_ip\":\"10.0.0.9\",\"dst_port\":\"443\"}\n",
+    );
+    let out = omlet(&["run", &rule, "--knowdb", &knowdb, "-i", &input, "--explain", "2"]);
+    let t = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(t.starts_with("record 2 (line 2):\nmodel fw ("), "{t}");
+    assert!(t.contains("  line 4: port\n    read dest_port: absent\n    port not written: the value is absent"), "{t}");
+    assert!(t.contains("with ['10.0.0.9']: no row\n    dst_owner not written: the lookup found no row"), "{t}");
+    assert!(t.contains("output: {\"src\":\"10.0.0.2\"}"), "{t}");
+    assert!(!t.contains("record 1"), "only the record asked for: {t}");
+    let out = omlet(&[
+        "run",
+        &rule,
+        "--knowdb",
+        &knowdb,
+        "-i",
+        &input,
+        "--explain-where",
+        "dst_ip=10.0.0.7",
+        "--explain-format",
+        "json",
+    ]);
+    let j: serde_json::Value = serde_json::from_str(text(&out.stdout).trim()).unwrap();
+    assert_eq!(j["record"], 1);
+    assert_eq!(j["output"]["dst_owner"], "alice");
+    let lookup = j["trace"]["steps"][2]["events"][1].clone();
+    assert_eq!(lookup["event"], "lookup", "{j}");
+    assert_eq!(lookup["layer"], "in-memory table", "{j}");
+    let out = omlet(&["run", &rule, "--knowdb", &knowdb, "-i", &input, "--explain", "9"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("record 9: the input has fewer records"));
+    // The same story from a test case, through wasm and natively.
+    let cases = rule_file(
+        &dir,
+        "cases.toml",
+        "[[case]]\nname = \"no_owner\"\noml_file = \"fw.oml\"\nknowdb = \"knowdb.toml\"\n\
+         input = '{\"src_ip\":\"10.0.0.2\",\"dst_ip\":\"10.0.0.9\"}'\nexpected = '{\"src\":\"10.0.0.2\"}'\n",
+    );
+    for native in [false, true] {
+        let mut args = vec!["test", cases.as_str(), "--trace"];
+        if native {
+            args.push("--native");
+        }
+        let out = omlet(&args);
+        let t = text(&out.stdout);
+        assert!(
+            t.contains("ok ") && t.contains("no_owner") && t.contains("dst_owner not written: the lookup found no row"),
+            "{t}"
+        );
+        assert!(t.ends_with("1 passed, 0 failed\n"), "{t}");
+    }
+}
