@@ -5,6 +5,7 @@
     python3 benches/report.py               # writes BENCHMARKS.md and benches/plots/*.png
     python3 benches/report.py --only distinct   # rewrites only the distinct-key section and its plot
     python3 benches/report.py --only start      # rewrites only the start section (benches/start.rs, start_e2e.py)
+    python3 benches/report.py --only trace-off  # rewrites only the tracing-off section (benches/trace_off.py)
 
 Every figure comes from one run: the median time per iteration that criterion
 estimated, turned into records/s with the bench's declared throughput. What
@@ -696,6 +697,7 @@ def main():
               "each.", ""]
     lines += distinct_section(r, side)
     lines += start_section(r)
+    lines += trace_off_section()
     lines += ["## Not measured", "",
               "- sysbench (not installed; not in the allowed package sources here): mariadb-slap stands in "
               "for MariaDB, with the text protocol.",
@@ -955,6 +957,52 @@ def start_section(r):
     return lines
 
 
+TRACE_BEGIN = "<!-- trace-off: written by benches/report.py -->"
+TRACE_END = "<!-- /trace-off -->"
+
+
+def trace_off_section():
+    """Issue 33: tracing off against the build before traces (benches/trace_off.py)."""
+    lines = [TRACE_BEGIN, "## Tracing off (issue 33)", ""]
+    try:
+        d = json.load(open(os.path.join(CRIT, "omlet-trace-off.json")))
+    except (OSError, ValueError):
+        return lines + ["Not measured in this run.", "", TRACE_END, ""]
+    when = os.environ.get("OMLET_REPORT_DATE") or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    lines += [
+        f"Measured on {machine()}, {when}: `benches/trace_off.py` ran the `eval` bench of the commit before traces "
+        f"and of this one, one after the other, {d['runs']} times each (criterion medians, records/s). "
+        "`evaluate` runs the same evaluator as `explain`, with the trace's `Option` empty: a test at each "
+        "point a trace would note.", "",
+        "| cell | before traces | with traces, off | ratio of medians |", "|---|---|---|---:|"]
+    import statistics
+    for cell, v in sorted(d["cells"].items()):
+        b, a = v.get("before", []), v.get("after", [])
+        if not b or not a:
+            continue
+        ratio = statistics.median(a) / statistics.median(b)
+        lines.append(f"| `{cell}` | {', '.join(fmt_rps(x) for x in b)} | {', '.join(fmt_rps(x) for x in a)} | {ratio:.2f}x |")
+    lines += ["", "Within one build, runs differ by up to 25 % on this VM (the page's header says so), so a ratio "
+              "within a few percent of 1 is a tie.", "", TRACE_END, ""]
+    return lines
+
+
+def only_trace_off():
+    """Rewrites the tracing-off section of BENCHMARKS.md in place (or adds it before "## Not measured")."""
+    section = "\n".join(trace_off_section())
+    path = os.path.join(ROOT, "BENCHMARKS.md")
+    page = open(path).read()
+    if TRACE_BEGIN in page:
+        start = page.index(TRACE_BEGIN)
+        end = page.index(TRACE_END) + len(TRACE_END) + 1
+        page = page[:start] + section + page[end:]
+    else:
+        at = page.index("## Not measured")
+        page = page[:at] + section + "\n" + page[at:]
+    open(path, "w").write(page)
+    print("wrote the tracing-off section of BENCHMARKS.md")
+
+
 def only_start():
     """Rewrites the start section of BENCHMARKS.md in place (or adds it before "## Not measured")."""
     section = "\n".join(start_section(load()))
@@ -1076,5 +1124,7 @@ if __name__ == "__main__":
         only_distinct()
     elif sys.argv[1:] == ["--only", "start"]:
         only_start()
+    elif sys.argv[1:] == ["--only", "trace-off"]:
+        only_trace_off()
     else:
         main()
