@@ -66,6 +66,15 @@ enum Cmd {
         /// byte span, message and hint.
         #[arg(long)]
         json: bool,
+        /// Sample input records (JSONL, or CSV for *.csv; the first 10,000 are
+        /// read): warn about each field a rule reads that no sample record has
+        /// and no earlier statement writes (a misspelled name), with the
+        /// nearest name.
+        #[arg(long)]
+        sample: Option<PathBuf>,
+        /// Fail (exit 1) when there are warnings, not only errors.
+        #[arg(long)]
+        deny_warnings: bool,
     },
     /// Show what a built component holds: models, patterns, SQL statements, IR version, source hash.
     Inspect {
@@ -242,7 +251,9 @@ async fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.cmd {
         Cmd::Build { rules, output } => build(&rules, &output),
-        Cmd::Check { rules, knowdb, knowledge, json } => check(&rules, &knowdb, knowledge.as_deref(), json).await,
+        Cmd::Check { rules, knowdb, knowledge, json, sample, deny_warnings } => {
+            check(&rules, &knowdb, knowledge.as_deref(), json, sample.as_deref(), deny_warnings).await
+        }
         Cmd::Inspect { component, json, knowdb } => inspect(&component, json, &knowdb).await,
         Cmd::Run {
             rule,
@@ -753,9 +764,41 @@ fn sources(paths: &[PathBuf]) -> omlet::Result<Vec<RuleSource>> {
     RuleSource::collect(paths)
 }
 
-async fn check(rules: &[PathBuf], knowdb: &[PathBuf], config: Option<&Path>, json: bool) -> omlet::Result<ExitCode> {
+/// The field names of the first 10,000 records of a sample file (JSONL, or
+/// CSV for `*.csv`), for `omlet check --sample`.
+fn sample_fields(path: &Path) -> omlet::Result<std::collections::BTreeSet<String>> {
+    let f = std::fs::File::open(path).map_err(|e| Error::Io { path: path.into(), source: e })?;
+    let reader: Box<dyn BufRead + Send> = Box::new(std::io::BufReader::new(f));
+    let mut names = std::collections::BTreeSet::new();
+    for item in omlet::stream::read(reader, Format::of_path(&path.display().to_string())).take(10_000) {
+        if let Ok(r) = item?.record {
+            names.extend(r.names().map(str::to_string));
+        }
+    }
+    Ok(names)
+}
+
+async fn check(
+    rules: &[PathBuf],
+    knowdb: &[PathBuf],
+    config: Option<&Path>,
+    json: bool,
+    sample: Option<&Path>,
+    deny_warnings: bool,
+) -> omlet::Result<ExitCode> {
     let sources = sources(rules)?;
     let (mut notes, mut warnings) = (Vec::new(), Vec::new());
+    // Silent loss the syntax tree shows (issue 33): a read after a take, an
+    // arm never taken, a field no sample record has.
+    let sample = match sample {
+        Some(p) => Some(sample_fields(p)?),
+        None => None,
+    };
+    for s in &sources {
+        for l in omlet_lang::lint::lints(&s.text, sample.as_ref()) {
+            warnings.push(format!("{}:{}:{}: warning: {}", s.file, l.line, l.column, l.message));
+        }
+    }
     let result = match omlet::build::compile(&sources) {
         Ok(p) => {
             // The knowdbs' tables are loaded once: the load binds on them,
@@ -809,7 +852,7 @@ async fn check(rules: &[PathBuf], knowdb: &[PathBuf], config: Option<&Path>, jso
             }),
             Err(_) => serde_json::Value::Null,
         };
-        let ok = result.is_ok();
+        let ok = result.is_ok() && !(deny_warnings && !warnings.is_empty());
         println!(
             "{}",
             serde_json::json!({ "ok": ok, "models": models, "diagnostics": diagnostics, "warnings": warnings, "notes": notes, "language": language })
@@ -826,6 +869,10 @@ async fn check(rules: &[PathBuf], knowdb: &[PathBuf], config: Option<&Path>, jso
                 if let Some(line) = language_line(&m.file, &p.features) {
                     eprintln!("{line}");
                 }
+            }
+            if deny_warnings && !warnings.is_empty() {
+                eprintln!("{} warnings, and --deny-warnings", warnings.len());
+                return Ok(ExitCode::FAILURE);
             }
             Ok(ExitCode::SUCCESS)
         }

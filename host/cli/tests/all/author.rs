@@ -454,3 +454,36 @@ fn run_explain_and_test_trace_say_why_a_field_is_absent() {
         assert!(t.ends_with("1 passed, 0 failed\n"), "{t}");
     }
 }
+
+/// Issue 33: `omlet check` warns, without a knowdb, about what compiles and
+/// still loses a field: a read after a take into another name, a match arm
+/// never taken, and (given sample records) a field no record has, with the
+/// nearest name. Warnings fail only with --deny-warnings.
+#[test]
+fn check_warns_about_silent_loss() {
+    let dir = tempfile::tempdir().unwrap();
+    let rule = rule_file(
+        &dir,
+        "fw.oml",
+        "name : fw\n---\nsrc = object { ip = take(src_ip) ; } ;\n\
+         zone = select zone from zones where ip = read(src_ip) ;\n\
+         port : digit = read(dest_port) ;\n\
+         svc = match read(dst_port) { digit(22) => chars(ssh) ; digit(22) => chars(sftp) ; } ;\n",
+    );
+    let sample = rule_file(&dir, "sample.jsonl", "{\"src_ip\":\"10.0.0.1\",\"dst_port\":22}\n");
+    let out = omlet(&["check", &rule, "--sample", &sample]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "warnings do not fail the check: {err}");
+    assert!(err.contains("fw.oml:4:42: warning: `read(src_ip)` finds nothing: line 3 takes `src_ip` into `src` first"), "{err}");
+    assert!(
+        err.contains("fw.oml:5:16: warning: `dest_port` is in no sample record") && err.contains("did you mean `dst_port`?"),
+        "{err}"
+    );
+    assert!(err.contains("fw.oml:6:") && err.contains("this match arm is never taken: the arm at line 6"), "{err}");
+    let out = omlet(&["check", &rule, "--deny-warnings"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let out = omlet(&["check", &rule, "--json", "--deny-warnings"]);
+    let j: serde_json::Value = serde_json::from_str(text(&out.stdout).trim()).unwrap();
+    assert_eq!(j["ok"], false);
+    assert_eq!(j["warnings"].as_array().unwrap().len(), 2, "without a sample, two: {j}");
+}

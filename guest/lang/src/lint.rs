@@ -1,0 +1,288 @@
+//! Warnings that catch silent loss (issue 33, item 2): rules that compile
+//! and run, and still lose a field without a word.
+//!
+//! - a `read` of a field that an earlier statement `take`s into another
+//!   name: the read finds nothing;
+//! - a match arm whose conditions an earlier arm already has: it is never
+//!   taken;
+//! - given the field names of sample records, a read of a field that no
+//!   sample record has and no earlier statement writes (a misspelled name
+//!   such as `dest_port` for `dst_port`), with the nearest name.
+//!
+//! They read the syntax tree, so they need neither a knowledge base nor a
+//! component. `omlet check` prints them; they never fail a build unless
+//! asked (`--deny-warnings`).
+
+use alloc::collections::{BTreeMap, BTreeSet};
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+
+use crate::ast::{self, Expr, LikePattern, LikePiece, SqlCond, SqlOperand};
+use crate::diag::{Span, line_col};
+
+/// One warning, with its place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lint {
+    /// 1-based line and column of what it is about.
+    pub line: u32,
+    pub column: u32,
+    pub message: String,
+}
+
+/// A field access found in a statement: its key (the implicit one
+/// resolved), whether it takes, whether it has options or a default, where.
+struct Use {
+    key: String,
+    take: bool,
+    fallback: bool,
+    span: Span,
+}
+
+/// The warnings of one rule file's text. `sample`, when given, holds the
+/// field names that input records have. A text that does not parse gives
+/// none (its errors say more).
+pub fn lints(text: &str, sample: Option<&BTreeSet<String>>) -> Vec<Lint> {
+    let (Some(rule), diags) = crate::parse::parse(text) else { return Vec::new() };
+    if !diags.is_empty() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    let at = |span: Span, message: String| {
+        let (line, column) = line_col(text, span.start as usize);
+        Lint { line, column, message }
+    };
+    // Fields taken into another name, by key: the line of the statement
+    // that took it and where it went.
+    let mut taken: BTreeMap<String, (u32, String)> = BTreeMap::new();
+    let mut written: BTreeSet<String> = BTreeSet::new();
+    for s in &rule.stmts {
+        let line = line_col(text, s.span.start as usize).0;
+        let target = s.targets.first().map(|t| t.name.clone()).unwrap_or_default();
+        if target.contains('*') {
+            // A batch statement moves whatever matches: the fields it takes
+            // are not known here.
+            continue;
+        }
+        let mut uses = Vec::new();
+        let mut matches = Vec::new();
+        walk(&s.expr, &target, &mut uses, &mut matches);
+        for u in &uses {
+            if !u.take
+                && !written.contains(&u.key)
+                && let Some((took, into)) = taken.get(&u.key)
+            {
+                out.push(at(
+                    u.span,
+                    format!(
+                        "`read({k})` finds nothing: line {took} takes `{k}` into `{into}` first (read `{into}`, or read `{k}` at line {took})",
+                        k = u.key
+                    ),
+                ));
+            }
+            if let Some(sample) = sample
+                && !u.fallback
+                && !sample.contains(&u.key)
+                && !written.contains(&u.key)
+                && !taken.contains_key(&u.key)
+            {
+                let known: Vec<&str> = sample.iter().map(String::as_str).chain(written.iter().map(String::as_str)).collect();
+                let near = crate::parse::nearest(&u.key, &known).map(|n| format!("; did you mean `{n}`?")).unwrap_or_default();
+                out.push(at(
+                    u.span,
+                    format!("`{}` is in no sample record and no earlier statement writes it: it is always absent{near}", u.key),
+                ));
+            }
+        }
+        for m in matches {
+            let shown: Vec<String> = m.arms.iter().map(|a| format!("{:?}", a.conds)).collect();
+            for (j, arm) in m.arms.iter().enumerate() {
+                if let Some(i) = shown[..j].iter().position(|c| *c == shown[j]) {
+                    let first = line_col(text, m.arms[i].span.start as usize).0;
+                    out.push(at(
+                        arm.span,
+                        format!("this match arm is never taken: the arm at line {first} has the same conditions"),
+                    ));
+                }
+            }
+        }
+        for u in &uses {
+            if u.take && u.key != target && !written.contains(&u.key) {
+                taken.entry(u.key.clone()).or_insert((line, target.clone()));
+            }
+        }
+        for t in &s.targets {
+            written.insert(t.name.clone());
+            taken.remove(&t.name);
+        }
+    }
+    out
+}
+
+/// The accesses and matches of `e`, in order; `implicit` is the key of an
+/// access that names none (the statement's target, or the member's name).
+fn walk<'e>(e: &'e Expr, implicit: &str, uses: &mut Vec<Use>, matches: &mut Vec<&'e ast::Match>) {
+    match e {
+        Expr::Access(a) => access(a, implicit, uses, matches),
+        Expr::At(name, span) => uses.push(Use { key: name.clone(), take: false, fallback: false, span: *span }),
+        Expr::Pipe { source, .. } => walk(source, implicit, uses, matches),
+        Expr::Match(m) => {
+            for s in &m.sources {
+                walk(s, implicit, uses, matches);
+            }
+            matches.push(m);
+            for a in &m.arms {
+                walk(&a.result, implicit, uses, matches);
+            }
+            if let Some(d) = &m.default {
+                walk(d, implicit, uses, matches);
+            }
+        }
+        Expr::Object(members, _) => {
+            for m in members {
+                let name = m.names.first().map(String::as_str).unwrap_or(implicit);
+                walk(&m.expr, name, uses, matches);
+            }
+        }
+        Expr::Array(items, _) => {
+            for i in items {
+                walk(i, implicit, uses, matches);
+            }
+        }
+        Expr::Calc(c, _) => calc(c, implicit, uses, matches),
+        Expr::LookupNocase { key, default, .. } => {
+            walk(key, implicit, uses, matches);
+            walk(default, implicit, uses, matches);
+        }
+        // `collect` takes patterns, not fields: nothing to say of it here.
+        Expr::Collect(..) => {}
+        Expr::Fmt { args, .. } => {
+            for a in args {
+                walk(a, implicit, uses, matches);
+            }
+        }
+        Expr::Sql(q) => sql_cond(&q.cond, implicit, uses, matches),
+        Expr::AccessDirect { src, dst, .. } => {
+            walk(src, implicit, uses, matches);
+            walk(dst, implicit, uses, matches);
+        }
+        Expr::Fail(m, _) => walk(m, implicit, uses, matches),
+        Expr::Literal(..) | Expr::Now(..) | Expr::Ident(..) => {}
+    }
+}
+
+fn access<'e>(a: &'e ast::Access, implicit: &str, uses: &mut Vec<Use>, matches: &mut Vec<&'e ast::Match>) {
+    if !a.keys.is_empty() {
+        return;
+    }
+    let key = a.key.clone().unwrap_or_else(|| implicit.into());
+    uses.push(Use { key, take: a.take, fallback: a.default.is_some() || !a.options.is_empty(), span: a.span });
+    if let Some(d) = &a.default {
+        walk(d, implicit, uses, matches);
+    }
+}
+
+fn calc<'e>(c: &'e ast::CalcExpr, implicit: &str, uses: &mut Vec<Use>, matches: &mut Vec<&'e ast::Match>) {
+    match c {
+        ast::CalcExpr::Field(e) => walk(e, implicit, uses, matches),
+        ast::CalcExpr::Neg(x) | ast::CalcExpr::Fn(_, x) => calc(x, implicit, uses, matches),
+        ast::CalcExpr::Bin(_, l, r) => {
+            calc(l, implicit, uses, matches);
+            calc(r, implicit, uses, matches);
+        }
+        ast::CalcExpr::Int(_) | ast::CalcExpr::Float(_) => {}
+    }
+}
+
+fn sql_cond<'e>(c: &'e SqlCond, implicit: &str, uses: &mut Vec<Use>, matches: &mut Vec<&'e ast::Match>) {
+    match c {
+        SqlCond::Or(v) | SqlCond::And(v) => {
+            for c in v {
+                sql_cond(c, implicit, uses, matches);
+            }
+        }
+        SqlCond::Not(c) | SqlCond::Group(c) => sql_cond(c, implicit, uses, matches),
+        SqlCond::Cmp { left, right, .. } => {
+            sql_operand(left, implicit, uses, matches);
+            sql_operand(right, implicit, uses, matches);
+        }
+        SqlCond::In { left, items, .. } => {
+            sql_operand(left, implicit, uses, matches);
+            for i in items {
+                sql_operand(i, implicit, uses, matches);
+            }
+        }
+        SqlCond::Like { left, pattern, span } => {
+            sql_operand(left, implicit, uses, matches);
+            match pattern {
+                LikePattern::Value(v) => sql_operand(v, implicit, uses, matches),
+                LikePattern::Pieces(pieces) => {
+                    for p in pieces {
+                        if let LikePiece::Field { take, name } = p {
+                            uses.push(Use { key: name.clone(), take: *take, fallback: false, span: *span });
+                        }
+                    }
+                }
+                LikePattern::Literal(_) => {}
+            }
+        }
+    }
+}
+
+fn sql_operand<'e>(o: &'e SqlOperand, implicit: &str, uses: &mut Vec<Use>, matches: &mut Vec<&'e ast::Match>) {
+    match o {
+        SqlOperand::Value(e) => walk(e, implicit, uses, matches),
+        SqlOperand::Call { args, .. } => {
+            for a in args {
+                sql_operand(a, implicit, uses, matches);
+            }
+        }
+        SqlOperand::Column(..) | SqlOperand::Literal(_) => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn messages(stmts: &str, sample: Option<&[&str]>) -> Vec<String> {
+        let text = format!("name : t\n---\n{stmts}");
+        let sample: Option<BTreeSet<String>> = sample.map(|s| s.iter().map(|x| String::from(*x)).collect());
+        lints(&text, sample.as_ref()).into_iter().map(|l| format!("{}:{}: {}", l.line, l.column, l.message)).collect()
+    }
+
+    #[test]
+    fn a_read_after_a_take_into_another_name() {
+        let m = messages("a = take(ip) ;\nb = read(ip) ;\n", None);
+        assert_eq!(m, ["4:5: `read(ip)` finds nothing: line 3 takes `ip` into `a` first (read `a`, or read `ip` at line 3)"]);
+        // Taken into its own name: the read finds the output.
+        assert!(messages("ip = take(ip) ;\nb = read(ip) ;\n", None).is_empty());
+        // Taken inside an object, read by a lookup.
+        let m = messages("o = object { src = take(src_ip) ; } ;\nz = select zone from zones where ip = read(src_ip) ;\n", None);
+        assert_eq!(m.len(), 1, "{m:?}");
+        assert!(m[0].contains("takes `src_ip` into `o`"), "{m:?}");
+    }
+
+    #[test]
+    fn a_match_arm_that_repeats_an_earlier_one() {
+        let m =
+            messages("k = match read(p) { digit(80) => chars(a) ; digit(443) => chars(b) ; digit(80) => chars(c) ; } ;\n", None);
+        assert_eq!(m.len(), 1, "{m:?}");
+        assert!(m[0].contains("never taken: the arm at line 3"), "{m:?}");
+    }
+
+    #[test]
+    fn a_field_no_sample_has() {
+        let sample = ["dst_port", "src_ip"];
+        let m = messages(
+            "p = read(dest_port) ;\nq = read(src_ip) ;\nr = read(p) ;\ns = read(x) { _ : chars(none) } ;\n",
+            Some(&sample),
+        );
+        assert_eq!(
+            m,
+            [
+                "3:5: `dest_port` is in no sample record and no earlier statement writes it: it is always absent; did you mean `dst_port`?"
+            ]
+        );
+    }
+}
