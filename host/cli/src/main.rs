@@ -852,7 +852,7 @@ async fn check(
             }),
             Err(_) => serde_json::Value::Null,
         };
-        let ok = result.is_ok() && !(deny_warnings && !warnings.is_empty());
+        let ok = result.is_ok() && (!deny_warnings || warnings.is_empty());
         println!(
             "{}",
             serde_json::json!({ "ok": ok, "models": models, "diagnostics": diagnostics, "warnings": warnings, "notes": notes, "language": language })
