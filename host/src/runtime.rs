@@ -652,6 +652,9 @@ pub struct ModelInfo {
     pub file: String,
     /// The statements it may run: indices into [`RuleInfo::statements`].
     pub statements: Vec<u32>,
+    /// Its lookups, in order, as its rule writes them: (statement, line in
+    /// [`file`](Self::file), the SQL with this lookup's literals in place).
+    pub lookups: Vec<(u32, u32, String)>,
 }
 
 impl From<bindings::exports::omlet::rule::meta::RuleInfo> for RuleInfo {
@@ -688,6 +691,7 @@ impl From<bindings::exports::omlet::rule::meta::RuleInfo> for RuleInfo {
                     enabled: m.enabled,
                     file: m.file,
                     statements: m.statements,
+                    lookups: m.lookups.into_iter().map(|l| (l.statement, l.line, l.sql)).collect(),
                 })
                 .collect(),
             statements,

@@ -223,6 +223,14 @@ fn program(st: &mut State) -> Result<&Program, String> {
 
 struct Guest;
 
+/// A model's lookups, with the index of their statement in the model.
+fn lookups_of(m: &omlet_lang::ir::Model) -> impl Iterator<Item = (usize, &omlet_lang::ir::Lookup)> {
+    m.stmts.iter().enumerate().filter_map(|(i, s)| match s {
+        omlet_lang::ir::Stmt::Lookup { lookup, .. } => Some((i, lookup)),
+        _ => None,
+    })
+}
+
 impl meta::Guest for Guest {
     fn info() -> Result<meta::RuleInfo, String> {
         let st = state();
@@ -239,7 +247,19 @@ impl meta::Guest for Guest {
                     patterns: m.patterns.clone(),
                     enabled: m.enabled,
                     file: m.file.clone(),
-                    statements: (0..p.statements.len() as u32).filter(|&i| p.statements[i as usize].file == m.file).collect(),
+                    statements: {
+                        let mut s: Vec<u32> = lookups_of(m).map(|(_, l)| l.statement).collect();
+                        s.sort_unstable();
+                        s.dedup();
+                        s
+                    },
+                    lookups: lookups_of(m)
+                        .map(|(i, l)| meta::Lookup {
+                            statement: l.statement,
+                            line: m.lines.get(i).copied().unwrap_or(0),
+                            sql: p.statements.get(l.statement as usize).map(|s| l.shown(s)).unwrap_or_default(),
+                        })
+                        .collect(),
                 })
                 .collect(),
             statements: p

@@ -431,6 +431,51 @@ pub struct Lookup {
     pub params: Vec<Param>,
 }
 
+impl Lookup {
+    /// `stmt`'s SQL as this lookup's rule wrote it: each parameter that is a
+    /// literal here written as one (`k = 1`, `name = 'x'`), the others left
+    /// as `:name`.
+    pub fn shown(&self, stmt: &SqlStatement) -> String {
+        let mut sql = stmt.sql.clone();
+        for (name, p) in stmt.params.iter().zip(&self.params) {
+            let Param::Const(c) = p else { continue };
+            let literal = match c {
+                Const::Digit(d) => alloc::format!("{d}"),
+                Const::Chars(t) => alloc::format!("'{}'", t.replace('\'', "''")),
+                other => alloc::format!("{other:?}"),
+            };
+            sql = replace_param(&sql, name, &literal);
+        }
+        sql
+    }
+}
+
+/// `sql` with the parameter `:name` (a whole name, outside quotes) replaced by `with`.
+fn replace_param(sql: &str, name: &str, with: &str) -> String {
+    let mut out = String::with_capacity(sql.len());
+    let b = sql.as_bytes();
+    let (mut i, mut quoted) = (0, false);
+    while i < b.len() {
+        if b[i] == b'\'' {
+            quoted = !quoted;
+        }
+        let end = i + 1 + name.len();
+        if !quoted
+            && b[i] == b':'
+            && sql.get(i + 1..end) == Some(name)
+            && !b.get(end).is_some_and(|c| c.is_ascii_alphanumeric() || *c == b'_')
+        {
+            out.push_str(with);
+            i = end;
+            continue;
+        }
+        let ch = sql[i..].chars().next().unwrap_or(' ');
+        out.push(ch);
+        i += ch.len_utf8();
+    }
+    out
+}
+
 /// A bound parameter's value, computed by the guest before the query.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum Param {

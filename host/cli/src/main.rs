@@ -552,6 +552,9 @@ async fn inspect(component: &Path, json: bool, knowdb: &[PathBuf]) -> omlet::Res
                 serde_json::json!({
                     "name": m.name, "file": m.file, "enabled": m.enabled, "patterns": m.patterns,
                     "statements": m.statements.iter().map(statement).collect::<Vec<_>>(),
+                    "lookups": m.lookups.iter().map(|(i, line, sql)| serde_json::json!({
+                        "statement": i, "line": line, "sql": sql, "path": paths.get(*i as usize),
+                    })).collect::<Vec<_>>(),
                 })
             })
             .collect();
@@ -573,9 +576,8 @@ async fn inspect(component: &Path, json: bool, knowdb: &[PathBuf]) -> omlet::Res
         for p in &m.patterns {
             println!("  rule {p}");
         }
-        for i in &m.statements {
-            let s = &info.statements[*i as usize];
-            println!("  sql  {}:{}  {}", s.line, s.column, s.sql);
+        for (i, line, sql) in &m.lookups {
+            println!("  sql  line {line}  {sql}");
             if let Some(p) = paths.get(*i as usize) {
                 println!("       path: {p}");
             }

@@ -487,3 +487,26 @@ fn check_warns_about_silent_loss() {
     assert_eq!(j["ok"], false);
     assert_eq!(j["warnings"].as_array().unwrap().len(), 2, "without a sample, two: {j}");
 }
+
+/// Issue 33: `omlet inspect` shows each model's own lookups, even when two
+/// models share one statement, with literals as the rule wrote them.
+#[test]
+fn inspect_shows_each_models_lookups_with_their_literals() {
+    let dir = tempfile::tempdir().unwrap();
+    rule_file(&dir, "a.oml", "name : a\nrule : /a/*\n---\nz = select zone from zones where ip = read(ip) and k = 1 ;\n");
+    rule_file(
+        &dir,
+        "b.oml",
+        "name : b\nrule : /b/*\n---\nx = chars(b) ;\nz = select zone from zones where ip = read(ip) and k = 1 ;\n",
+    );
+    let set = dir.path().to_str().unwrap();
+    let out = omlet(&["inspect", set]);
+    let t = text(&out.stdout);
+    assert!(t.contains("model a from") && t.contains("model b from"), "{t}");
+    assert_eq!(t.matches("select zone from zones where ip = :ip and k = 1").count(), 2, "{t}");
+    assert!(t.contains("  sql  line 5  select zone"), "model b's own line: {t}");
+    let out = omlet(&["inspect", set, "--json"]);
+    let j: serde_json::Value = serde_json::from_str(&text(&out.stdout)).unwrap();
+    assert_eq!(j["models"][1]["lookups"][0]["line"], 5, "{j}");
+    assert_eq!(j["models"][1]["lookups"][0]["statement"], j["models"][0]["lookups"][0]["statement"]);
+}
