@@ -26,6 +26,10 @@ struct CaseFile {
     case: Vec<Case>,
 }
 
+/// What a case file's `[defaults]` may give every case that does not say
+/// otherwise: the keys that the cases of one file usually share.
+const DEFAULT_KEYS: &[&str] = &["oml", "oml_file", "input_types", "knowledge", "knowdb", "intranet_nets", "rule_path", "model"];
+
 /// One test case.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Case {
@@ -35,9 +39,19 @@ pub struct Case {
     #[serde(default)]
     pub oml: String,
     /// A rule file, relative to the case file, that [`run_file`] reads into
-    /// `oml` (and then replaces with its full path).
+    /// `oml` (and then replaces with its full path); or a folder of them, a
+    /// rule set, read into [`sources`](Self::sources).
     #[serde(default)]
     pub oml_file: Option<String>,
+    /// The rule set's files, when `oml_file` names a folder: (file, text).
+    #[serde(skip)]
+    pub sources: Vec<(String, String)>,
+    /// With a rule set: the rule path that routes the input record.
+    #[serde(default)]
+    pub rule_path: Option<String>,
+    /// With a rule set: the model that evaluates the input record.
+    #[serde(default)]
+    pub model: Option<String>,
     /// The input record as a JSON object, keys in order (default `{}`).
     #[serde(default = "empty_object")]
     pub input: String,
@@ -129,9 +143,30 @@ pub fn read_cases(path: &Path) -> Result<Vec<Case>> {
     let text = std::fs::read_to_string(path).map_err(|e| Error::Io { path: path.into(), source: e })?;
     let bad = |message: String| Error::Input { what: path.display().to_string(), message };
     // A misspelled key (`expect =`) would silently test nothing: name it.
-    let table: toml::Table = toml::from_str(&text).map_err(|e| bad(e.to_string()))?;
-    if let Some(k) = table.keys().find(|k| k.as_str() != "case") {
-        return Err(bad(format!("unknown top-level key `{k}`: a case file holds `[[case]]` tables")));
+    let mut table: toml::Table = toml::from_str(&text).map_err(|e| bad(e.to_string()))?;
+    if let Some(k) = table.keys().find(|k| !matches!(k.as_str(), "case" | "defaults")) {
+        return Err(bad(format!("unknown top-level key `{k}`: a case file holds `[defaults]` and `[[case]]` tables")));
+    }
+    // `[defaults]`: keys every case shares, unless it says otherwise.
+    if let Some(defaults) = table.remove("defaults") {
+        let Some(defaults) = defaults.as_table().cloned() else {
+            return Err(bad("`defaults` is a table: [defaults]".into()));
+        };
+        if let Some(k) = defaults.keys().find(|k| !DEFAULT_KEYS.contains(&k.as_str())) {
+            return Err(bad(format!("[defaults]: `{k}` cannot be a default (these can: {})", DEFAULT_KEYS.join(", "))));
+        }
+        for case in table.get_mut("case").and_then(|c| c.as_array_mut()).into_iter().flatten() {
+            if let Some(case) = case.as_table_mut() {
+                for (k, v) in &defaults {
+                    // An inline rule in a case replaces a default rule file, and the reverse.
+                    let rule_given =
+                        matches!(k.as_str(), "oml" | "oml_file") && (case.contains_key("oml") || case.contains_key("oml_file"));
+                    if !rule_given && !case.contains_key(k) {
+                        case.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+        }
     }
     for (i, case) in table.get("case").and_then(|c| c.as_array()).into_iter().flatten().enumerate() {
         let name = case.get("name").and_then(|n| n.as_str()).map(str::to_string).unwrap_or_else(|| format!("#{}", i + 1));
@@ -165,6 +200,8 @@ const CASE_KEYS: &[&str] = &[
     "expected_error",
     "expected_record_error",
     "intranet_nets",
+    "rule_path",
+    "model",
     "spec_expected",
     "spec_required",
     "reference_error",
@@ -210,7 +247,12 @@ pub async fn run_matching(
         }
         if let Some(f) = &case.oml_file {
             let p = dir.join(f);
-            case.oml = std::fs::read_to_string(&p).map_err(|e| Error::Io { path: p.clone(), source: e })?;
+            if p.is_dir() {
+                // A rule set: its files, compiled together.
+                case.sources = RuleSource::collect(std::slice::from_ref(&p))?.into_iter().map(|s| (s.file, s.text)).collect();
+            } else {
+                case.oml = std::fs::read_to_string(&p).map_err(|e| Error::Io { path: p.clone(), source: e })?;
+            }
             case.oml_file = Some(p.display().to_string());
         }
         let (result, trace) = run_case_traced(&case, mode, engine, db, trace).await;
@@ -260,7 +302,10 @@ async fn run_case_inner(
     trace: &mut Option<String>,
 ) -> std::result::Result<(), String> {
     let file = case.oml_file.clone().unwrap_or_else(|| format!("{}.oml", case.name));
-    let src = [RuleSource { file: file.clone(), text: case.oml.clone() }];
+    let src: Vec<RuleSource> = match case.sources.as_slice() {
+        [] => vec![RuleSource { file: file.clone(), text: case.oml.clone() }],
+        set => set.iter().map(|(file, text)| RuleSource { file: file.clone(), text: text.clone() }).collect(),
+    };
     let compiled = omlet::build::compile(&src);
     if let Some(what) = &case.expected_error {
         return match compiled {
@@ -281,6 +326,19 @@ async fn run_case_inner(
         Err(e) => return Err(format!("compile error:\n{e}")),
     };
     let input = input_record(&case.input, &case.input_types)?;
+    // Which model: by the case's rule path or model name, else the only one.
+    let route = match (&case.rule_path, &case.model) {
+        (Some(p), _) => omlet::Route::Path(p),
+        (None, Some(m)) => omlet::Route::Model(m),
+        (None, None) => omlet::Route::Only,
+    };
+    let model = program
+        .route(match route {
+            omlet::Route::Path(p) => omlet_lang::Route::Path(p),
+            omlet::Route::Model(m) => omlet_lang::Route::Model(m),
+            _ => omlet_lang::Route::Only,
+        })
+        .map_err(|e| e.to_string());
     let provider: Option<Arc<dyn Provider>> = match (&case.knowledge, &case.knowdb, db) {
         (None, None, _) => None,
         (_, _, Some(db)) => Some(db.provider.clone()),
@@ -314,11 +372,11 @@ async fn run_case_inner(
             let record = Record::from_fields(input);
             match trace {
                 Some(t) => {
-                    let e = rule.explain(&record).await.map_err(|e| e.to_string())?;
+                    let e = rule.explain_on(route, &record).await.map_err(|e| e.to_string())?;
                     *t = e.trace.to_text();
                     e.output.map(|r| r.into_fields()).map_err(|e| e.to_string())
                 }
-                None => rule.evaluate(&record).await.map(|r| r.into_fields()).map_err(|e| e.to_string()),
+                None => rule.evaluate_on(route, &record).await.map(|r| r.into_fields()).map_err(|e| e.to_string()),
             }
         }
         Mode::Native => {
@@ -333,11 +391,15 @@ async fn run_case_inner(
             }
             let traced = trace.is_some();
             let (out, text) = tokio::task::spawn_blocking(move || {
+                let model = match model {
+                    Ok(m) => m,
+                    Err(e) => return (Err(e), None),
+                };
                 let (out, text) = if traced {
-                    let (out, t) = omlet_lang::eval::explain(&program, 0, input, &mut host);
+                    let (out, t) = omlet_lang::eval::explain(&program, model, input, &mut host);
                     (out, Some(t.to_text()))
                 } else {
-                    (omlet_lang::evaluate(&program, 0, input, &mut host), None)
+                    (omlet_lang::evaluate(&program, model, input, &mut host), None)
                 };
                 (out.map(|r| r.into_iter().map(Field::into_owned).collect::<Fields>()).map_err(|e| e.to_string()), text)
             })

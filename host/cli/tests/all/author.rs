@@ -510,3 +510,35 @@ fn inspect_shows_each_models_lookups_with_their_literals() {
     assert_eq!(j["models"][1]["lookups"][0]["line"], 5, "{j}");
     assert_eq!(j["models"][1]["lookups"][0]["statement"], j["models"][0]["lookups"][0]["statement"]);
 }
+
+/// Issue 33: a case file's `[defaults]` give every case its rule, knowdb
+/// and input types, and a case's rule may be a rule set (a folder), routed
+/// by the case's `rule_path` or `model`; on wasm and natively.
+#[test]
+fn case_files_have_defaults_and_rule_sets() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("set")).unwrap();
+    rule_file(&dir, "set/web.oml", "name : web\nrule : /web/*\n---\nkind = chars(web) ;\nwhen = read(ts) ;\n");
+    rule_file(&dir, "set/dns.oml", "name : dns\nrule : /dns/*\n---\nkind = chars(dns) ;\n");
+    let cases = rule_file(
+        &dir,
+        "cases.toml",
+        "[defaults]\noml_file = \"set\"\ninput_types = { ts = \"time\" }\n\n\
+         [[case]]\nname = \"web\"\nrule_path = \"/web/access\"\ninput = '{\"ts\":\"2024-01-02 03:04:05\"}'\n\
+         expected = '{\"kind\":\"web\",\"when\":\"2024-01-02 03:04:05\"}'\nexpected_types = { when = \"time\" }\n\n\
+         [[case]]\nname = \"dns\"\nmodel = \"dns\"\nexpected = '{\"kind\":\"dns\"}'\n\n\
+         [[case]]\nname = \"inline\"\noml = \"name : i\\n---\\nk = chars(i) ;\\n\"\nexpected = '{\"k\":\"i\"}'\n\n\
+         [[case]]\nname = \"nowhere\"\nrule_path = \"/mail/x\"\nexpected_record_error = \"no enabled model\"\n",
+    );
+    for native in [false, true] {
+        let mut args = vec!["test", cases.as_str()];
+        if native {
+            args.push("--native");
+        }
+        let out = omlet(&args);
+        assert_eq!(text(&out.stdout), "4 passed, 0 failed\n", "native {native}: {}{}", text(&out.stdout), text(&out.stderr));
+    }
+    let bad = rule_file(&dir, "bad.toml", "[defaults]\nexpected = '{}'\n[[case]]\nname = \"x\"\noml = \"name : x\\n---\\n\"\n");
+    let out = omlet(&["test", &bad]);
+    assert!(text(&out.stderr).contains("[defaults]: `expected` cannot be a default"), "{}", text(&out.stderr));
+}
