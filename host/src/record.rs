@@ -159,6 +159,64 @@ impl Record {
         self.shown().map(|f| (f.name.as_ref(), Value::from_lang(&f.value)))
     }
 
+    /// The text of field `name`, when the record shows it as chars,
+    /// borrowed (what [`Route::Field`](crate::Route::Field) routes by).
+    pub fn get_str(&self, name: &str) -> Option<&str> {
+        self.shown().find(|f| f.name == name).and_then(|f| match &f.value {
+            LangValue::Chars(s) => Some(s.as_ref()),
+            _ => None,
+        })
+    }
+
+    /// Types the fields that JSON and CSV cannot say, as `omlet run
+    /// --input-types` and a test case's `input_types` do: `types` maps a
+    /// field name to `ip`, `time` (`YYYY-MM-DD HH:MM:SS`, with an optional
+    /// fraction), `digit`, `float`, `bool` (only `true` is true) or `chars`.
+    /// Digits, floats and addresses are read by the evaluator's own
+    /// conversion (that of a typed target). A field that is not there is
+    /// left out; one whose text does not read as its type fails with
+    /// [`Error::Input`] naming it, and the record is then left as it was.
+    ///
+    /// ```
+    /// let mut r = omlet::Record::from_json(r#"{"ts":"2024-01-02 03:04:05","src":"10.0.0.1"}"#)?;
+    /// r.retype(&[("ts", "time"), ("src", "ip")].into_iter().map(|(a, b)| (a.to_string(), b.to_string())).collect())?;
+    /// assert_eq!(r.get("src"), Some(omlet::Value::Ip("10.0.0.1".parse().unwrap())));
+    /// # Ok::<(), omlet::Error>(())
+    /// ```
+    pub fn retype(&mut self, types: &BTreeMap<String, String>) -> Result<()> {
+        use omlet_lang::value::{Kind, Type, convert};
+        // Typed on a copy: a field that fails leaves the record as it was.
+        let mut typed = self.fields.clone();
+        for f in &mut typed {
+            let Some(ty) = types.get(f.name.as_ref()) else { continue };
+            let (name, text) = (f.name.to_string(), f.value.raw_text().into_owned());
+            let bad = |message: String| Error::Input { what: format!("field {name}"), message };
+            let value = std::mem::replace(&mut f.value, LangValue::Null);
+            let kind = match ty.as_str() {
+                "time" => {
+                    let t = omlet_lang::time::parse_time(&text);
+                    f.value = LangValue::Time(t.ok_or_else(|| bad(format!("not a time (YYYY-MM-DD HH:MM:SS): {text}")))?);
+                    continue;
+                }
+                "bool" => {
+                    f.value = LangValue::Bool(text == "true");
+                    continue;
+                }
+                "chars" => Kind::Chars,
+                "ip" => Kind::Ip,
+                "digit" => Kind::Digit,
+                "float" => Kind::Float,
+                other => return Err(bad(format!("unknown type {other} (ip, time, digit, float, bool or chars)"))),
+            };
+            f.value = convert(value, &Type::Kind(kind));
+            if f.value.kind() != kind {
+                return Err(bad(format!("not {}: {text}", kind.name())));
+            }
+        }
+        self.fields = typed;
+        Ok(())
+    }
+
     /// The names of the fields the record shows, in order.
     pub fn names(&self) -> impl Iterator<Item = &str> + '_ {
         self.shown().map(|f| f.name.as_ref())

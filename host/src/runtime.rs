@@ -53,6 +53,25 @@ pub enum Route<'a> {
     Path(&'a str),
     /// A model by its `name :`, enabled or not.
     Model(&'a str),
+    /// The rule path in the record's field of this name (which stays in the
+    /// record), as `omlet run --rule-path-field` routes: each record may go
+    /// to another model. A record without such a text field is
+    /// [`Error::Unrouted`].
+    Field(&'a str),
+}
+
+impl<'a> Route<'a> {
+    /// The route of `record`: a [`Route::Field`] becomes the path its
+    /// field holds; the others stay.
+    fn of(self, record: &'a Record) -> Result<Route<'a>> {
+        match self {
+            Route::Field(name) => match record.get_str(name) {
+                Some(path) => Ok(Route::Path(path)),
+                None => Err(no_route_field(name, 0)),
+            },
+            other => Ok(other),
+        }
+    }
 }
 
 /// How to load a rule: the knowledge base its lookups read, and the limits
@@ -1130,6 +1149,7 @@ impl Rule {
     /// Evaluates one record with the model `route` names. A route that names
     /// no model gives [`Error::Unrouted`].
     pub async fn evaluate_on(&self, route: Route<'_>, record: &Record) -> Result<Record> {
+        let route = route.of(record)?;
         // Coalesce only calls that will not wait for the host: while the sync
         // path is skipped, lookups are missing the caches, and coalesced
         // records would make their lookups one after another.
@@ -1276,7 +1296,10 @@ impl Rule {
     /// the record's own errors (unrouted, a fatal lookup, `fail`) are in
     /// [`Explained::output`], with the trace up to them.
     pub async fn explain_on(&self, route: Route<'_>, record: &Record) -> Result<Explained> {
-        let route = wit_route(route);
+        let route = match route.of(record) {
+            Ok(r) => wit_route(r),
+            Err(e) => return Ok(Explained { output: Err(e), trace: Trace::default() }),
+        };
         let input = wire::with_record_frame(record, |f| self.check_size(f).map(|()| f.to_vec()))?;
         let generation = self.generation();
         let mut inst = self.checkout(generation).await?;
@@ -1305,7 +1328,29 @@ impl Rule {
     /// Evaluates records in one guest call, all with the model `route` names.
     /// To route records by their own rule paths, group them by path first.
     pub async fn evaluate_batch_on(&self, route: Route<'_>, records: &[Record]) -> Result<Vec<Result<Record>>> {
-        self.evaluate_batch_iter(route, records.iter()).await
+        let Route::Field(name) = route else {
+            return self.evaluate_batch_iter(route, records.iter()).await;
+        };
+        // By field: one batch call per rule path, the results put back in
+        // input order.
+        let mut out: Vec<Option<Result<Record>>> = (0..records.len()).map(|_| None).collect();
+        let mut by_path: Vec<(&str, Vec<usize>)> = Vec::new();
+        for (i, r) in records.iter().enumerate() {
+            match r.get_str(name) {
+                Some(p) => match by_path.iter_mut().find(|(q, _)| *q == p) {
+                    Some((_, v)) => v.push(i),
+                    None => by_path.push((p, vec![i])),
+                },
+                None => out[i] = Some(Err(no_route_field(name, i))),
+            }
+        }
+        for (path, indices) in by_path {
+            let results = self.evaluate_batch_iter(Route::Path(path), indices.iter().map(|&i| &records[i])).await?;
+            for (i, r) in indices.into_iter().zip(results) {
+                out[i] = Some(r.map_err(|e| e.at_index(i)));
+            }
+        }
+        Ok(out.into_iter().map(|r| r.unwrap_or_else(|| Err(Error::Internal("a record got no result".into())))).collect())
     }
 
     /// [`Rule::evaluate_batch_on`] over borrowed records, wherever they live.
@@ -1397,7 +1442,7 @@ impl Rule {
         // the kernel, which costs more than the batch saves (see
         // `EngineConfig::coalesce`). A call the sync path answers needs no
         // runtime at all.
-        let route = wit_route(route);
+        let route = wit_route(route.of(record)?);
         match self.alone_sync(&route, record) {
             Alone::Done(result) => result,
             Alone::Async(input) => block_on(self.evaluate_async(route, input)),
@@ -1470,12 +1515,22 @@ fn same_route(a: &ev::Route, b: &ev::Route) -> bool {
     }
 }
 
+/// The WIT form of a route. A [`Route::Field`] is resolved against its
+/// record before this ([`Route::of`]); one that was not names a path no
+/// model claims, so its record is unrouted rather than misrouted.
 fn wit_route(route: Route<'_>) -> ev::Route {
     match route {
         Route::Only => ev::Route::Only,
         Route::Path(p) => ev::Route::Path(p.to_string()),
         Route::Model(m) => ev::Route::Model(m.to_string()),
+        Route::Field(f) => ev::Route::Path(format!("(the field {f}, not read)")),
     }
+}
+
+/// The error of the record at `index` that has no text field `name` to
+/// route by.
+fn no_route_field(name: &str, index: usize) -> Error {
+    Error::Unrouted { index, message: format!("the record has no text field `{name}` to route by") }
 }
 
 fn record_error(index: usize, e: ev::EvalError) -> Error {

@@ -585,29 +585,19 @@ fn input_record(json: &str, types: &std::collections::BTreeMap<String, String>) 
 /// The types [`retype`] knows.
 pub const INPUT_TYPES: [&str; 6] = ["ip", "time", "digit", "float", "bool", "chars"];
 
-/// Gives the top-level fields named in `types` the type said there, from
-/// their text: `ip`, `time` (`YYYY-MM-DD HH:MM:SS` and the other forms of
-/// time literals), `digit`, `float`, `bool` (only `true` is true) or
-/// `chars`. `omlet test`'s `input_types` and `omlet run --input-types` use
-/// it, so that a test and a run see the same record.
+/// Types top-level input fields (`ip`, `time`, `digit`, `float`, `bool`,
+/// `chars`): [`omlet::Record::retype`], for fields as the evaluator holds them.
 pub fn retype(
-    fields: &mut [Field<'static>],
+    fields: &mut Vec<Field<'static>>,
     types: &std::collections::BTreeMap<String, String>,
 ) -> std::result::Result<(), String> {
-    for f in fields {
-        let Some(ty) = types.get(f.name.as_ref()) else { continue };
-        let text = f.value.raw_text().into_owned();
-        f.value = match ty.as_str() {
-            "ip" => Value::Ip(text.parse().map_err(|_| format!("{}: not an IP: {text}", f.name))?),
-            "time" => Value::Time(omlet_lang::time::parse_time(&text).ok_or_else(|| format!("{}: not a time: {text}", f.name))?),
-            "digit" => Value::Digit(text.parse().map_err(|_| format!("{}: not a digit: {text}", f.name))?),
-            "float" => Value::Float(text.parse().map_err(|_| format!("{}: not a float: {text}", f.name))?),
-            "bool" => Value::Bool(text == "true"),
-            "chars" => Value::Chars(text.into()),
-            other => return Err(format!("unknown type {other} for {} (ip, time, digit, float, bool or chars)", f.name)),
-        };
-    }
-    Ok(())
+    let mut r = Record::from_fields(std::mem::take(fields));
+    let done = r.retype(types).map_err(|e| match e {
+        Error::Input { what, message } => format!("{what}: {message}"),
+        e => e.to_string(),
+    });
+    *fields = r.into_fields();
+    done
 }
 
 fn kind_of(rec: &[Field<'static>], name: &str) -> Option<Kind> {

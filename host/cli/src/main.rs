@@ -1210,28 +1210,19 @@ async fn explain_records(rule: &omlet::Rule, o: &RunOptions, x: &Explain) -> oml
         }
         explained += 1;
         let record = match input.record {
-            Ok(mut r) if !o.input_types.is_empty() => {
-                let mut fields = std::mem::take(&mut r).into_fields();
-                omlet_cli::conformance::retype(&mut fields, &o.input_types)
-                    .map(|()| omlet::Record::from_fields(fields))
-                    .map_err(|m| Error::Input { what: format!("line {}", input.line), message: m })
-            }
+            Ok(mut r) if !o.input_types.is_empty() => r.retype(&o.input_types).map(|()| r).map_err(|e| Error::Input {
+                what: format!("line {}", input.line),
+                message: e.to_string(),
+            }),
             other => other,
         };
         let result = match record {
             Ok(r) => {
-                // The rule path of --rule-path-field, owned: `get` gives a copy.
-                let by_field = match &o.route {
-                    RouteBy::Field(f) => match r.get(f) {
-                        Some(omlet::Value::Chars(p)) => Some(p),
-                        _ => None,
-                    },
-                    _ => None,
-                };
-                let route = match (&o.route, &by_field) {
-                    (RouteBy::Path(p), _) | (RouteBy::Field(_), Some(p)) => omlet::Route::Path(p),
-                    (RouteBy::Model(m), _) => omlet::Route::Model(m),
-                    _ => omlet::Route::Only,
+                let route = match &o.route {
+                    RouteBy::Only => omlet::Route::Only,
+                    RouteBy::Path(p) => omlet::Route::Path(p),
+                    RouteBy::Model(m) => omlet::Route::Model(m),
+                    RouteBy::Field(f) => omlet::Route::Field(f),
                 };
                 rule.explain_on(route, &r).await
             }
@@ -1438,13 +1429,10 @@ async fn run(rule: &Path, knowdb: &[PathBuf], config: Option<&Path>, o: RunOptio
     let inputs = omlet::stream::read_with(reader, o.format, &limits).map(move |item| {
         item.map(|mut input| {
             if !types.is_empty()
-                && let Ok(rec) = input.record
+                && let Ok(rec) = &mut input.record
+                && let Err(e) = rec.retype(&types)
             {
-                let mut fields = rec.into_fields();
-                input.record = match omlet_cli::conformance::retype(&mut fields, &types) {
-                    Ok(()) => Ok(omlet::Record::from_fields(fields)),
-                    Err(m) => Err(Error::Input { what: format!("line {}", input.line), message: m }),
-                };
+                input.record = Err(Error::Input { what: format!("line {}", input.line), message: e.to_string() });
             }
             input
         })

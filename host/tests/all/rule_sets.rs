@@ -124,3 +124,26 @@ fn overlapping_claims_fail_the_build_naming_both_files() {
     let sources = RuleSource::collect(&[PathBuf::from(dir.path())]).unwrap();
     assert!(omlet::build::build_component(&sources).is_ok());
 }
+
+/// Issue 33: `Route::Field` routes one record, or each record of a batch,
+/// by the rule path in one of its fields, as `omlet run --rule-path-field`
+/// does; a record without the field is unrouted, in its place.
+#[tokio::test]
+async fn a_record_routes_by_the_rule_path_in_its_own_field() {
+    let set = example_set().await;
+    let nginx = record(r#"{"rule_path":"/nginx/access_log","client_ip":"10.0.1.20","status":"404"}"#);
+    let sysmon = record(r#"{"rule_path":"/windows/sysmon/process_create","EventID":1,"Image":"C:\\x\\cmd.exe"}"#);
+    let none = record(r#"{"EventID":1}"#);
+    let by_path = set.evaluate_on(Route::Path("/nginx/access_log"), &nginx).await.unwrap();
+    let by_field = set.evaluate_on(Route::Field("rule_path"), &nginx).await.unwrap();
+    assert_eq!(json(&by_field), json(&by_path));
+    assert!(matches!(set.evaluate_on(Route::Field("rule_path"), &none).await, Err(Error::Unrouted { .. })));
+    let batch = set.evaluate_batch_on(Route::Field("rule_path"), &[nginx.clone(), none, sysmon.clone(), nginx]).await.unwrap();
+    assert_eq!(json(batch[0].as_ref().unwrap()), json(&by_path));
+    assert!(matches!(&batch[1], Err(Error::Unrouted { index: 1, .. })), "{:?}", batch[1]);
+    assert!(json(batch[2].as_ref().unwrap()).starts_with(r#"{"event_id":1"#), "{:?}", batch[2]);
+    assert_eq!(json(batch[3].as_ref().unwrap()), json(&by_path));
+    // The blocking facade, from a thread of its own (it refuses a runtime's).
+    let alone = std::thread::scope(|s| s.spawn(|| set.evaluate_on_blocking(Route::Field("rule_path"), &sysmon)).join().unwrap());
+    assert_eq!(json(&alone.unwrap()), json(batch[2].as_ref().unwrap()));
+}
