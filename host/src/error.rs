@@ -111,6 +111,9 @@ pub enum Error {
         sql: String,
         /// The database's own error message.
         message: String,
+        /// The name in the lookup that the error is about, when omlet can
+        /// tell (a column the table does not have): where a caret goes.
+        name: Option<String>,
     },
 
     /// The knowledge base could not be loaded or reached.

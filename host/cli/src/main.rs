@@ -369,16 +369,22 @@ struct Shown<'a> {
 /// miette: file:line:column, the source line and a marker under the span,
 /// and the hint.
 fn report(sources: &[RuleSource], err: &Error) {
-    if let Error::Statement { file, line, column, sql, message } = err {
+    if let Error::Statement { file, line, column, sql, message, name } = err {
         // The same snippet as a compile error, from the rule file when it
         // can be read (a built component may come without its sources).
         let text =
             sources.iter().find(|s| &s.file == file).map(|s| s.text.clone()).or_else(|| std::fs::read_to_string(file).ok());
         match text.and_then(|t| offset_of(&t, *line, *column).map(|at| (t, at))) {
             Some((text, at)) => {
-                let end = at + text[at..].find(char::is_whitespace).unwrap_or(0);
+                // The caret on the name the error is about, when it is in
+                // the statement's text; else on the statement.
+                let (at, end) = match name.as_deref().and_then(|n| name_in(&text[at..], n).map(|i| (at + i, at + i + n.len()))) {
+                    Some(span) => span,
+                    None => (at, at + text[at..].find(char::is_whitespace).unwrap_or(0)),
+                };
+                let (line, column) = line_col_of(&text, at);
                 let message = statement_message(sql, message);
-                show(&text, &Shown { file, line: *line, column: *column, span: at..end, message: &message, hint: None });
+                show(&text, &Shown { file, line, column, span: at..end, message: &message, hint: None });
             }
             None => eprintln!("{err}"),
         }
@@ -930,7 +936,7 @@ fn json_diagnostics(e: &Error) -> Vec<serde_json::Value> {
                 })
             })
             .collect(),
-        Error::Statement { file, line, column, sql, message } => vec![serde_json::json!({
+        Error::Statement { file, line, column, sql, message, .. } => vec![serde_json::json!({
             "file": file, "line": line, "column": column, "span": null,
             "message": statement_message(sql, message), "hint": null,
         })],
@@ -938,6 +944,24 @@ fn json_diagnostics(e: &Error) -> Vec<serde_json::Value> {
             "file": null, "line": null, "column": null, "span": null, "message": other.to_string(), "hint": null,
         })],
     }
+}
+
+/// Where `name` first stands as a whole word in `text` (up to the end of
+/// its statement, the first `;`).
+fn name_in(text: &str, name: &str) -> Option<usize> {
+    let stmt = &text[..text.find(';').unwrap_or(text.len())];
+    let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    stmt.match_indices(name)
+        .map(|(i, _)| i)
+        .find(|&i| !stmt[..i].chars().next_back().is_some_and(word) && !stmt[i + name.len()..].chars().next().is_some_and(word))
+}
+
+/// The 1-based line and column (in characters) of byte `at` of `text`.
+fn line_col_of(text: &str, at: usize) -> (u32, u32) {
+    let before = &text[..at];
+    let line = before.matches('\n').count() as u32 + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) as u32 + 1;
+    (line, column)
 }
 
 struct RunOptions {
@@ -1210,10 +1234,10 @@ async fn explain_records(rule: &omlet::Rule, o: &RunOptions, x: &Explain) -> oml
         }
         explained += 1;
         let record = match input.record {
-            Ok(mut r) if !o.input_types.is_empty() => r.retype(&o.input_types).map(|()| r).map_err(|e| Error::Input {
-                what: format!("line {}", input.line),
-                message: e.to_string(),
-            }),
+            Ok(mut r) if !o.input_types.is_empty() => r
+                .retype(&o.input_types)
+                .map(|()| r)
+                .map_err(|e| Error::Input { what: format!("line {}", input.line), message: e.to_string() }),
             other => other,
         };
         let result = match record {

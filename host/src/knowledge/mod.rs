@@ -686,8 +686,14 @@ impl Knowledge {
         let mut out = Vec::with_capacity(statements.len());
         let sources = self.sources.load_full();
         for s in statements {
-            let refused =
-                |message| Error::Statement { file: s.file.clone(), line: s.line, column: s.column, sql: s.sql.clone(), message };
+            let refused = |message| Error::Statement {
+                file: s.file.clone(),
+                line: s.line,
+                column: s.column,
+                sql: s.sql.clone(),
+                message,
+                name: None,
+            };
             // What the rule may reach, before anything goes to the database.
             let too_long = |message: String| {
                 Error::limit(Limit::StatementBytes, format!("{}:{}:{}: lookup: {message}", s.file, s.line, s.column))
@@ -727,8 +733,12 @@ impl Knowledge {
             self.index_for(routed.source, &checked).await;
             let terms = checked.terms.clone();
             let (checked_plain, order_by, limited) = (checked.plain, checked.order.clone(), checked.limited);
+            // The columns the lookup names, to say which one a table lacks.
+            let named: Vec<String> =
+                checked.columns.iter().chain(&checked.keys).chain(&checked.ranges).filter(|c| *c != "*").cloned().collect();
             // The batch form is built from what the SQL reads, never from the
             // component's own account of its table and columns.
+            let statement_sql = s.sql.clone();
             let s = &SqlStatement { sql: routed.sql, table: checked.table, columns: checked.columns, ..s.clone() };
             // Dialect rewrites first, so that a parameter they repeat gets
             // a placeholder per occurrence. They are bounded in size.
@@ -745,13 +755,32 @@ impl Knowledge {
                         Ok(all) => provider.prepare(&all).await,
                         Err(e) => Err(e),
                     };
-                    let message = match described {
+                    let (message, name) = match described {
                         Ok(t) if !t.columns.is_empty() => {
-                            format!("{message} (the table `{}` has the columns {})", s.table, t.columns.join(", "))
+                            let has = |n: &str| t.columns.iter().any(|c| c.eq_ignore_ascii_case(n));
+                            let unknown = named.iter().find(|n| !has(n)).cloned();
+                            let known: Vec<&str> = t.columns.iter().map(String::as_str).collect();
+                            let near = unknown
+                                .as_deref()
+                                .and_then(|u| {
+                                    omlet_lang::parse::nearest(u, &known).map(|n| format!("; did you mean `{n}` for `{u}`?"))
+                                })
+                                .unwrap_or_default();
+                            (
+                                format!("{message} (the table `{}` has the columns {}){near}", s.table, t.columns.join(", ")),
+                                unknown,
+                            )
                         }
-                        _ => message,
+                        _ => (message, None),
                     };
-                    return Err(refused(message));
+                    return Err(Error::Statement {
+                        file: s.file.clone(),
+                        line: s.line,
+                        column: s.column,
+                        sql: statement_sql.clone(),
+                        message,
+                        name,
+                    });
                 }
             };
             let stats = {

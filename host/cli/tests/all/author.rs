@@ -542,3 +542,17 @@ fn case_files_have_defaults_and_rule_sets() {
     let out = omlet(&["test", &bad]);
     assert!(text(&out.stderr).contains("[defaults]: `expected` cannot be a default"), "{}", text(&out.stderr));
 }
+
+/// Issue 33: a misspelled column gets a did-you-mean, and the caret sits on
+/// the name, not on `select`.
+#[test]
+fn a_misspelled_column_is_named_with_the_nearest_and_a_caret_on_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let knowdb = rule_file(&dir, "knowdb.toml", "[[tables]]\nname = \"assets\"\ncsv = \"a.csv\"\n");
+    rule_file(&dir, "a.csv", "ip,owner\n1,a\n");
+    let rule = rule_file(&dir, "t.oml", "name : t\n---\n\nwho = select ownr from assets where ip = read(ip) ;\n");
+    let out = omlet(&["check", &rule, "--knowdb", &knowdb]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(err.contains("t.oml:4:14:") && err.contains("did you mean `owner` for `ownr`?"), "{err}");
+}
