@@ -21,6 +21,8 @@ use crate::{Error, Result};
 
 #[cfg(feature = "kafka")]
 pub mod kafka;
+mod live;
+pub use live::{LiveRule, Watching};
 
 /// The text form of the input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -602,7 +604,7 @@ pub struct Done<T = Record> {
 ///   over a chunk (so an input that blocks, such as standard input, may keep
 ///   it until the process ends). Dropping the run's future does the same.
 pub async fn run(
-    rule: Rule,
+    rule: impl Into<LiveRule>,
     inputs: impl Iterator<Item = Result<Input>> + Send + 'static,
     route: RouteBy,
     batch: usize,
@@ -618,7 +620,7 @@ pub async fn run(
 /// built and freed for a record that is only written out. `omlet run` writes
 /// its output this way.
 pub async fn run_json(
-    rule: Rule,
+    rule: impl Into<LiveRule>,
     inputs: impl Iterator<Item = Result<Input>> + Send + 'static,
     route: RouteBy,
     batch: usize,
@@ -630,7 +632,7 @@ pub async fn run_json(
 
 /// [`run`] with outputs decoded as `T`.
 async fn run_as<T: Decoded>(
-    rule: Rule,
+    rule: impl Into<LiveRule>,
     inputs: impl Iterator<Item = Result<Input>> + Send + 'static,
     route: RouteBy,
     batch: usize,
@@ -640,6 +642,7 @@ async fn run_as<T: Decoded>(
     type Task<T> = (Vec<(u64, u64)>, tokio::task::JoinHandle<Vec<Done<T>>>);
     let concurrency = concurrency.max(1);
     let route = Arc::new(route);
+    let rule: LiveRule = rule.into();
     let mut chunks = read_ahead(inputs, batch.max(1), concurrency)?;
     let mut inflight: VecDeque<Task<T>> = VecDeque::new();
     let (mut ended, mut failure) = (false, None);
@@ -676,7 +679,8 @@ async fn run_as<T: Decoded>(
                 hand_over(names, r, idle, &mut sink)?;
             }
             Next::Chunk(Some(Chunk::Records(work))) => {
-                let (rule, route) = (rule.clone(), route.clone());
+                // The rule current as the batch starts: a swap waits for no one.
+                let (rule, route) = (rule.current(), route.clone());
                 let names = work.iter().map(|i| (i.number, i.line)).collect();
                 inflight.push_back((names, tokio::spawn(async move { evaluate_chunk(&rule, &route, work).await })));
             }

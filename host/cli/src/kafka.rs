@@ -21,7 +21,12 @@ fn url(flag: &str, p: &Path) -> omlet::Result<KafkaUrl> {
     KafkaUrl::parse(&text)
 }
 
-pub(crate) async fn run(rule: Rule, knowledge: Option<Arc<Knowledge>>, o: RunOptions) -> omlet::Result<ExitCode> {
+pub(crate) async fn run(
+    rule: Rule,
+    watch: Option<(omlet::Engine, std::path::PathBuf, omlet::LoadOptions)>,
+    knowledge: Option<Arc<Knowledge>>,
+    o: RunOptions,
+) -> omlet::Result<ExitCode> {
     let from = KafkaUrl::parse(&o.input)?;
     let Some(to) = &o.output else {
         return Err(Error::Config("a Kafka input needs --to kafka://BROKERS/TOPIC".into()));
@@ -45,7 +50,24 @@ pub(crate) async fn run(rule: Rule, knowledge: Option<Arc<Knowledge>>, o: RunOpt
     // The handlers are in place before the clients start: a SIGTERM during start-up drains too.
     let stop = shutdown()?;
     let started = Instant::now();
-    let result = omlet::stream::kafka::run(rule, options, stats.clone(), stop).await;
+    let live = omlet::stream::LiveRule::new(rule);
+    let _watching = match watch {
+        Some((engine, path, load)) => {
+            let counted = stats.clone();
+            Some(live.watch(engine, path, load, crate::WATCH_EVERY, move |r| match r {
+                Ok(()) => {
+                    counted.rule_reloads.fetch_add(1, Ordering::Relaxed);
+                    eprintln!("omlet run: the rule set changed; loaded again and swapped in");
+                }
+                Err(e) => {
+                    counted.rule_reload_failures.fetch_add(1, Ordering::Relaxed);
+                    eprintln!("omlet run: the rule set changed but does not load, so the old one keeps running: {e}");
+                }
+            })?)
+        }
+        None => None,
+    };
+    let result = omlet::stream::kafka::run(live, options, stats.clone(), stop).await;
     let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
     let secs = started.elapsed().as_secs_f64();
     let summary = serde_json::json!({

@@ -187,6 +187,13 @@ enum Cmd {
         /// --explain-limit of them).
         #[arg(long)]
         explain_where: Option<String>,
+        /// Load the rule again when its files change (looked at every half
+        /// second; loaded once a change has rested), and swap it in between
+        /// batches; a rule set that fails to load keeps the old one running,
+        /// and says why on standard error. With Kafka input, the metric
+        /// `omlet_rule_reloads_total{result}` counts them.
+        #[arg(long)]
+        watch: bool,
         /// Most records explained by --explain-where.
         #[arg(long, default_value_t = 10)]
         explain_limit: u64,
@@ -283,6 +290,7 @@ async fn main() -> ExitCode {
             explain_where,
             explain_limit,
             explain_format,
+            watch,
         } => {
             let which = match (explain, explain_where) {
                 (Some(n), _) => Some(Ok(n)),
@@ -329,6 +337,7 @@ async fn main() -> ExitCode {
                 quiet,
                 no_knowledge,
                 explain,
+                watch,
             };
             run(&rule, &knowdb, knowledge.as_deref(), opts).await
         }
@@ -986,6 +995,8 @@ struct RunOptions {
     quiet: bool,
     no_knowledge: bool,
     explain: Option<Explain>,
+    /// `--watch`: load the rule again when its files change.
+    watch: bool,
 }
 
 /// Which records `omlet run --explain` explains, and how it prints them.
@@ -1199,6 +1210,9 @@ async fn scan_warnings(
     Ok((notes, warnings))
 }
 
+/// How often `--watch` looks at the rule's files.
+const WATCH_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// `omlet run --explain`: the chosen records, each evaluated with a trace of
 /// how, printed in place of the run's output.
 async fn explain_records(rule: &omlet::Rule, o: &RunOptions, x: &Explain) -> omlet::Result<ExitCode> {
@@ -1307,7 +1321,10 @@ async fn run(rule: &Path, knowdb: &[PathBuf], config: Option<&Path>, o: RunOptio
     let knowledge = open_knowledge(knowdb, config).await?;
     let engine = Engine::new()?;
     let options = omlet::LoadOptions::new().knowledge(knowledge.clone());
+    let rule_path = rule.to_path_buf();
     let rule = engine.load_path(rule, &options).await?;
+    // `--watch`: what loading the rule again takes.
+    let watch = o.watch.then(|| (engine.clone(), rule_path, options.clone()));
     if let RouteBy::Model(m) = &o.route
         && !rule.info().models.iter().any(|x| &x.name == m)
     {
@@ -1340,7 +1357,7 @@ async fn run(rule: &Path, knowdb: &[PathBuf], config: Option<&Path>, o: RunOptio
     };
     if o.input.starts_with("kafka://") {
         #[cfg(feature = "kafka")]
-        return kafka::run(rule, knowledge, o).await;
+        return kafka::run(rule, watch, knowledge, o).await;
         #[cfg(not(feature = "kafka"))]
         return Err(Error::Config("this omlet was built without the `kafka` feature".into()));
     }
@@ -1461,7 +1478,15 @@ async fn run(rule: &Path, knowdb: &[PathBuf], config: Option<&Path>, o: RunOptio
             input
         })
     });
-    let result = omlet::stream::run_json(rule, inputs, o.route.clone(), o.batch, o.concurrency, sink).await;
+    let live = omlet::stream::LiveRule::new(rule);
+    let _watching = match watch {
+        Some((engine, path, options)) => Some(live.watch(engine, path, options, WATCH_EVERY, |r| match r {
+            Ok(()) => eprintln!("omlet run: the rule set changed; loaded again and swapped in"),
+            Err(e) => eprintln!("omlet run: the rule set changed but does not load, so the old one keeps running: {e}"),
+        })?),
+        None => None,
+    };
+    let result = omlet::stream::run_json(live, inputs, o.route.clone(), o.batch, o.concurrency, sink).await;
     progress.finish_and_clear();
     // Every line must have been written before the summary says so: a
     // failed flush fails the run, naming the records whose lines may be

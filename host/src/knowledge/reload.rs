@@ -134,7 +134,7 @@ fn watch_knowdb(knowledge: &Arc<Knowledge>) -> Result<tokio::task::JoinHandle<()
 
 /// What the files under `roots` are (path, size, modification time),
 /// sorted; at most [`MAX_WATCHED_FILES`] of them.
-fn fingerprint(roots: &[std::path::PathBuf]) -> Vec<(std::path::PathBuf, u64, Option<std::time::SystemTime>)> {
+pub(crate) fn fingerprint(roots: &[std::path::PathBuf]) -> Vec<(std::path::PathBuf, u64, Option<std::time::SystemTime>)> {
     let mut out = Vec::new();
     let mut dirs: Vec<std::path::PathBuf> = roots.to_vec();
     while let Some(dir) = dirs.pop() {

@@ -249,6 +249,10 @@ pub struct KafkaStats {
     pub pauses: AtomicU64,
     /// Records read and not yet committed.
     pub in_flight: AtomicU64,
+    /// Rule sets loaded again and swapped in (`omlet run --watch`).
+    pub rule_reloads: AtomicU64,
+    /// Rule sets that failed to load again; the old one kept running.
+    pub rule_reload_failures: AtomicU64,
     /// Consumer lag per assigned input partition, from librdkafka's
     /// statistics (every second).
     lag: Mutex<Vec<(i32, i64)>>,
@@ -291,6 +295,14 @@ impl KafkaStats {
             metric("omlet_lookup_errors_total", "counter", "Lookups that failed.", get(&s.errors));
             metric("omlet_knowledge_generation", "gauge", "The knowledge generation (bumped by reloads).", k.generation());
         }
+        let _ = writeln!(
+            out,
+            "# HELP omlet_rule_reloads_total Rule sets loaded again on a change (--watch), by result.\n\
+             # TYPE omlet_rule_reloads_total counter\n\
+             omlet_rule_reloads_total{{result=\"ok\"}} {}\nomlet_rule_reloads_total{{result=\"error\"}} {}",
+            get(&self.rule_reloads),
+            get(&self.rule_reload_failures)
+        );
         let _ = writeln!(out, "# HELP omlet_consumer_lag Messages behind the partition's end.\n# TYPE omlet_consumer_lag gauge");
         for (p, lag) in self.lag() {
             let _ = writeln!(out, "omlet_consumer_lag{{topic=\"{topic}\",partition=\"{p}\"}} {lag}");
@@ -581,7 +593,13 @@ fn kafka_error(what: &str, e: KafkaError) -> Error {
 /// Runs one worker until `shutdown` completes (then drains and returns
 /// `Ok`), or until a delivery fails for good or the client cannot be made
 /// (an `Err`; nothing past the failure is committed).
-pub async fn run(rule: Rule, options: KafkaOptions, stats: Arc<KafkaStats>, shutdown: impl Future<Output = ()>) -> Result<()> {
+pub async fn run(
+    rule: impl Into<super::LiveRule>,
+    options: KafkaOptions,
+    stats: Arc<KafkaStats>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<()> {
+    let rule: super::LiveRule = rule.into();
     let o = options;
     let Some(group) = o.from.group.clone() else {
         return Err(Error::Config(format!("{}: an input topic needs a consumer group (?group=NAME)", o.from)));
@@ -723,7 +741,7 @@ pub async fn run(rule: Rule, options: KafkaOptions, stats: Arc<KafkaStats>, shut
                         chunk.push((meta, input));
                         chunk_deadline.get_or_insert_with(|| tokio::time::Instant::now() + linger);
                         if chunk.len() >= o.batch || chunk_bytes >= super::MAX_BATCH_BYTES {
-                            inflight.push_back(spawn_chunk(&rule, &route, std::mem::take(&mut chunk)));
+                            inflight.push_back(spawn_chunk(&rule.current(), &route, std::mem::take(&mut chunk)));
                             (chunk_bytes, chunk_deadline) = (0, None);
                         }
                     }
@@ -735,7 +753,7 @@ pub async fn run(rule: Rule, options: KafkaOptions, stats: Arc<KafkaStats>, shut
                 }
             }
             _ = tokio::time::sleep_until(chunk_deadline.unwrap_or_else(tokio::time::Instant::now)), if chunk_deadline.is_some() => {
-                inflight.push_back(spawn_chunk(&rule, &route, std::mem::take(&mut chunk)));
+                inflight.push_back(spawn_chunk(&rule.current(), &route, std::mem::take(&mut chunk)));
                 (chunk_bytes, chunk_deadline) = (0, None);
             }
         }

@@ -147,3 +147,45 @@ async fn a_record_routes_by_the_rule_path_in_its_own_field() {
     let alone = std::thread::scope(|s| s.spawn(|| set.evaluate_on_blocking(Route::Field("rule_path"), &sysmon)).join().unwrap());
     assert_eq!(json(&alone.unwrap()), json(batch[2].as_ref().unwrap()));
 }
+
+/// Issue 33, item 6: a watched rule set is loaded again when its files
+/// change and swapped in; one that no longer compiles keeps the old one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watched_rule_set_is_swapped_in_and_a_broken_one_is_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("t.oml");
+    std::fs::write(&file, "name : t\n---\nx = chars(one) ;\n").unwrap();
+    let engine = Engine::new().unwrap();
+    let live = omlet::stream::LiveRule::new(engine.load_path(&file, &omlet::LoadOptions::new()).await.unwrap());
+    let told = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let heard = told.clone();
+    let _w = live
+        .watch(engine, dir.path().to_path_buf(), omlet::LoadOptions::new(), std::time::Duration::from_millis(20), move |r| {
+            heard.lock().unwrap().push(r.map_err(|e| e.to_string()));
+        })
+        .unwrap();
+    let x = |live: &omlet::stream::LiveRule| {
+        let rule = live.current();
+        async move { rule.evaluate(&record("{}")).await.unwrap().to_json() }
+    };
+    assert_eq!(x(&live).await, r#"{"x":"one"}"#);
+    std::fs::write(&file, "name : t\n---\nx = chars(two) ;\n").unwrap();
+    for _ in 0..500 {
+        if live.reloads().0 == 1 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(x(&live).await, r#"{"x":"two"}"#, "{:?}", told.lock().unwrap());
+    std::fs::write(&file, "name : t\n---\nx = chars(three\n").unwrap();
+    for _ in 0..500 {
+        if live.reloads().1 == 1 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(live.reloads(), (1, 1));
+    assert_eq!(x(&live).await, r#"{"x":"two"}"#, "the old rule keeps running");
+    let said = told.lock().unwrap();
+    assert!(said[1].as_ref().is_err_and(|e| e.contains("t.oml:3")), "{said:?}");
+}

@@ -556,3 +556,45 @@ fn a_misspelled_column_is_named_with_the_nearest_and_a_caret_on_it() {
     assert_eq!(out.status.code(), Some(1));
     assert!(err.contains("t.oml:4:14:") && err.contains("did you mean `owner` for `ownr`?"), "{err}");
 }
+
+/// Issue 33, item 6: `omlet run --watch` swaps a changed rule in between
+/// batches while records keep coming; a rule that no longer compiles keeps
+/// the old one running and says why.
+#[test]
+fn run_watch_swaps_a_changed_rule_in_without_stopping() {
+    use std::io::{BufRead, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let rule = rule_file(&dir, "t.oml", "name : t\n---\nv = chars(one) ;\n");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_omlet"))
+        .args(["run", &rule, "--watch", "--batch", "1", "--errors", "/dev/null"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut send = |stdin: &mut std::process::ChildStdin| {
+        stdin.write_all(b"{}\n").unwrap();
+        stdin.flush().unwrap();
+        lines.next().unwrap().unwrap()
+    };
+    assert_eq!(send(&mut stdin), r#"{"v":"one"}"#);
+    std::fs::write(&rule, "name : t\n---\nv = chars(two) ;\n").unwrap();
+    let mut got = String::new();
+    for _ in 0..100 {
+        got = send(&mut stdin);
+        if got.contains("two") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(got, r#"{"v":"two"}"#);
+    std::fs::write(&rule, "name : t\n---\nv = chars(three\n").unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert_eq!(send(&mut stdin), r#"{"v":"two"}"#, "the old rule keeps running");
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let err = text(&out.stderr);
+    assert!(err.contains("loaded again and swapped in") && err.contains("does not load, so the old one keeps running"), "{err}");
+}
