@@ -989,51 +989,37 @@ def trace_off_section():
 
 def only_trace_off():
     """Rewrites the tracing-off section of BENCHMARKS.md in place (or adds it before "## Not measured")."""
-    section = "\n".join(trace_off_section())
-    path = os.path.join(ROOT, "BENCHMARKS.md")
-    page = open(path).read()
-    if TRACE_BEGIN in page:
-        start = page.index(TRACE_BEGIN)
-        end = page.index(TRACE_END) + len(TRACE_END) + 1
-        page = page[:start] + section + page[end:]
-    else:
-        at = page.index("## Not measured")
-        page = page[:at] + section + "\n" + page[at:]
-    open(path, "w").write(page)
+    rewrite_section(TRACE_BEGIN, TRACE_END, trace_off_section())
     print("wrote the tracing-off section of BENCHMARKS.md")
 
 
 def only_start():
     """Rewrites the start section of BENCHMARKS.md in place (or adds it before "## Not measured")."""
-    section = "\n".join(start_section(load()))
+    rewrite_section(START_BEGIN, START_END, start_section(load()))
+    print("wrote the start section of BENCHMARKS.md")
+
+
+def rewrite_section(begin, end_marker, lines):
+    """Puts `lines` (a section between the markers `begin` and `end_marker`) into BENCHMARKS.md in
+    place of the section those markers hold, or before "## Not measured" when there is none."""
+    section = "\n".join(lines)
     path = os.path.join(ROOT, "BENCHMARKS.md")
     page = open(path).read()
-    if START_BEGIN in page:
-        start = page.index(START_BEGIN)
-        end = page.index(START_END) + len(START_END) + 1
+    if begin in page:
+        start = page.index(begin)
+        end = page.index(end_marker) + len(end_marker) + 1
         page = page[:start] + section + page[end:]
     else:
         at = page.index("## Not measured")
         page = page[:at] + section + "\n" + page[at:]
     open(path, "w").write(page)
-    print("wrote the start section of BENCHMARKS.md")
 
 
 def only_distinct():
     """Rewrites the distinct-key section of BENCHMARKS.md in place (or adds it before "## Not
     measured"), and its plot; the rest of the page stays as its own run wrote it."""
     r, side = load(), load_side()
-    section = "\n".join(distinct_section(r, side))
-    path = os.path.join(ROOT, "BENCHMARKS.md")
-    page = open(path).read()
-    if DISTINCT_BEGIN in page:
-        start = page.index(DISTINCT_BEGIN)
-        end = page.index(DISTINCT_END) + len(DISTINCT_END) + 1
-        page = page[:start] + section + page[end:]
-    else:
-        at = page.index("## Not measured")
-        page = page[:at] + section + "\n" + page[at:]
-    open(path, "w").write(page)
+    rewrite_section(DISTINCT_BEGIN, DISTINCT_END, distinct_section(r, side))
     distinct_plot(side)
     print("wrote the distinct-key section of BENCHMARKS.md")
 

@@ -217,16 +217,8 @@ fn run<'a>(
 /// boundary and marked, so that an error line stays a line.
 pub const MAX_FAIL_MESSAGE: usize = 1024;
 
-fn bounded(mut text: String) -> String {
-    if text.len() > MAX_FAIL_MESSAGE {
-        let mut cut = MAX_FAIL_MESSAGE;
-        while !text.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        text.truncate(cut);
-        text.push('…');
-    }
-    text
+fn bounded(text: String) -> String {
+    crate::trace::cut_to(text, MAX_FAIL_MESSAGE)
 }
 
 /// Evaluation state for one record.

@@ -449,9 +449,15 @@ pub fn describe_cell(c: &crate::cell::Cell) -> String {
 }
 
 /// `text` cut to [`MAX_VALUE_BYTES`] at a character boundary, marked with `…`.
-pub fn cut(mut text: String) -> String {
-    if text.len() > MAX_VALUE_BYTES {
-        let mut at = MAX_VALUE_BYTES;
+pub fn cut(text: String) -> String {
+    cut_to(text, MAX_VALUE_BYTES)
+}
+
+/// `text` cut to at most `max` bytes at a character boundary, marked with
+/// `…` when cut.
+pub fn cut_to(mut text: String, max: usize) -> String {
+    if text.len() > max {
+        let mut at = max;
         while !text.is_char_boundary(at) {
             at -= 1;
         }
