@@ -113,7 +113,8 @@ pub enum Error {
         message: String,
         /// The name in the lookup that the error is about, when omlet can
         /// tell (a column the table does not have): where a caret goes.
-        name: Option<String>,
+        /// Boxed, so that `Error`, which every result carries, stays small.
+        name: Option<Box<String>>,
     },
 
     /// The knowledge base could not be loaded or reached.

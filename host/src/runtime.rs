@@ -1149,7 +1149,12 @@ impl Rule {
     /// Evaluates one record with the model `route` names. A route that names
     /// no model gives [`Error::Unrouted`].
     pub async fn evaluate_on(&self, route: Route<'_>, record: &Record) -> Result<Record> {
-        let route = route.of(record)?;
+        // By field: the path it holds, on a boxed call of its own, so that
+        // the common call's future does not grow (see `step`).
+        if let Route::Field(_) = route {
+            let route = route.of(record)?;
+            return Box::pin(self.evaluate_on(route, record)).await;
+        }
         // Coalesce only calls that will not wait for the host: while the sync
         // path is skipped, lookups are missing the caches, and coalesced
         // records would make their lookups one after another.

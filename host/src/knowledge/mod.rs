@@ -779,7 +779,7 @@ impl Knowledge {
                         column: s.column,
                         sql: statement_sql.clone(),
                         message,
-                        name,
+                        name: name.map(Box::new),
                     });
                 }
             };
