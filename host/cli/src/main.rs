@@ -1159,11 +1159,10 @@ fn function_warnings(program: &omlet_lang::ir::Program) -> Vec<String> {
     known.extend(guard::AGGREGATES);
     let mut out = Vec::new();
     for s in &program.statements {
-        let Err(e) = guard::check(&s.sql, &guard::Policy::default()) else { continue };
-        let Some(name) = e.split("function `").nth(1).or_else(|| e.split("aggregate `").nth(1)).and_then(|r| r.split('`').next())
-        else {
+        let Err(guard::Refusal { function: Some(name), .. }) = guard::check_named(&s.sql, &guard::Policy::default()) else {
             continue;
         };
+        let name = name.as_str();
         let near = omlet_lang::parse::nearest(&name.to_ascii_lowercase(), &known)
             .map(|n| format!(": did you mean `{n}`?"))
             .unwrap_or_else(|| String::from(", and it loads only if the knowledge config lists it in `functions`"));

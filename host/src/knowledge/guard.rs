@@ -253,6 +253,19 @@ struct Reader<'t, 's> {
     terms: Option<Vec<Term>>,
     /// No aggregate and no sub-query so far.
     plain: bool,
+    /// The function or aggregate refused, when that is why reading stopped.
+    refused: Option<&'s str>,
+}
+
+/// Why [`check_named`] refuses a statement: the message, and the function
+/// it names when an unknown function is the reason (for a caret on it, or
+/// a did-you-mean).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// What is refused.
+    pub message: String,
+    /// The function or aggregate that is not allowed, as written.
+    pub function: Option<String>,
 }
 
 /// One comparison of a flat condition: `column op :param`, the column on
@@ -465,6 +478,7 @@ impl<'s> Reader<'_, 's> {
     /// `agg([distinct] col [, 'text'])` or `agg(*)`, after its name.
     fn aggregate(&mut self, name: &'s str) -> Result<String, String> {
         if !(AGGREGATES.iter().any(|a| is(name, a)) || self.policy.functions.iter().any(|f| is(name, f))) {
+            self.refused = Some(name);
             return Err(format!(
                 "the aggregate `{name}` is not allowed: a select list may call {} and the functions the knowledge config lists in `functions`",
                 AGGREGATES.join(", ")
@@ -654,6 +668,7 @@ impl<'s> Reader<'_, 's> {
             Some(Tok::Word(w)) if self.peek() == Some(&Tok::Open) => {
                 let allowed = HELPERS.iter().any(|h| is(w, h)) || self.policy.functions.iter().any(|f| is(w, f));
                 if !allowed {
+                    self.refused = Some(w);
                     return Err(format!(
                         "the function `{w}` is not allowed: lookups may call OML's helpers ({}) and the functions the knowledge config lists in `functions`",
                         HELPERS.join(", ")
@@ -748,10 +763,16 @@ pub fn first_table(sql: &str) -> Option<String> {
 /// Checks one statement as the guest hands it over (before dialect
 /// rewrites); the error says what is refused.
 pub fn check(sql: &str, policy: &Policy) -> Result<Checked, String> {
+    check_named(sql, policy).map_err(|r| r.message)
+}
+
+/// [`check`], saying also which function it refuses, when that is why.
+pub fn check_named(sql: &str, policy: &Policy) -> Result<Checked, Refusal> {
+    let plain = |message: String| Refusal { message, function: None };
     if sql.len() > MAX_STATEMENT_BYTES {
-        return Err(format!("the lookup is {} bytes long; at most {MAX_STATEMENT_BYTES} are read", sql.len()));
+        return Err(plain(format!("the lookup is {} bytes long; at most {MAX_STATEMENT_BYTES} are read", sql.len())));
     }
-    let toks = tokens(sql)?;
+    let toks = tokens(sql).map_err(plain)?;
     let mut r = Reader {
         toks: &toks,
         at: 0,
@@ -761,13 +782,19 @@ pub fn check(sql: &str, policy: &Policy) -> Result<Checked, String> {
         top_or: false,
         terms: Some(Vec::new()),
         plain: true,
+        refused: None,
     };
-    let checked = r.statement().map_err(|e| format!("not a lookup omlet runs ({e})"))?;
+    let checked = match r.statement() {
+        Ok(c) => c,
+        Err(e) => {
+            return Err(Refusal { message: format!("not a lookup omlet runs ({e})"), function: r.refused.map(str::to_string) });
+        }
+    };
     let table = &checked.table;
     if is_catalog(table) {
-        return Err(format!(
+        return Err(plain(format!(
             "the table `{table}` is in the database's catalog, which lookups may not read (even when `tables` lists it)"
-        ));
+        )));
     }
     let listed = policy.tables.as_ref().map(|t| t.iter().any(|x| x == table));
     match listed {
@@ -775,14 +802,14 @@ pub fn check(sql: &str, policy: &Policy) -> Result<Checked, String> {
         Some(false) => {
             let allowed: Vec<&str> = policy.tables.iter().flatten().map(String::as_str).collect();
             let near = omlet_lang::parse::nearest(table, &allowed).map(|t| format!("; did you mean `{t}`?")).unwrap_or_default();
-            Err(format!(
+            Err(plain(format!(
                 "the table `{table}` is not among the knowledge tables this rule may read ({}){near}",
                 if allowed.is_empty() { "none are allowed".to_string() } else { allowed.join(", ") }
-            ))
+            )))
         }
-        None if table.contains('.') && !policy.qualified => Err(format!(
+        None if table.contains('.') && !policy.qualified => Err(plain(format!(
             "the schema-qualified table `{table}` is refused: list it in `tables` of the knowledge config to allow it"
-        )),
+        ))),
         None => Ok(checked),
     }
 }

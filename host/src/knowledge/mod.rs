@@ -711,15 +711,23 @@ impl Knowledge {
                 database: provider.kind(),
                 qualified: source.qualified,
             };
-            let checked = guard::check(&routed.sql, &policy).map_err(|m| {
+            let checked = guard::check_named(&routed.sql, &policy).map_err(|r| {
                 let names: Vec<&str> = sources.iter().filter_map(|s| s.name.as_deref()).collect();
-                match (&source.name, guard::first_table(&routed.sql)) {
+                let m = r.message;
+                let e = match (&source.name, guard::first_table(&routed.sql)) {
                     (Some(name), _) if sources.len() > 1 => refused(format!("on the database `{name}`: {m}")),
                     (None, Some(t)) if !names.is_empty() && t.contains('.') => {
                         let first = t.split('.').next().unwrap_or_default();
                         refused(format!("{m} (`{first}` is no database of the knowdb: {})", names.join(", ")))
                     }
                     _ => refused(m),
+                };
+                // A refused function: the caret goes on its name.
+                match (e, r.function) {
+                    (Error::Statement { file, line, column, sql, message, .. }, Some(f)) => {
+                        Error::Statement { file, line, column, sql, message, name: Some(Box::new(f)) }
+                    }
+                    (e, _) => e,
                 }
             })?;
             if let Some(h) = sql::helper_missing_in(&routed.sql, provider.kind()) {

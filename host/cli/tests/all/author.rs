@@ -555,6 +555,12 @@ fn a_misspelled_column_is_named_with_the_nearest_and_a_caret_on_it() {
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1));
     assert!(err.contains("t.oml:4:14:") && err.contains("did you mean `owner` for `ownr`?"), "{err}");
+    // A helper the guard refuses: the caret on its name too.
+    let rule =
+        rule_file(&dir, "h.oml", "name : t\n---\nwho = select owner from assets where cidr4_contain(ip, read(ip)) = 1 ;\n");
+    let out = omlet(&["check", &rule, "--knowdb", &knowdb]);
+    let err = text(&out.stderr);
+    assert!(err.contains("h.oml:3:38:") && err.contains("`cidr4_contain` is not allowed"), "{err}");
 }
 
 /// Issue 33, item 6: `omlet run --watch` swaps a changed rule in between
