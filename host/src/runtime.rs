@@ -65,9 +65,9 @@ impl<'a> Route<'a> {
     /// field holds; the others stay.
     fn of(self, record: &'a Record) -> Result<Route<'a>> {
         match self {
-            Route::Field(name) => match record.get_str(name) {
-                Some(path) => Ok(Route::Path(path)),
-                None => Err(no_route_field(name, 0)),
+            Route::Field(name) => match field_path(record, name) {
+                Ok(path) => Ok(Route::Path(path)),
+                Err(message) => Err(Error::Unrouted { index: 0, message }),
             },
             other => Ok(other),
         }
@@ -1330,32 +1330,12 @@ impl Rule {
         self.evaluate_batch_on(Route::Only, records).await
     }
 
-    /// Evaluates records in one guest call, all with the model `route` names.
-    /// To route records by their own rule paths, group them by path first.
+    /// Evaluates records in one guest call, all with the model `route` names;
+    /// with [`Route::Field`], one call per rule path the records hold, each
+    /// record's result in its place (a call that cannot be made at all is
+    /// then the error of its group's records).
     pub async fn evaluate_batch_on(&self, route: Route<'_>, records: &[Record]) -> Result<Vec<Result<Record>>> {
-        let Route::Field(name) = route else {
-            return self.evaluate_batch_iter(route, records.iter()).await;
-        };
-        // By field: one batch call per rule path, the results put back in
-        // input order.
-        let mut out: Vec<Option<Result<Record>>> = (0..records.len()).map(|_| None).collect();
-        let mut by_path: Vec<(&str, Vec<usize>)> = Vec::new();
-        for (i, r) in records.iter().enumerate() {
-            match r.get_str(name) {
-                Some(p) => match by_path.iter_mut().find(|(q, _)| *q == p) {
-                    Some((_, v)) => v.push(i),
-                    None => by_path.push((p, vec![i])),
-                },
-                None => out[i] = Some(Err(no_route_field(name, i))),
-            }
-        }
-        for (path, indices) in by_path {
-            let results = self.evaluate_batch_iter(Route::Path(path), indices.iter().map(|&i| &records[i])).await?;
-            for (i, r) in indices.into_iter().zip(results) {
-                out[i] = Some(r.map_err(|e| e.at_index(i)));
-            }
-        }
-        Ok(out.into_iter().map(|r| r.unwrap_or_else(|| Err(Error::Internal("a record got no result".into())))).collect())
+        self.evaluate_batch_iter(route, records.iter()).await
     }
 
     /// [`Rule::evaluate_batch_on`] over borrowed records, wherever they live.
@@ -1371,7 +1351,38 @@ impl Rule {
         route: Route<'_>,
         records: impl ExactSizeIterator<Item = &'r Record> + Clone,
     ) -> Result<Vec<Result<T>>> {
-        self.batch_iter(&wit_route(route), records).await
+        let Route::Field(name) = route else {
+            return self.batch_iter(&wit_route(route), records).await;
+        };
+        // By field: one call per rule path, the results put back in input
+        // order. A call that cannot be made at all fails its group's records.
+        let records: Vec<&Record> = records.collect();
+        let mut out: Vec<Option<Result<T>>> = (0..records.len()).map(|_| None).collect();
+        let mut groups: Vec<(&str, Vec<usize>)> = Vec::new();
+        for (i, r) in records.iter().enumerate() {
+            match field_path(r, name) {
+                Ok(p) => match groups.iter_mut().find(|(q, _)| *q == p) {
+                    Some((_, v)) => v.push(i),
+                    None => groups.push((p, vec![i])),
+                },
+                Err(message) => out[i] = Some(Err(Error::Unrouted { index: i, message })),
+            }
+        }
+        for (path, indices) in groups {
+            match self.batch_iter(&ev::Route::Path(path.to_string()), indices.iter().map(|&i| records[i])).await {
+                Ok(results) => {
+                    for (&i, r) in indices.iter().zip(results) {
+                        out[i] = Some(r.map_err(|e| e.at_index(i)));
+                    }
+                }
+                Err(e) => {
+                    for &i in &indices {
+                        out[i] = Some(Err(e.duplicate()));
+                    }
+                }
+            }
+        }
+        Ok(out.into_iter().map(|r| r.unwrap_or_else(|| Err(Error::Internal("a record got no result".into())))).collect())
     }
 
     /// [`Rule::evaluate_batch_iter`] on a WIT route.
@@ -1532,10 +1543,14 @@ fn wit_route(route: Route<'_>) -> ev::Route {
     }
 }
 
-/// The error of the record at `index` that has no text field `name` to
-/// route by.
-fn no_route_field(name: &str, index: usize) -> Error {
-    Error::Unrouted { index, message: format!("the record has no text field `{name}` to route by") }
+/// The rule path in `record`'s field `name` ([`Route::Field`]), or why the
+/// record has none (it is then unrouted).
+fn field_path<'r>(record: &'r Record, name: &str) -> std::result::Result<&'r str, String> {
+    match record.fields().iter().find(|f| f.name == name).map(|f| &f.value) {
+        Some(omlet_lang::value::Value::Chars(p)) => Ok(p),
+        Some(_) => Err(format!("the rule-path field `{name}` is not text")),
+        None => Err(format!("the record has no rule-path field `{name}`")),
+    }
 }
 
 fn record_error(index: usize, e: ev::EvalError) -> Error {

@@ -559,6 +559,18 @@ pub enum RouteBy {
     Field(String),
 }
 
+impl RouteBy {
+    /// The library's route for it.
+    pub fn route(&self) -> Route<'_> {
+        match self {
+            RouteBy::Only => Route::Only,
+            RouteBy::Path(p) => Route::Path(p),
+            RouteBy::Model(m) => Route::Model(m),
+            RouteBy::Field(f) => Route::Field(f),
+        }
+    }
+}
+
 /// What became of one input record: `T` is its output, a [`Record`] from
 /// [`run`] or its JSON line from [`run_json`].
 #[derive(Debug)]
@@ -979,66 +991,32 @@ fn task_failed(e: &tokio::task::JoinError) -> Error {
     Error::Internal(format!("the evaluation task failed: {e}"))
 }
 
-fn unrouted(message: String) -> Error {
-    Error::Unrouted { index: 0, message }
-}
-
-/// Evaluates one chunk: records grouped by route, one guest call per group.
+/// Evaluates one chunk: the records that were read, in one call (or one per
+/// rule path, by field: see [`Rule::evaluate_batch_on`]).
 async fn evaluate_chunk<T: Decoded>(rule: &Rule, route: &RouteBy, chunk: Vec<Input>) -> Vec<Done<T>> {
     let mut outcomes: Vec<Option<Outcome<T>>> = (0..chunk.len()).map(|_| None).collect();
-    // Route key → positions in the chunk of the records that take it.
-    let mut groups: Vec<(Option<String>, Vec<usize>)> = Vec::new();
+    let mut positions = Vec::with_capacity(chunk.len());
     for (pos, input) in chunk.iter().enumerate() {
-        let rec = match &input.record {
-            Ok(r) => r,
-            Err(e) => {
-                outcomes[pos] = Some(Outcome::Failed(e.duplicate()));
-                continue;
-            }
-        };
-        let key = match route {
-            RouteBy::Field(name) => match rec.fields().iter().find(|f| f.name == name.as_str()).map(|f| &f.value) {
-                Some(Value::Chars(p)) => Some(p.to_string()),
-                Some(_) => {
-                    outcomes[pos] = Some(Outcome::Unrouted(unrouted(format!("the rule-path field `{name}` is not text"))));
-                    continue;
-                }
-                None => {
-                    outcomes[pos] = Some(Outcome::Unrouted(unrouted(format!("the record has no rule-path field `{name}`"))));
-                    continue;
-                }
-            },
-            _ => None,
-        };
-        match groups.iter_mut().find(|g| g.0 == key) {
-            Some(g) => g.1.push(pos),
-            None => groups.push((key, vec![pos])),
+        match &input.record {
+            Ok(_) => positions.push(pos),
+            Err(e) => outcomes[pos] = Some(Outcome::Failed(e.duplicate())),
         }
     }
-    for (key, positions) in groups {
-        let r = match (route, &key) {
-            (RouteBy::Only, _) => Route::Only,
-            (RouteBy::Path(p), _) => Route::Path(p),
-            (RouteBy::Model(m), _) => Route::Model(m),
-            (RouteBy::Field(_), k) => Route::Path(k.as_deref().unwrap_or("")),
-        };
-        // Only records that were read make it into a group.
-        let records: Vec<&Record> = positions.iter().filter_map(|&p| chunk[p].record.as_ref().ok()).collect();
-        match rule.evaluate_batch_iter(r, records.iter().copied()).await {
-            Ok(results) => {
-                for (&pos, result) in positions.iter().zip(results) {
-                    outcomes[pos] = Some(match result {
-                        Ok(rec) => Outcome::Ok(rec),
-                        Err(e @ Error::Unrouted { .. }) => Outcome::Unrouted(e),
-                        Err(e) => Outcome::Failed(e),
-                    });
-                }
+    let records: Vec<&Record> = positions.iter().filter_map(|&p| chunk[p].record.as_ref().ok()).collect();
+    match rule.evaluate_batch_iter(route.route(), records.iter().copied()).await {
+        Ok(results) => {
+            for (&pos, result) in positions.iter().zip(results) {
+                outcomes[pos] = Some(match result {
+                    Ok(rec) => Outcome::Ok(rec),
+                    Err(e @ Error::Unrouted { .. }) => Outcome::Unrouted(e),
+                    Err(e) => Outcome::Failed(e),
+                });
             }
-            // No call could be made (no instance): every record of the group says so.
-            Err(e) => {
-                for &pos in &positions {
-                    outcomes[pos] = Some(Outcome::Failed(e.duplicate()));
-                }
+        }
+        // No call could be made (no instance): every record says so.
+        Err(e) => {
+            for &pos in &positions {
+                outcomes[pos] = Some(Outcome::Failed(e.duplicate()));
             }
         }
     }

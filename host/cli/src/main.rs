@@ -1254,15 +1254,7 @@ async fn explain_records(rule: &omlet::Rule, o: &RunOptions, x: &Explain) -> oml
             other => other,
         };
         let result = match record {
-            Ok(r) => {
-                let route = match &o.route {
-                    RouteBy::Only => omlet::Route::Only,
-                    RouteBy::Path(p) => omlet::Route::Path(p),
-                    RouteBy::Model(m) => omlet::Route::Model(m),
-                    RouteBy::Field(f) => omlet::Route::Field(f),
-                };
-                rule.explain_on(route, &r).await
-            }
+            Ok(r) => rule.explain_on(o.route.route(), &r).await,
             Err(e) => Err(e),
         };
         let (output, trace) = match result {
