@@ -606,9 +606,12 @@ impl Knowledge {
         r
     }
 
-    async fn load_knowdb_again(&self) -> Result<()> {
+    /// The knowdb that [`reload_knowdb`](Self::reload_knowdb) loads again,
+    /// or why there is none to load: no knowdb, or one not held in
+    /// in-memory SQLite.
+    pub(crate) fn reloadable_knowdb(&self) -> Result<std::path::PathBuf> {
         let Some(path) = self.config.knowdb.clone() else {
-            return Err(Error::Knowledge("no knowdb to load again".into()));
+            return Err(Error::Knowledge("no knowdb to load again (the knowledge config names none)".into()));
         };
         if self.config.url != "sqlite::memory:" {
             return Err(Error::Knowledge(format!(
@@ -616,6 +619,11 @@ impl Knowledge {
                 path.display()
             )));
         }
+        Ok(path)
+    }
+
+    async fn load_knowdb_again(&self) -> Result<()> {
+        let path = self.reloadable_knowdb()?;
         let stays = |what: String| Error::Knowledge(format!("{}: {what}; the knowledge stays as it was", path.display()));
         let fresh: Arc<dyn Provider> = Arc::new(sqlite::SqliteProvider::memory().await?);
         let loaded = knowdb::load_any(&path, fresh.as_ref(), &self.config.knowdb_roots).await?;
@@ -686,14 +694,17 @@ impl Knowledge {
         let mut out = Vec::with_capacity(statements.len());
         let sources = self.sources.load_full();
         for s in statements {
-            let refused = |message| Error::Statement {
+            // The lookup refused, as the rule wrote it, and the name the
+            // refusal is about when there is one (for a caret on it).
+            let refused_at = |message, name: Option<String>| Error::Statement {
                 file: s.file.clone(),
                 line: s.line,
                 column: s.column,
                 sql: s.sql.clone(),
                 message,
-                name: None,
+                name: name.map(Box::new),
             };
+            let refused = |message| refused_at(message, None);
             // What the rule may reach, before anything goes to the database.
             let too_long = |message: String| {
                 Error::limit(Limit::StatementBytes, format!("{}:{}:{}: lookup: {message}", s.file, s.line, s.column))
@@ -714,21 +725,16 @@ impl Knowledge {
             let checked = guard::check_named(&routed.sql, &policy).map_err(|r| {
                 let names: Vec<&str> = sources.iter().filter_map(|s| s.name.as_deref()).collect();
                 let m = r.message;
-                let e = match (&source.name, guard::first_table(&routed.sql)) {
-                    (Some(name), _) if sources.len() > 1 => refused(format!("on the database `{name}`: {m}")),
+                let message = match (&source.name, guard::first_table(&routed.sql)) {
+                    (Some(name), _) if sources.len() > 1 => format!("on the database `{name}`: {m}"),
                     (None, Some(t)) if !names.is_empty() && t.contains('.') => {
                         let first = t.split('.').next().unwrap_or_default();
-                        refused(format!("{m} (`{first}` is no database of the knowdb: {})", names.join(", ")))
+                        format!("{m} (`{first}` is no database of the knowdb: {})", names.join(", "))
                     }
-                    _ => refused(m),
+                    _ => m,
                 };
                 // A refused function: the caret goes on its name.
-                match (e, r.function) {
-                    (Error::Statement { file, line, column, sql, message, .. }, Some(f)) => {
-                        Error::Statement { file, line, column, sql, message, name: Some(Box::new(f)) }
-                    }
-                    (e, _) => e,
-                }
+                refused_at(message, r.function)
             })?;
             if let Some(h) = sql::helper_missing_in(&routed.sql, provider.kind()) {
                 return Err(refused(format!(
@@ -746,7 +752,6 @@ impl Knowledge {
                 checked.columns.iter().chain(&checked.keys).chain(&checked.ranges).filter(|c| *c != "*").cloned().collect();
             // The batch form is built from what the SQL reads, never from the
             // component's own account of its table and columns.
-            let statement_sql = s.sql.clone();
             let s = &SqlStatement { sql: routed.sql, table: checked.table, columns: checked.columns, ..s.clone() };
             // Dialect rewrites first, so that a parameter they repeat gets
             // a placeholder per occurrence. They are bounded in size.
@@ -781,14 +786,7 @@ impl Knowledge {
                         }
                         _ => (message, None),
                     };
-                    return Err(Error::Statement {
-                        file: s.file.clone(),
-                        line: s.line,
-                        column: s.column,
-                        sql: statement_sql.clone(),
-                        message,
-                        name: name.map(Box::new),
-                    });
+                    return Err(refused_at(message, name));
                 }
             };
             let stats = {

@@ -87,70 +87,86 @@ pub async fn watch(knowledge: &Arc<Knowledge>) -> Result<Option<Watcher>> {
 /// The task that loads the knowdb again when its files change.
 fn watch_knowdb(knowledge: &Arc<Knowledge>) -> Result<tokio::task::JoinHandle<()>> {
     let config = knowledge.config();
-    let Some(path) = config.knowdb.clone() else {
-        return Err(Error::Knowledge("[reload] knowdb = true, but the knowledge config names no knowdb".into()));
-    };
-    if config.url != "sqlite::memory:" {
-        return Err(Error::Knowledge(
-            "[reload] knowdb = true needs the knowdb held in in-memory SQLite (url = \"sqlite::memory:\")".into(),
-        ));
-    }
+    let path = knowledge.reloadable_knowdb().map_err(|e| Error::Knowledge(format!("[reload] knowdb = true: {e}")))?;
     let mut roots: Vec<std::path::PathBuf> = vec![path.parent().map(|p| p.to_path_buf()).unwrap_or_default()];
     roots.extend(config.knowdb_roots.iter().cloned());
     let every = Duration::from_millis(config.reload.poll_ms.max(10));
     let weak = Arc::downgrade(knowledge);
     // What the files are now, before this returns: a change made after it
     // is seen.
-    let mut loaded = fingerprint(&roots);
-    Ok(tokio::spawn(async move {
-        let look = |roots: Vec<std::path::PathBuf>| async move {
-            tokio::task::spawn_blocking(move || fingerprint(&roots)).await.unwrap_or_default()
-        };
+    let loaded = fingerprint(&roots);
+    Ok(on_settled_change(roots, loaded, every, fingerprint, move || {
+        let weak = weak.clone();
+        async move {
+            let Some(knowledge) = weak.upgrade() else { return false };
+            if let Err(e) = knowledge.reload_knowdb().await {
+                tracing::warn!(
+                    "knowledge reload: {} (the previous knowledge stays in use)",
+                    super::config::redact(&e.to_string())
+                );
+            }
+            true
+        }
+    }))
+}
+
+/// Watches `roots` every `every` with `look` (what it sees of them;
+/// `loaded` is what it saw when they were last loaded), and calls `changed`
+/// once a change has rested one period, so that files being written are not
+/// read half-way and an editor's several writes make one call. The task
+/// ends when `changed` gives false. The knowdb watcher and `--watch` of
+/// rules (`stream::LiveRule`) both use it.
+pub(crate) fn on_settled_change<T, F, Fut>(
+    roots: Vec<std::path::PathBuf>,
+    mut loaded: T,
+    every: Duration,
+    look: fn(&[std::path::PathBuf]) -> T,
+    mut changed: F,
+) -> tokio::task::JoinHandle<()>
+where
+    T: PartialEq + Clone + Default + Send + 'static,
+    F: FnMut() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = bool> + Send,
+{
+    tokio::spawn(async move {
         let mut seen = loaded.clone();
-        let mut tick = tokio::time::interval(every);
+        let mut tick = tokio::time::interval(every.max(Duration::from_millis(10)));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            let now = look(roots.clone()).await;
-            // A change is loaded once it has rested one period: files being
-            // written are not read half-way.
+            let now = {
+                let roots = roots.clone();
+                tokio::task::spawn_blocking(move || look(&roots)).await.unwrap_or_default()
+            };
             let settled = now == seen && now != loaded;
             seen = now;
             if !settled {
                 continue;
             }
-            let Some(knowledge) = weak.upgrade() else { return };
-            match knowledge.reload_knowdb().await {
-                Ok(()) => {}
-                Err(e) => tracing::warn!(
-                    "knowledge reload: {} (the previous knowledge stays in use)",
-                    super::config::redact(&e.to_string())
-                ),
-            }
             loaded = seen.clone();
+            if !changed().await {
+                return;
+            }
         }
-    }))
+    })
 }
 
 /// What the files under `roots` are (path, size, modification time),
 /// sorted; at most [`MAX_WATCHED_FILES`] of them.
 pub(crate) fn fingerprint(roots: &[std::path::PathBuf]) -> Vec<(std::path::PathBuf, u64, Option<std::time::SystemTime>)> {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     let mut out = Vec::new();
     let mut dirs: Vec<std::path::PathBuf> = roots.to_vec();
-    while let Some(dir) = dirs.pop() {
+    'walk: while let Some(dir) = dirs.pop() {
         let Ok(entries) = std::fs::read_dir(&dir) else { continue };
         for e in entries.flatten() {
             if out.len() >= MAX_WATCHED_FILES {
-                static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-                if SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
-                    out.sort();
-                    return out;
+                if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                    tracing::warn!(
+                        "knowledge reload: more than {MAX_WATCHED_FILES} files under the knowdb's folders; changes to the others go unseen"
+                    );
                 }
-                tracing::warn!(
-                    "knowledge reload: more than {MAX_WATCHED_FILES} files under the knowdb's folders; changes to the others go unseen"
-                );
-                out.sort();
-                return out;
+                break 'walk;
             }
             let Ok(meta) = e.metadata() else { continue };
             if meta.is_dir() {

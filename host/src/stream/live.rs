@@ -74,27 +74,15 @@ impl LiveRule {
         told: impl Fn(std::result::Result<(), &Error>) + Send + Sync + 'static,
     ) -> Result<Watching> {
         let roots = vec![path.clone()];
-        let mut loaded = fingerprint(&roots);
+        let loaded = fingerprint(&roots);
         if loaded.is_empty() {
             return Err(Error::Config(format!("--watch: {} has no files to watch", path.display())));
         }
         let live = self.clone();
-        let task = tokio::spawn(async move {
-            let mut seen = loaded.clone();
-            let mut tick = tokio::time::interval(every.max(Duration::from_millis(10)));
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                let now = {
-                    let roots = roots.clone();
-                    tokio::task::spawn_blocking(move || fingerprint(&roots)).await.unwrap_or_default()
-                };
-                let settled = now == seen && now != loaded;
-                seen = now;
-                if !settled {
-                    continue;
-                }
-                loaded = seen.clone();
+        let told = Arc::new(told);
+        let task = crate::knowledge::reload::on_settled_change(roots, loaded, every, fingerprint, move || {
+            let (live, engine, path, options, told) = (live.clone(), engine.clone(), path.clone(), options.clone(), told.clone());
+            async move {
                 match engine.load_path(&path, &options).await {
                     Ok(rule) => {
                         live.swap(rule);
@@ -106,6 +94,7 @@ impl LiveRule {
                         told(Err(&e));
                     }
                 }
+                true
             }
         });
         Ok(Watching { task })
