@@ -49,19 +49,49 @@ pub struct CodeCache {
     max_bytes: u64,
 }
 
-/// The folder omlet uses when the embedder names none: `$OMLET_CODE_CACHE`
-/// (`off` for none), else `$XDG_CACHE_HOME/omlet/code`, else
-/// `$HOME/.cache/omlet/code`; `None` when none of them is set.
+/// The folder omlet uses when the embedder names none: `.cache/omlet/code`
+/// in the effective user's home folder, as the system's user database gives
+/// it; `None` when it gives none. No environment variable is read: a host
+/// that honours `XDG_CACHE_HOME`, or a variable of its own, sets
+/// [`EngineConfig::code_cache`](crate::EngineConfig::code_cache) itself, as
+/// the CLI does with `OMLET_CODE_CACHE`.
 pub fn default_dir() -> Option<PathBuf> {
-    match std::env::var_os("OMLET_CODE_CACHE") {
-        Some(v) if v == "off" || v.is_empty() => return None,
-        Some(v) => return Some(PathBuf::from(v)),
-        None => {}
+    user_home().map(|h| h.join(".cache/omlet/code"))
+}
+
+/// The effective user's home folder from the user database (`getpwuid_r`).
+#[cfg(unix)]
+fn user_home() -> Option<PathBuf> {
+    use std::ffi::{CStr, OsStr};
+    use std::os::unix::ffi::OsStrExt;
+    let mut buf = vec![0u8; 4096];
+    loop {
+        // SAFETY: `passwd` is a plain C struct of integers and pointers, for
+        // which all zeroes (null pointers) is a valid value.
+        let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
+        let mut found: *mut libc::passwd = std::ptr::null_mut();
+        // SAFETY: `pwd` and `found` are valid for writes, and `buf` for
+        // `buf.len()` bytes; the call writes the entry's strings into `buf`
+        // and nowhere else. geteuid has no preconditions and cannot fail.
+        let rc = unsafe { libc::getpwuid_r(libc::geteuid(), &mut pwd, buf.as_mut_ptr().cast(), buf.len(), &mut found) };
+        if rc == libc::ERANGE && buf.len() < 1 << 20 {
+            buf.resize(buf.len() * 4, 0);
+            continue;
+        }
+        if rc != 0 || found.is_null() || pwd.pw_dir.is_null() {
+            return None;
+        }
+        // SAFETY: on success `pw_dir` points to a NUL-terminated string in
+        // `buf`, which is alive and unchanged here.
+        let dir = unsafe { CStr::from_ptr(pwd.pw_dir) };
+        let dir = PathBuf::from(OsStr::from_bytes(dir.to_bytes()));
+        return dir.is_absolute().then_some(dir);
     }
-    if let Some(x) = std::env::var_os("XDG_CACHE_HOME").filter(|x| !x.is_empty()) {
-        return Some(PathBuf::from(x).join("omlet/code"));
-    }
-    std::env::var_os("HOME").filter(|h| !h.is_empty()).map(|h| PathBuf::from(h).join(".cache/omlet/code"))
+}
+
+#[cfg(not(unix))]
+fn user_home() -> Option<PathBuf> {
+    None
 }
 
 impl CodeCache {
@@ -265,6 +295,16 @@ mod tests {
         let mut v: Vec<PathBuf> = std::fs::read_dir(dir).unwrap().flatten().map(|e| e.path()).collect();
         v.sort();
         v
+    }
+
+    /// The default folder comes from the user database, not from `$HOME`:
+    /// the user running the tests has an entry with an absolute home.
+    #[cfg(unix)]
+    #[test]
+    fn the_default_folder_is_under_the_users_home_from_the_user_database() {
+        let dir = default_dir().expect("the test user has a home folder in the user database");
+        assert!(dir.is_absolute() && dir.ends_with(".cache/omlet/code"), "{}", dir.display());
+        assert_eq!(Some(dir.as_path()), user_home().map(|h| h.join(".cache/omlet/code")).as_deref());
     }
 
     #[test]

@@ -6,8 +6,10 @@
 //! (custom section `omlet-guest-source`); [`source_hash_of_tree`] computes the
 //! same hash over a checkout, so a test can tell a stale guest.
 //!
+//! Built with the `test-guest` feature (test builds only),
 //! `OMLET_GUEST=/path/to/omlet_guest.wasm` makes the library use another
-//! build of the guest (the tests use it to run against a fresh build).
+//! build of the guest, so that the suite can run against a fresh build.
+//! Without it the library reads no environment variable.
 
 use std::borrow::Cow;
 use std::path::Path;
@@ -19,15 +21,17 @@ static EMBEDDED: &[u8] = include_bytes!("../guest/omlet_guest.wasm");
 /// Name of the custom section holding the source hash.
 pub const SOURCE_SECTION: &str = "omlet-guest-source";
 
-/// The guest core module in use: `$OMLET_GUEST` if set, else the embedded one.
+/// The guest core module in use: the embedded one (or, in a test build
+/// with the `test-guest` feature, `$OMLET_GUEST` when it is set).
 pub fn core_module() -> crate::Result<Cow<'static, [u8]>> {
-    match std::env::var_os("OMLET_GUEST") {
-        Some(p) if !p.is_empty() => std::fs::read(&p).map(Cow::Owned).map_err(|e| crate::Error::io(p, e)),
-        _ => Ok(Cow::Borrowed(EMBEDDED)),
+    #[cfg(feature = "test-guest")]
+    if let Some(p) = std::env::var_os("OMLET_GUEST").filter(|p| !p.is_empty()) {
+        return std::fs::read(&p).map(Cow::Owned).map_err(|e| crate::Error::io(p, e));
     }
+    Ok(Cow::Borrowed(EMBEDDED))
 }
 
-/// The embedded guest, whatever `$OMLET_GUEST` says.
+/// The embedded guest, whatever [`core_module`] gives.
 pub fn embedded() -> &'static [u8] {
     EMBEDDED
 }

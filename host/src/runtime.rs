@@ -203,13 +203,17 @@ pub struct EngineConfig {
     /// of ready tasks twice, so that nobody waits on a future nobody polls.
     pub coalesce: bool,
     /// Where compiled guest code is kept between runs (default
-    /// [`code_cache::default_dir`](crate::code_cache::default_dir): the
-    /// user's cache folder, or `$OMLET_CODE_CACHE`; `None` compiles every
-    /// load). A load whose component was compiled before by the same
+    /// [`code_cache::default_dir`](crate::code_cache::default_dir):
+    /// `~/.cache/omlet/code`; `None` compiles every load). A load whose component was compiled before by the same
     /// omlet and engine settings reads the machine code back instead of
     /// compiling it: milliseconds instead of about half a second. See
     /// [`code_cache`](crate::code_cache) for what it trusts.
     pub code_cache: Option<std::path::PathBuf>,
+    /// Write `/tmp/perf-PID.map` as guest code is compiled or loaded
+    /// (default off), so that `perf record` / `perf report` name the guest's
+    /// functions (an unstripped guest names them best). The CLI turns it on
+    /// with `OMLET_PERFMAP=1`. Costs nothing when off.
+    pub perf_map: bool,
 }
 
 impl Default for EngineConfig {
@@ -224,6 +228,7 @@ impl Default for EngineConfig {
             max_component_bytes: 16 << 20,
             coalesce: true,
             code_cache: crate::code_cache::default_dir(),
+            perf_map: false,
         }
     }
 }
@@ -382,8 +387,7 @@ impl Engine {
         // loops and calls is a load and a compare.
         config.epoch_interruption(true);
         config.consume_fuel(cfg.fuel.is_some());
-        // `OMLET_PERFMAP=1`: write /tmp/perf-PID.map so that `perf` names guest functions.
-        if std::env::var_os("OMLET_PERFMAP").is_some_and(|v| v == "1") {
+        if cfg.perf_map {
             config.profiler(wasmtime::ProfilingStrategy::PerfMap);
         }
         let inner = WtEngine::new(&config).map_err(|e| Error::load("engine", e))?;

@@ -256,6 +256,10 @@ async fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
+    // `OMLET_UTC_OFFSET=seconds`: `Now::*` and static blocks in that zone.
+    if let Some(offset) = std::env::var("OMLET_UTC_OFFSET").ok().and_then(|v| v.parse().ok()) {
+        omlet::clock::set_utc_offset(Some(offset));
+    }
     let result = match cli.cmd {
         Cmd::Build { rules, output } => build(&rules, &output),
         Cmd::Check { rules, knowdb, knowledge, json, sample, deny_warnings } => {
@@ -542,7 +546,7 @@ async fn inspect(component: &Path, json: bool, knowdb: &[PathBuf]) -> omlet::Res
             message: "not a WebAssembly component: inspect takes a component built by `omlet build`, or .oml files".into(),
         });
     }
-    let rule = Engine::new()?.load_component(&bytes, &omlet::LoadOptions::new()).await?;
+    let rule = engine()?.load_component(&bytes, &omlet::LoadOptions::new()).await?;
     let info = rule.info();
     // With knowdbs: each statement's path, as the knowledge binds it.
     let paths: Vec<String> = if knowdb.is_empty() {
@@ -629,7 +633,7 @@ async fn test(
         }
     }
     let files = found;
-    let engine = Engine::new()?;
+    let engine = engine()?;
     let mode = if native { Mode::Native } else { Mode::Wasm };
     let db = match knowledge {
         Some(url) => Some(TestDb::create(url).await?),
@@ -832,7 +836,7 @@ async fn check(
                 // column is reported here, not at the first `run`.
                 Some(knowledge) => {
                     let options = omlet::LoadOptions::new().knowledge(knowledge.clone());
-                    match Engine::new()?.load_sources(&sources, &options).await {
+                    match engine()?.load_sources(&sources, &options).await {
                         Ok(_) => {
                             // Warnings do not fail the check.
                             if let Some(db) = &knowdb_db {
@@ -1299,6 +1303,26 @@ async fn explain_records(rule: &omlet::Rule, o: &RunOptions, x: &Explain) -> oml
     Ok(ExitCode::SUCCESS)
 }
 
+/// The engine every command uses: the library's defaults, with what the
+/// environment asks for (the library reads no variable itself):
+/// - the code cache in `$OMLET_CODE_CACHE` (`off` for none), else in
+///   `$XDG_CACHE_HOME/omlet/code`, else in `$HOME/.cache/omlet/code`, else
+///   where the library puts it by default;
+/// - `OMLET_PERFMAP=1`: a perf map of the guest's code, for `perf`.
+fn engine() -> omlet::Result<Engine> {
+    let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+    let mut config = omlet::EngineConfig::default();
+    if let Some(v) = var("OMLET_CODE_CACHE") {
+        config.code_cache = (v != "off").then(|| PathBuf::from(v));
+    } else if let Some(x) = var("XDG_CACHE_HOME") {
+        config.code_cache = Some(PathBuf::from(x).join("omlet/code"));
+    } else if let Some(h) = var("HOME") {
+        config.code_cache = Some(PathBuf::from(h).join(".cache/omlet/code"));
+    }
+    config.perf_map = var("OMLET_PERFMAP").is_some_and(|v| v == "1");
+    Engine::with_config(&config)
+}
+
 /// `--concurrency` when not given: one call per core, and one more. The
 /// caller's task writes each call's outputs in order; with one call per core,
 /// a core would wait while it does (on 2 cores, 2 calls gave 176-186 K
@@ -1310,7 +1334,7 @@ fn default_concurrency() -> usize {
 
 async fn run(rule: &Path, knowdb: &[PathBuf], config: Option<&Path>, o: RunOptions) -> omlet::Result<ExitCode> {
     let knowledge = open_knowledge(knowdb, config).await?;
-    let engine = Engine::new()?;
+    let engine = engine()?;
     let options = omlet::LoadOptions::new().knowledge(knowledge.clone());
     let rule_path = rule.to_path_buf();
     let rule = engine.load_path(rule, &options).await?;

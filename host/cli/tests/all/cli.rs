@@ -276,3 +276,39 @@ fn a_line_that_is_not_utf8_costs_one_error_line() {
     assert!(errors[0]["error"].as_str().unwrap().contains("not UTF-8"));
     assert_eq!(out.status.code(), Some(1));
 }
+
+/// The library reads no environment variable; the CLI reads the code
+/// cache's from its own: `OMLET_CODE_CACHE` names the folder (and `off`
+/// turns it off), before `XDG_CACHE_HOME`.
+#[test]
+fn the_cli_takes_its_code_cache_folder_from_the_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("one.jsonl");
+    std::fs::write(&input, r#"{"client_ip":"10.0.0.7","status":"200","request_uri":"/a"}"#).unwrap();
+    let run = |vars: &[(&str, std::path::PathBuf)]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_omlet"));
+        c.args(["run", "examples/nginx/nginx.oml", "--knowdb", "examples/nginx/knowdb/knowdb.toml", "-o", "-"])
+            .arg("-i")
+            .arg(&input)
+            .current_dir(root())
+            .env_remove("OMLET_CODE_CACHE")
+            .env("XDG_CACHE_HOME", dir.path().join("xdg"));
+        for (k, v) in vars {
+            c.env(k, v);
+        }
+        let out = c.output().unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert!(text(&out.stdout).contains(r#""status_class":"success""#), "{}", text(&out.stdout));
+    };
+    let entries = |p: &std::path::Path| std::fs::read_dir(p).map(|d| d.count()).unwrap_or(0);
+
+    run(&[("OMLET_CODE_CACHE", dir.path().join("named"))]);
+    assert_eq!(entries(&dir.path().join("named")), 1, "OMLET_CODE_CACHE names the folder");
+    assert_eq!(entries(&dir.path().join("xdg/omlet/code")), 0);
+
+    run(&[("OMLET_CODE_CACHE", "off".into())]);
+    assert_eq!(entries(&dir.path().join("xdg/omlet/code")), 0, "off keeps no code");
+
+    run(&[]);
+    assert_eq!(entries(&dir.path().join("xdg/omlet/code")), 1, "else XDG_CACHE_HOME/omlet/code");
+}
