@@ -84,7 +84,7 @@ const SESSION_WORDS: &[&str] = &[
 ];
 
 /// Whether `table` (maybe schema-qualified) names a catalog table: one of
-/// its parts begins with a [`CATALOG_PREFIXES`] prefix, or its schema is one
+/// its parts begins with a `CATALOG_PREFIXES` prefix, or its schema is one
 /// of MySQL's system schemas. Such tables are refused whatever `tables`
 /// says.
 pub fn is_catalog(table: &str) -> bool {
@@ -95,7 +95,7 @@ pub fn is_catalog(table: &str) -> bool {
 }
 
 /// Whether `name` is a system schema of MySQL or MariaDB (its
-/// [`CATALOG_SCHEMAS`], or `information_schema`): a connection whose default
+/// `CATALOG_SCHEMAS`, or `information_schema`): a connection whose default
 /// database is one would read catalog tables under unqualified names.
 pub fn is_system_schema(name: &str) -> bool {
     is(name, "information_schema") || CATALOG_SCHEMAS.iter().any(|s| is(name, s))

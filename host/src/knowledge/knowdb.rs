@@ -210,7 +210,7 @@ fn line_of(text: &str, offset: usize) -> usize {
 }
 
 /// Whether `name` is a table name a knowdb may declare: `[a-z_][a-z0-9_]*`,
-/// at most [`MAX_NAME_BYTES`].
+/// at most `MAX_NAME_BYTES`.
 pub fn is_table_name(name: &str) -> bool {
     let mut bytes = name.bytes();
     matches!(bytes.next(), Some(b'a'..=b'z' | b'_'))

@@ -422,7 +422,7 @@ impl Index {
 /// column, which an answer from memory must match.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Compare {
-    /// SQLite's: by column affinity, converting numeric text ([`probe`]).
+    /// SQLite's: by column affinity, converting numeric text (`probe`).
     Sqlite,
     /// Another database's (a snapshot of PostgreSQL or MySQL): memory
     /// answers only an integer against an integer column, and text against
@@ -780,7 +780,7 @@ impl Plan {
     }
 
     /// Whether the database would compare `params` with the key columns
-    /// as memory does (always, for SQLite's own [`probe`]).
+    /// as memory does (always, for SQLite's own `probe`).
     fn comparable(&self, params: &[Cell]) -> bool {
         let t = &*self.table;
         let Compare::Exact { text } = t.compare else { return true };

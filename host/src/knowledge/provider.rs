@@ -89,7 +89,7 @@ pub trait Provider: Tables + Send + Sync + 'static {
     /// Creates an index on `columns` of `table` unless one of that name
     /// exists: omlet does so for the tables it loaded from a knowdb, on the
     /// columns their lookups compare and those the knowdb names
-    /// ([`index_name`] names it). `table` and `columns` are plain
+    /// (`index_name` names it). `table` and `columns` are plain
     /// identifiers (the guard's, or checked as such by the knowdb reader). A provider that
     /// cannot create indexes says so; the lookups then run without one.
     fn create_index<'a>(&'a self, table: &'a str, columns: &'a [String]) -> BoxFuture<'a, Result<(), String>> {

@@ -77,7 +77,7 @@ pub trait Dialect: Send + Sync + 'static {
     const SPEC: Spec;
 
     /// A column type in SQLite's terms (INTEGER, REAL, TEXT, BLOB, maybe
-    /// with PRIMARY KEY) in this database's, by [`Spec::types`].
+    /// with PRIMARY KEY) in this database's, by `Spec::types`.
     fn column_type(sqlite_type: &str) -> String {
         let upper = sqlite_type.to_ascii_uppercase();
         let key = upper.contains("PRIMARY KEY");

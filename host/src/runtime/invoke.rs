@@ -1,0 +1,371 @@
+//! (route, frame) → output frame: every call of the guest, and the policy
+//! of the fast path (fiber-less first, the async path when a lookup must
+//! wait or the call runs long, errors mapped and instances dropped).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use tokio::sync::OwnedSemaphorePermit;
+use wasmtime::Store;
+use wasmtime::component::{ComponentExportIndex, InstancePre, TypedFunc};
+
+use super::config::EngineConfig;
+use super::engine::Engine;
+use super::pool::Pool;
+use super::rule::Rule;
+use super::store::{MoveToAsync, Shared, StoreState, call_error, new_store};
+use super::{Route, wit_route};
+use crate::error::Limit;
+use crate::record::Record;
+use crate::wire;
+use crate::{Error, Result};
+
+use super::bindings;
+use super::bindings::exports::omlet::rule::evaluator as ev;
+
+/// One instance with its store; `C` is how it is called: `bindings::Rule`
+/// (async, on a fiber) or [`SyncCalls`].
+pub(super) struct Instance<C> {
+    pub(super) store: Store<StoreState>,
+    pub(super) calls: C,
+    /// This instance's place in the engine's budget, given back on drop.
+    pub(super) _permit: OwnedSemaphorePermit,
+}
+
+/// The evaluator's two exports, called without a fiber. Their types are
+/// checked once, when the instance is made (as owned values, which lower
+/// exactly as the borrowed ones each call passes).
+pub(super) struct SyncCalls {
+    pub(super) evaluate: wasmtime::component::Func,
+    pub(super) batch: wasmtime::component::Func,
+}
+
+pub(super) type EvaluateOwned = TypedFunc<(u64, ev::Route, Vec<u8>), (Result<Vec<u8>, ev::EvalError>,)>;
+pub(super) type BatchOwned = TypedFunc<(u64, ev::Route, Vec<u8>), (ev::BatchOutput,)>;
+
+impl SyncCalls {
+    pub(super) fn evaluate(
+        &self,
+        store: &mut Store<StoreState>,
+        generation: u64,
+        route: &ev::Route,
+        frame: &[u8],
+    ) -> wasmtime::Result<Result<Vec<u8>, ev::EvalError>> {
+        // SAFETY: `new_sync` checked this function's type with `EvaluateOwned`.
+        unsafe { call_frame(self.evaluate, store, generation, route, frame) }
+    }
+
+    pub(super) fn batch(
+        &self,
+        store: &mut Store<StoreState>,
+        generation: u64,
+        route: &ev::Route,
+        frame: &[u8],
+    ) -> wasmtime::Result<ev::BatchOutput> {
+        // SAFETY: `new_sync` checked this function's type with `BatchOwned`.
+        unsafe { call_frame(self.batch, store, generation, route, frame) }
+    }
+}
+
+/// Calls an evaluator export `(generation, route, frame) -> R` without a fiber.
+///
+/// # Safety
+/// `func`'s type must have been checked as `(u64, ev::Route, Vec<u8>) -> (R,)`:
+/// those owned parameters lower exactly as the borrowed ones passed here.
+pub(super) unsafe fn call_frame<R>(
+    func: wasmtime::component::Func,
+    store: &mut Store<StoreState>,
+    generation: u64,
+    route: &ev::Route,
+    frame: &[u8],
+) -> wasmtime::Result<R>
+where
+    (R,): wasmtime::component::ComponentNamedList + wasmtime::component::Lift + 'static,
+{
+    // SAFETY: the caller's promise.
+    let f = unsafe { TypedFunc::<(u64, &ev::Route, &[u8]), (R,)>::new_unchecked(func) };
+    Ok(f.call(store, (generation, route, frame))?.0)
+}
+
+/// What a rule needs to make fiber-less calls: the component pre-linked
+/// against the sync imports, its exports, and the idle sync instances.
+pub(super) struct SyncPath {
+    pub(super) pre: InstancePre<StoreState>,
+    pub(super) evaluate: ComponentExportIndex,
+    pub(super) batch: ComponentExportIndex,
+    pub(super) idle: Arc<Pool<Instance<SyncCalls>>>,
+    /// Calls left to make on the async path after a lookup missed the
+    /// shared cache: where misses are common, a fiber-less try that is then
+    /// made again would double their cost.
+    pub(super) skip: AtomicU32,
+}
+
+/// How many calls skip the sync path after one of its lookups missed.
+pub(super) const SKIP_AFTER_MISS: u32 = 64;
+
+/// The interface the evaluator's functions are exported under.
+pub(super) const EVALUATOR: &str = "omlet:rule/evaluator@0.6.0";
+
+impl Instance<bindings::Rule> {
+    pub(super) async fn new(engine: &Engine, pre: &bindings::RulePre<StoreState>, shared: Arc<Shared>) -> Result<Self> {
+        let permit = engine.slots.reserve().await;
+        let mut store = new_store(engine, shared, false)?;
+        let calls = pre.instantiate_async(&mut store).await.map_err(|e| Error::load("instantiate", e))?;
+        Ok(Instance { store, calls, _permit: permit })
+    }
+}
+
+impl Instance<SyncCalls> {
+    /// A fiber-less instance, if a permit is free now (`None`: the caller
+    /// takes the async path, which waits for one).
+    pub(super) fn new_sync(engine: &Engine, path: &SyncPath, shared: Arc<Shared>) -> Option<Result<Self>> {
+        let permit = engine.slots.permits.clone().try_acquire_owned().ok()?;
+        let mut store = match new_store(engine, shared, true) {
+            Ok(store) => store,
+            Err(e) => return Some(Err(e)),
+        };
+        let instance = match path.pre.instantiate(&mut store) {
+            Ok(instance) => instance,
+            // Instantiating ran past the sync budget (a thread preempted for
+            // long, or a slow start): the async path makes the instance.
+            Err(e) if e.downcast_ref::<MoveToAsync>().is_some() => return None,
+            Err(e) => return Some(Err(Error::load("instantiate", e))),
+        };
+        Some((|| {
+            let typed = |e| Error::load("instantiate", e);
+            let evaluate: EvaluateOwned = instance.get_typed_func(&mut store, path.evaluate).map_err(typed)?;
+            let batch: BatchOwned = instance.get_typed_func(&mut store, path.batch).map_err(typed)?;
+            let calls = SyncCalls { evaluate: *evaluate.func(), batch: *batch.func() };
+            Ok(Instance { store, calls, _permit: permit })
+        })())
+    }
+}
+
+impl<C> Instance<C> {
+    /// Resets the per-call state before a call.
+    pub(super) fn arm(&mut self, cfg: &EngineConfig, generation: u64) {
+        let s = self.store.data_mut();
+        s.generation = generation;
+        s.limit = None;
+        s.call_started = None;
+        s.in_host = Duration::ZERO;
+        s.would_block = false;
+        self.store.set_epoch_deadline(1);
+        if let Some(f) = cfg.fuel {
+            // Only fails when fuel is off, and it is on when `fuel` is set.
+            let _ = self.store.set_fuel(f);
+        }
+    }
+}
+
+impl Rule {
+    pub(super) fn generation(&self) -> u64 {
+        self.inner.shared.knowledge.as_ref().map(|k| k.generation()).unwrap_or(0)
+    }
+
+    /// An instance armed for one call at knowledge `generation`.
+    pub(super) async fn checkout(&self, generation: u64) -> Result<Instance<bindings::Rule>> {
+        let mut inst = match self.inner.idle.take() {
+            Some(i) => i,
+            None => Instance::new(&self.inner.engine, &self.inner.pre, self.inner.shared.clone()).await?,
+        };
+        inst.arm(&self.inner.engine.config, generation);
+        Ok(inst)
+    }
+
+    pub(super) fn checkin<C: Send>(&self, pool: &Pool<Instance<C>>, inst: Instance<C>) {
+        pool.put(inst);
+        // Only a call that found no permit waits for a returned instance; while
+        // permits are left, waking anyone costs a lock per call for nothing.
+        let slots = &self.inner.engine.slots;
+        if slots.permits.available_permits() == 0 {
+            slots.returned.notify_waiters();
+        }
+    }
+
+    pub(super) fn check_size(&self, frame: &[u8]) -> Result<()> {
+        let max = self.inner.engine.config.max_record_bytes;
+        if frame.len() > max {
+            return Err(Error::limit(Limit::RecordBytes, format!("the record takes {} bytes, more than {max}", frame.len())));
+        }
+        Ok(())
+    }
+
+    /// A fiber-less call `f` on an instance of the sync path, at the
+    /// current knowledge generation. `None` when the call must be made on the
+    /// async path instead: the rule has no sync path, no instance can be
+    /// made without waiting, a lookup missed the shared cache, or the call
+    /// computed past [`SYNC_BUDGET`]. Nothing the call did is kept then.
+    pub(super) fn call_sync<R>(
+        &self,
+        f: impl FnOnce(&SyncCalls, &mut Store<StoreState>, u64) -> wasmtime::Result<R>,
+    ) -> Option<Result<R>> {
+        let path = self.inner.sync.as_ref()?;
+        if path.skip.load(Ordering::Relaxed) > 0
+            && path.skip.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1)).is_ok()
+        {
+            return None;
+        }
+        let generation = self.generation();
+        let mut inst = match path.idle.take() {
+            Some(i) => i,
+            None => match Instance::new_sync(&self.inner.engine, path, self.inner.shared.clone())? {
+                Ok(i) => i,
+                Err(e) => return Some(Err(e)),
+            },
+        };
+        inst.arm(&self.inner.engine.config, generation);
+        let out = f(&inst.calls, &mut inst.store, generation);
+        if inst.store.data().would_block {
+            path.skip.store(SKIP_AFTER_MISS, Ordering::Relaxed);
+            // The guest finished normally (the lookup failed as fatal), so the
+            // instance is sound; only its answer is dropped.
+            if out.is_ok() {
+                self.checkin(&path.idle, inst);
+            }
+            return None;
+        }
+        match out {
+            Ok(r) => {
+                self.checkin(&path.idle, inst);
+                Some(Ok(r))
+            }
+            // A stopped or trapped instance is dropped, never reused.
+            Err(e) if e.downcast_ref::<MoveToAsync>().is_some() => None,
+            Err(e) => Some(Err(call_error(&inst.store, e))),
+        }
+    }
+
+    /// How many more calls skip the sync path (0 when it is taken, or absent).
+    pub(super) fn sync_skipped(&self) -> u32 {
+        self.inner.sync.as_ref().map_or(0, |p| p.skip.load(Ordering::Relaxed))
+    }
+
+    /// One record in its own call.
+    pub(super) async fn evaluate_alone(&self, route: Route<'_>, record: &Record) -> Result<Record> {
+        let route = wit_route(route);
+        // Matched before the await, so that the future keeps no room for it.
+        let input = match self.alone_sync(&route, record) {
+            Alone::Done(result) => return result,
+            Alone::Async(input) => input,
+        };
+        // The sync path could not answer: the async one, on a fiber (boxed:
+        // see `evaluate_on`).
+        Box::pin(self.evaluate_async(route, input)).await
+    }
+
+    /// A one-record call on the fiber-less path, its frame written in the
+    /// thread's buffer (no allocation); the frame as its own bytes when the
+    /// call must be made on the async path.
+    pub(super) fn alone_sync(&self, route: &ev::Route, record: &Record) -> Alone {
+        wire::with_record_frame(record, |input| {
+            if let Err(e) = self.check_size(input) {
+                return Alone::Done(Err(e));
+            }
+            match self.evaluate_sync(route, input) {
+                Some(result) => Alone::Done(result),
+                None => Alone::Async(input.to_vec()),
+            }
+        })
+    }
+
+    /// One encoded record on the async path, on a fiber.
+    pub(super) async fn evaluate_async(&self, route: ev::Route, input: Vec<u8>) -> Result<Record> {
+        let generation = self.generation();
+        let mut inst = self.checkout(generation).await?;
+        let out = inst.calls.omlet_rule_evaluator().call_evaluate(&mut inst.store, generation, &route, &input).await;
+        match out {
+            Ok(r) => {
+                self.checkin(&self.inner.idle, inst);
+                single_output(r)
+            }
+            // A trapped instance is dropped, never reused.
+            Err(e) => Err(call_error(&inst.store, e)),
+        }
+    }
+
+    /// One encoded record on the fiber-less path; `None` when the call must
+    /// be made on the async path (see [`Rule::call_sync`]).
+    pub(super) fn evaluate_sync(&self, route: &ev::Route, input: &[u8]) -> Option<Result<Record>> {
+        let out = self.call_sync(|calls, store, generation| calls.evaluate(store, generation, route, input))?;
+        Some(out.and_then(single_output))
+    }
+
+    /// Several records as one frame, when it is within the record limit (so
+    /// that it holds no record over it); `None` for one record, or a frame
+    /// too large, whose records go one by one.
+    pub(super) fn whole_frame<'r>(&self, records: impl ExactSizeIterator<Item = &'r Record>) -> Option<Vec<u8>> {
+        if records.len() < 2 {
+            return None;
+        }
+        let frame = wire::encode_frame(records);
+        (frame.len() <= self.inner.engine.config.max_record_bytes).then_some(frame)
+    }
+
+    /// One `evaluate-batch` call: `Ok(Err(_))` when the guest trapped or
+    /// reached a limit (the instance is then dropped).
+    pub(super) async fn call_batch<T: wire::Decoded>(
+        &self,
+        route: &ev::Route,
+        frame: &Vec<u8>,
+        n: usize,
+    ) -> Result<Result<Vec<Result<T>>>> {
+        let out = match self.call_sync(|calls, store, generation| calls.batch(store, generation, route, frame)) {
+            Some(Ok(out)) => out,
+            Some(Err(e)) => return Ok(Err(e)),
+            None => {
+                let generation = self.generation();
+                let mut inst = self.checkout(generation).await?;
+                let out = inst.calls.omlet_rule_evaluator().call_evaluate_batch(&mut inst.store, generation, route, frame).await;
+                match out {
+                    Ok(out) => {
+                        self.checkin(&self.inner.idle, inst);
+                        out
+                    }
+                    Err(e) => return Ok(Err(call_error(&inst.store, e))),
+                }
+            }
+        };
+        Ok(batch_results(n, out))
+    }
+}
+
+/// The `n` results of a batch call: its output records, and its errors in their places.
+pub(super) fn batch_results<T: wire::Decoded>(n: usize, out: ev::BatchOutput) -> Result<Vec<Result<T>>> {
+    decode_batch_output(n, out, |i| i)
+}
+
+/// An `evaluate-batch` output decoded, each record's error naming the record
+/// as `named(its index in the batch)`.
+pub(super) fn decode_batch_output<T: wire::Decoded>(
+    n: usize,
+    out: ev::BatchOutput,
+    named: fn(usize) -> usize,
+) -> Result<Vec<Result<T>>> {
+    let errors = out.errors.into_iter().map(|e| (e.index as usize, record_error(named(e.index as usize), e.error)));
+    wire::decode_batch(n, &out.records, errors)
+}
+
+/// Where a one-record call stands after the fiber-less path.
+pub(super) enum Alone {
+    /// Answered (or refused: a record over the size limit).
+    Done(Result<Record>),
+    /// To be made on the async path, with this frame.
+    Async(Vec<u8>),
+}
+
+/// The record an `evaluate` call gave, or its error.
+pub(super) fn single_output(out: Result<Vec<u8>, ev::EvalError>) -> Result<Record> {
+    let frame = out.map_err(|e| record_error(0, e))?;
+    wire::decode_record(&frame).map_err(|m| Error::Internal(format!("the guest's output record: {m}")))
+}
+
+pub(super) fn record_error(index: usize, e: ev::EvalError) -> Error {
+    match e.kind {
+        ev::ErrorKind::Unrouted => Error::Unrouted { index, message: e.message },
+        ev::ErrorKind::Lookup => Error::Lookup { index, message: e.message },
+        ev::ErrorKind::Rejected => Error::Rejected { index, message: e.message },
+        ev::ErrorKind::Failed => Error::Internal(format!("the guest could not evaluate record {index}: {}", e.message)),
+    }
+}
