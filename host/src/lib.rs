@@ -32,9 +32,9 @@
 //! limit costs only the call's own records; the rule goes on.
 //!
 //! [`stream`] runs JSONL or CSV input through a rule, in order, with one
-//! outcome per record: what `omlet run` is made of. With the `kafka`
-//! feature, `stream::kafka` does the same as one worker of a Kafka consumer
-//! group, at least once.
+//! outcome per record: what `omlet run` is made of. A host with a source of
+//! its own (a queue, say) hands its inputs to [`stream::evaluate_json`] in
+//! chunks, as the CLI's Kafka worker does.
 //!
 //! The modules this page does not list (`build`, `guest`, `knowledge`,
 //! `runtime`, …) are omlet's own internals, public only for the `omlet`

@@ -19,8 +19,6 @@ use crate::runtime::{Route, Rule};
 use crate::wire::Decoded;
 use crate::{Error, Result};
 
-#[cfg(feature = "kafka")]
-pub mod kafka;
 mod live;
 pub use live::{LiveRule, Watching};
 
@@ -989,6 +987,16 @@ pub fn input_excerpt(raw: &str) -> String {
 /// What a record of a failed evaluation task gets.
 fn task_failed(e: &tokio::task::JoinError) -> Error {
     Error::Internal(format!("the evaluation task failed: {e}"))
+}
+
+/// Evaluates a chunk of inputs that a host read itself (from a queue, say),
+/// as [`run_json`] evaluates each of its chunks: the records in one call (or
+/// one per rule path, when `route` is by field), and one outcome per input,
+/// in order. An input that holds no record gets its own error back as a
+/// `Failed` outcome; an output is its JSON line. The CLI's Kafka worker is
+/// built on it.
+pub async fn evaluate_json(rule: &Rule, route: &RouteBy, chunk: Vec<Input>) -> Vec<Done<String>> {
+    evaluate_chunk(rule, route, chunk).await
 }
 
 /// Evaluates one chunk: the records that were read, in one call (or one per

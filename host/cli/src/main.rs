@@ -986,9 +986,13 @@ struct RunOptions {
     input_types: std::collections::BTreeMap<String, String>,
     output: Option<PathBuf>,
     errors: Option<PathBuf>,
+    #[cfg_attr(not(feature = "kafka"), expect(dead_code, reason = "read by the Kafka worker only"))]
     route_header: Option<String>,
+    #[cfg_attr(not(feature = "kafka"), expect(dead_code, reason = "read by the Kafka worker only"))]
     max_in_flight: usize,
+    #[cfg_attr(not(feature = "kafka"), expect(dead_code, reason = "read by the Kafka worker only"))]
     commit_interval_ms: u64,
+    #[cfg_attr(not(feature = "kafka"), expect(dead_code, reason = "read by the Kafka worker only"))]
     metrics: Option<String>,
     route: RouteBy,
     pass_unrouted: bool,

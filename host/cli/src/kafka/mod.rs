@@ -1,5 +1,44 @@
-//! `omlet run --from kafka://…`: one worker of a Kafka consumer group, with
-//! its Prometheus endpoint, draining on SIGTERM or Ctrl-C.
+//! `omlet run --from kafka://…`: records from a Kafka topic, through a rule,
+//! to Kafka topics, as one worker of a consumer group (the CLI's `kafka`
+//! feature), with its Prometheus endpoint, draining on SIGTERM or Ctrl-C.
+//!
+//! It lives in the CLI, not in the `omlet` library: it is built on the
+//! library's public stream API (`omlet::stream::evaluate_json`, `Input`,
+//! `Done`, `LiveRule`), as a host's own source would be.
+//!
+//! Many workers, on one machine or many, share the input topic's partitions
+//! through Kafka's consumer group. Each message value is one JSON record.
+//!
+//! **Delivery is at least once.**
+//! - An input offset is committed only after the output of its record, or
+//!   its error line, has been acknowledged by the brokers (`acks=all`, with
+//!   the idempotent producer), and only when every earlier offset of its
+//!   partition is acknowledged too.
+//! - A worker that dies loses nothing: its partitions move to the others,
+//!   which start again at the last committed offset. What it had produced
+//!   past that offset comes out twice.
+//! - A record holds one of [`KafkaOptions::max_in_flight`] places from the
+//!   moment it is read until the broker has its offset's commit. That bounds
+//!   both the memory of a worker and the duplicates a crash can make.
+//!
+//! **Order** is kept within a partition: the outputs of input partition `p`
+//! go, in input order, to partition `p mod n` of the output topic (`n` its
+//! partition count), each with the input's key and an `omlet-source` header
+//! (`topic/partition/offset`).
+//!
+//! **Rebalance and shutdown.** When partitions are revoked, what was
+//! acknowledged of them is committed at once; records of theirs still in
+//! flight are abandoned (their outputs may still appear; the new owner
+//! processes them again). When `shutdown` completes, reading stops, every
+//! record read is finished and acknowledged, the offsets are committed, and
+//! [`run`] returns `Ok`.
+//!
+
+mod offsets;
+mod options;
+mod outputs;
+mod url;
+mod worker;
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -7,9 +46,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use omlet::stream::kafka::{KafkaOptions, KafkaStats, KafkaUrl};
 use omlet::{Error, Knowledge, Rule};
+use options::{KafkaOptions, KafkaStats};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use url::KafkaUrl;
 
 use super::RunOptions;
 
@@ -67,7 +107,7 @@ pub(crate) async fn run(
         }
         None => None,
     };
-    let result = omlet::stream::kafka::run(live, options, stats.clone(), stop).await;
+    let result = worker::run(live, options, stats.clone(), stop).await;
     let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
     let secs = started.elapsed().as_secs_f64();
     let summary = serde_json::json!({
@@ -152,4 +192,9 @@ async fn serve_metrics(
             });
         }
     }))
+}
+
+/// The error of a record whose evaluation task failed (it panicked).
+fn task_failed(e: &tokio::task::JoinError) -> Error {
+    Error::Internal(format!("the evaluation task failed: {e}"))
 }
