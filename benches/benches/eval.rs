@@ -16,23 +16,9 @@ use omlet::knowledge::{BatchPlan, BoundStatement, BoxFuture, Placeholders, Prepa
 use omlet::{Engine, Knowledge, Record, Rule};
 use omlet_benches::*;
 use omlet_cli::conformance::NativeHost;
-use omlet_lang::eval::{Cell, Host, QueryError};
+use omlet_lang::eval::{Cell, Host, Offline};
 use omlet_lang::ir::Program;
 use tokio::runtime::Runtime;
-
-struct NoKnowledge;
-
-impl Host for NoKnowledge {
-    fn query(&mut self, _: u32, _: &[Cell]) -> Result<Option<Vec<Cell>>, QueryError> {
-        Ok(None)
-    }
-    fn columns(&mut self, _: u32) -> Result<Vec<String>, QueryError> {
-        Ok(Vec::new())
-    }
-    fn now(&mut self) -> (i64, i32) {
-        (0, 0)
-    }
-}
 
 fn compile(text: &str) -> Program {
     omlet::build::compile(&[RuleSource { file: "bench.oml".into(), text: text.into() }]).unwrap()
@@ -278,7 +264,7 @@ fn benches(c: &mut Criterion) {
     let pure = load(&rt, &engine, PURE_RULE, None);
     let mut g = c.benchmark_group("pure");
     g.throughput(Throughput::Elements(1));
-    g.bench_function("native", |b| b.iter_custom(|n| native(&pure_prog, &mut NoKnowledge, &records, n)));
+    g.bench_function("native", |b| b.iter_custom(|n| native(&pure_prog, &mut Offline::at((0, 0)), &records, n)));
     g.bench_function("wasm_single", |b| b.iter_custom(|n| wasm_single(&rt, &pure, &records, n)));
     for n in [1usize, 16, 256] {
         g.throughput(Throughput::Elements(n as u64));

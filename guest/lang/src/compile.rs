@@ -10,7 +10,7 @@ use alloc::vec::Vec;
 
 use crate::ast::{self, CondAtom, Operand, SqlCond, SqlOperand};
 use crate::diag::{Diagnostic, Span};
-use crate::eval::{self, Host, QueryError};
+use crate::eval;
 use crate::ir::*;
 use crate::limits::Limits;
 use crate::value::{NO_SYM, Type, Value};
@@ -340,7 +340,7 @@ impl Checker<'_> {
             name_index: Default::default(),
             features: Vec::new(),
         };
-        let mut host = CompileHost { now: self.now };
+        let mut host = eval::Offline::refusing(self.now, "no knowledge at compile time");
         let value = {
             let mut ctx = eval::Ctx::new(&program, Vec::new(), &mut host);
             ctx.expr(&expr, &name).map(|v| const_of(&crate::value::convert(v, &ty)))
@@ -1078,23 +1078,6 @@ pub fn const_of(v: &Value<'_>) -> Const {
         Value::Ignore => Const::Ignore,
         Value::Obj(m) => Const::Obj(m.iter().map(|f| (f.name.to_string(), const_of(&f.value))).collect()),
         Value::Array(m) => Const::Array(m.iter().map(|f| (f.name.to_string(), const_of(&f.value))).collect()),
-    }
-}
-
-/// Static blocks run at compile time: no knowledge, the build's clock.
-struct CompileHost {
-    now: (i64, i32),
-}
-
-impl Host for CompileHost {
-    fn query(&mut self, _: u32, _: &[eval::Cell]) -> Result<Option<Vec<eval::Cell>>, QueryError> {
-        Err(QueryError { message: "no knowledge at compile time".to_string(), fatal: false })
-    }
-    fn columns(&mut self, _: u32) -> Result<Vec<String>, QueryError> {
-        Ok(Vec::new())
-    }
-    fn now(&mut self) -> (i64, i32) {
-        self.now
     }
 }
 

@@ -56,6 +56,45 @@ pub trait Host {
     }
 }
 
+/// A host without a knowledge base, at a fixed time: no lookup finds a row
+/// (or, with [`Offline::refusing`], every lookup fails, without failing the
+/// record), no statement has columns, and `now` is the time it was made
+/// with. Static blocks are evaluated with it at compile time; the native
+/// tests, fuzzing and the benches evaluate with it. The one stub host.
+#[derive(Debug, Clone, Copy)]
+pub struct Offline {
+    now: (i64, i32),
+    refusal: Option<&'static str>,
+}
+
+impl Offline {
+    /// Lookups find nothing; `now` is `now` (Unix nanoseconds, UTC offset in
+    /// seconds).
+    pub const fn at(now: (i64, i32)) -> Offline {
+        Offline { now, refusal: None }
+    }
+
+    /// Lookups fail with `message` (not fatal: the targets stay absent).
+    pub const fn refusing(now: (i64, i32), message: &'static str) -> Offline {
+        Offline { now, refusal: Some(message) }
+    }
+}
+
+impl Host for Offline {
+    fn query(&mut self, _: u32, _: &[Cell]) -> Result<Option<Vec<Cell>>, QueryError> {
+        match self.refusal {
+            None => Ok(None),
+            Some(message) => Err(QueryError { message: String::from(message), fatal: false }),
+        }
+    }
+    fn columns(&mut self, _: u32) -> Result<Vec<String>, QueryError> {
+        Ok(Vec::new())
+    }
+    fn now(&mut self) -> (i64, i32) {
+        self.now
+    }
+}
+
 /// Why a record could not be evaluated.
 #[derive(Debug, Clone, PartialEq)]
 pub enum EvalError {
@@ -1118,22 +1157,8 @@ mod tests {
         }
     }
 
-    struct NoHost;
-
-    impl Host for NoHost {
-        fn query(&mut self, _: u32, _: &[Cell]) -> Result<Option<Vec<Cell>>, QueryError> {
-            Ok(None)
-        }
-        fn columns(&mut self, _: u32) -> Result<Vec<String>, QueryError> {
-            Ok(Vec::new())
-        }
-        fn now(&mut self) -> (i64, i32) {
-            (0, 0)
-        }
-    }
-
     fn run<'a>(program: &'a Program, input: Vec<Field<'a>>) -> Vec<(String, Value<'a>)> {
-        let out = evaluate(program, 0, input, &mut NoHost).unwrap();
+        let out = evaluate(program, 0, input, &mut Offline::at((0, 0))).unwrap();
         out.into_iter().map(|f| (f.name.into_owned(), f.value)).collect()
     }
 
@@ -1152,20 +1177,20 @@ mod tests {
             let mut input = spare.fields();
             assert!(i == 0 || input.capacity() >= 3, "record {i}: the input's buffer was not kept");
             input.extend(record(i));
-            let out = evaluate_with(&program, 0, input, &mut NoHost, &mut spare).unwrap();
-            assert_eq!(out, evaluate(&program, 0, record(i), &mut NoHost).unwrap());
+            let out = evaluate_with(&program, 0, input, &mut Offline::at((0, 0)), &mut spare).unwrap();
+            assert_eq!(out, evaluate(&program, 0, record(i), &mut Offline::at((0, 0))).unwrap());
             let at = out.as_ptr() as usize;
             spare.give_back(out);
             // The output's buffer is kept, and is the next output's.
             assert!(spare.dst.capacity() >= 3, "record {i}: the output's buffer was not kept");
-            let next = evaluate_with(&program, 0, record(i), &mut NoHost, &mut spare).unwrap();
+            let next = evaluate_with(&program, 0, record(i), &mut Offline::at((0, 0)), &mut spare).unwrap();
             assert_eq!(next.as_ptr() as usize, at, "record {i}: the next output has another buffer");
             spare.give_back(next);
         }
         let names: Vec<String> = (0..=Spare::KEEP_FIELDS).map(|i| format!("f{i}")).collect();
         let mut big = spare.fields();
         big.extend(names.iter().map(|n| Field::new(n.as_str(), Value::Digit(1))));
-        let out = evaluate_with(&program, 0, big, &mut NoHost, &mut spare).unwrap();
+        let out = evaluate_with(&program, 0, big, &mut Offline::at((0, 0)), &mut spare).unwrap();
         assert_eq!(spare.src.capacity(), 0, "a huge input's buffer is let go");
         spare.give_back(out);
         assert_eq!(spare.dst.capacity(), 0, "a huge output's buffer is let go");

@@ -1,24 +1,14 @@
 //! Helpers for the native tests of the language.
 #![allow(dead_code)]
 
-use omlet_lang::eval::{Cell, Host, QueryError};
+use omlet_lang::eval::Offline;
 use omlet_lang::pipes::write_json;
 use omlet_lang::value::{Field, Value};
 use omlet_lang::{Diagnostic, Source, compile};
 
 /// No knowledge; a fixed clock (2024-01-15 14:30:00 UTC, UTC+8).
-pub struct NoKnowledge;
-
-impl Host for NoKnowledge {
-    fn query(&mut self, _: u32, _: &[Cell]) -> Result<Option<Vec<Cell>>, QueryError> {
-        Ok(None)
-    }
-    fn columns(&mut self, _: u32) -> Result<Vec<String>, QueryError> {
-        Ok(Vec::new())
-    }
-    fn now(&mut self) -> (i64, i32) {
-        (1_705_329_000_000_000_000, 8 * 3600)
-    }
+pub fn no_knowledge() -> Offline {
+    Offline::at((1_705_329_000_000_000_000, 8 * 3600))
 }
 
 /// The diagnostics of a rule that must not compile.
@@ -34,7 +24,7 @@ pub fn errors(src: &str) -> Vec<Diagnostic> {
 pub fn eval_with(statements: &str, input: Vec<Field<'static>>) -> String {
     let src = format!("name : t\n---\n{statements}\n");
     let program = compile(&[Source { file: "t.oml", text: &src }], (0, 0)).unwrap_or_else(|e| panic!("{:?}", e[0].diagnostics));
-    let out = omlet_lang::evaluate(&program, 0, input, &mut NoKnowledge).unwrap();
+    let out = omlet_lang::evaluate(&program, 0, input, &mut no_knowledge()).unwrap();
     let mut s = String::from("{");
     for (i, f) in out.iter().filter(|f| !matches!(f.value, Value::Ignore)).enumerate() {
         if i > 0 {

@@ -3,7 +3,7 @@
 //! deepest rule the limits allow compiles and runs on a small stack.
 
 mod common;
-use common::{NoKnowledge, errors};
+use common::{errors, no_knowledge};
 use omlet_lang::value::Field;
 use omlet_lang::{Diagnostic, Limits, Program, Route, Source, compile, compile_with_limits, evaluate};
 
@@ -72,7 +72,7 @@ fn the_deepest_rule_the_limit_allows_compiles_and_runs_on_a_one_mib_stack() {
             let program = Program::from_bytes(&program.to_bytes()).unwrap();
             let model = program.route(Route::Only).unwrap();
             let input = vec![Field::new("a", omlet_lang::Value::Digit(1))];
-            let out = evaluate(&program, model, input, &mut NoKnowledge).unwrap();
+            let out = evaluate(&program, model, input, &mut no_knowledge()).unwrap();
             assert!(!kind.starts_with("sql") || out.is_empty(), "{kind}: {out:?}");
             drop(program);
         }
