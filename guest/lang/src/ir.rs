@@ -509,21 +509,53 @@ pub enum Helper {
 }
 
 impl Helper {
+    /// Every helper, in the order of spec §8.11.4 (and of `HELPER_FUNCTIONS`
+    /// on the host).
+    pub const ALL: [Helper; 11] = [
+        Helper::Ip4Int,
+        Helper::Ip4Between,
+        Helper::Cidr4Min,
+        Helper::Cidr4Max,
+        Helper::Cidr4Contains,
+        Helper::Ip4Text,
+        Helper::TrimQuotes,
+        Helper::IpKey,
+        Helper::CidrMinKey,
+        Helper::CidrMaxKey,
+        Helper::CidrContains,
+    ];
+
+    /// Its name in SQL: the one place a helper is named. The checker, the
+    /// host's guard and helper list, and the functions registered on each
+    /// database all read it from here.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Helper::Ip4Int => "ip4_int",
+            Helper::Ip4Between => "ip4_between",
+            Helper::Cidr4Min => "cidr4_min",
+            Helper::Cidr4Max => "cidr4_max",
+            Helper::Cidr4Contains => "cidr4_contains",
+            Helper::Ip4Text => "ip4_text",
+            Helper::TrimQuotes => "trim_quotes",
+            Helper::IpKey => "ip_key",
+            Helper::CidrMinKey => "cidr_min_key",
+            Helper::CidrMaxKey => "cidr_max_key",
+            Helper::CidrContains => "cidr_contains",
+        }
+    }
+
+    /// How many arguments it takes.
+    pub const fn arity(self) -> usize {
+        match self {
+            Helper::Ip4Between => 3,
+            Helper::Cidr4Contains | Helper::CidrContains => 2,
+            _ => 1,
+        }
+    }
+
+    /// The helper of this name (case as written in spec §8.11.4).
     pub fn by_name(name: &str) -> Option<Helper> {
-        Some(match name {
-            "ip4_int" => Helper::Ip4Int,
-            "ip4_between" => Helper::Ip4Between,
-            "cidr4_min" => Helper::Cidr4Min,
-            "cidr4_max" => Helper::Cidr4Max,
-            "cidr4_contains" => Helper::Cidr4Contains,
-            "ip4_text" => Helper::Ip4Text,
-            "trim_quotes" => Helper::TrimQuotes,
-            "ip_key" => Helper::IpKey,
-            "cidr_min_key" => Helper::CidrMinKey,
-            "cidr_max_key" => Helper::CidrMaxKey,
-            "cidr_contains" => Helper::CidrContains,
-            _ => return None,
-        })
+        Helper::ALL.into_iter().find(|h| h.name() == name)
     }
 }
 

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use omlet_lang::Cell;
+use omlet_lang::ir::Helper;
 use sqlx::mysql::{MySqlConnection, MySqlRow};
 use sqlx::{AssertSqlSafe, Row};
 
@@ -136,26 +137,26 @@ pub fn helper_expression(name: &str, args: &[String]) -> String {
     };
     let min = |net: &str, bits: &str| format!("{net} & (4294967295 ^ (4294967295 >> {bits}))");
     let max = |net: &str, bits: &str| format!("{net} | (4294967295 >> {bits})");
-    match name {
-        "ip4_int" => format!("COALESCE({}, 0)", ip4(&arg(0))),
-        "ip4_between" => format!("COALESCE({} BETWEEN {} AND {}, 0)", ip4(&arg(0)), ip4(&arg(1)), ip4(&arg(2))),
-        "cidr4_min" => cidr(&arg(0), &min),
-        "cidr4_max" => cidr(&arg(0), &max),
-        "cidr4_contains" => {
+    match Helper::by_name(name) {
+        Some(Helper::Ip4Int) => format!("COALESCE({}, 0)", ip4(&arg(0))),
+        Some(Helper::Ip4Between) => format!("COALESCE({} BETWEEN {} AND {}, 0)", ip4(&arg(0)), ip4(&arg(1)), ip4(&arg(2))),
+        Some(Helper::Cidr4Min) => cidr(&arg(0), &min),
+        Some(Helper::Cidr4Max) => cidr(&arg(0), &max),
+        Some(Helper::Cidr4Contains) => {
             format!("COALESCE({} BETWEEN {} AND {}, 0)", ip4(&arg(0)), cidr(&arg(1), &min), cidr(&arg(1), &max))
         }
-        "ip4_text" => {
+        Some(Helper::Ip4Text) => {
             let x = arg(0);
             format!("(CASE WHEN {x} REGEXP '^[0-9]+$' AND {x} + 0 <= 4294967295 THEN INET_NTOA({x}) END)")
         }
-        "trim_quotes" => {
+        Some(Helper::TrimQuotes) => {
             let x = arg(0);
             format!(
                 "(CASE WHEN CHAR_LENGTH({x}) >= 2 AND LEFT({x}, 1) IN ('\"', '''') AND RIGHT({x}, 1) = LEFT({x}, 1) \
                  THEN SUBSTRING({x}, 2, CHAR_LENGTH({x}) - 2) ELSE {x} END)"
             )
         }
-        "ip_key" => {
+        Some(Helper::IpKey) => {
             // INET6_ATON reads both families (4 or 16 bytes); an IPv4
             // address becomes its IPv4-mapped key, as in the guest.
             let a = format!("INET6_ATON(TRIM({}))", arg(0));

@@ -2,22 +2,20 @@
 //! out inline), and `:name` parameters into the provider's placeholders.
 
 use super::Placeholders;
+use omlet_lang::ir::Helper;
+
 use super::guard::{MAX_DEPTH, MAX_STATEMENT_BYTES};
 
-/// The SQL helper functions of spec §8.11.4.
-pub const HELPER_FUNCTIONS: &[&str] = &[
-    "ip4_int",
-    "ip4_between",
-    "cidr4_min",
-    "cidr4_max",
-    "cidr4_contains",
-    "ip4_text",
-    "trim_quotes",
-    "ip_key",
-    "cidr_min_key",
-    "cidr_max_key",
-    "cidr_contains",
-];
+/// The SQL helper functions of spec §8.11.4, by name ([`Helper::name`]).
+pub const HELPER_FUNCTIONS: [&str; Helper::ALL.len()] = {
+    let mut names = [""; Helper::ALL.len()];
+    let mut i = 0;
+    while i < names.len() {
+        names[i] = Helper::ALL[i].name();
+        i += 1;
+    }
+    names
+};
 
 /// Copies `sql`, passing quoted strings through untouched; everywhere else
 /// `at(sql, i, out)` may write a replacement for what starts at byte `i` and

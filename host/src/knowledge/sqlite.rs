@@ -167,20 +167,6 @@ mod helpers {
     use omlet_lang::Cell;
     use omlet_lang::ir::Helper;
 
-    const HELPERS: &[(&str, c_int, Helper)] = &[
-        ("ip4_int", 1, Helper::Ip4Int),
-        ("ip4_between", 3, Helper::Ip4Between),
-        ("cidr4_min", 1, Helper::Cidr4Min),
-        ("cidr4_max", 1, Helper::Cidr4Max),
-        ("cidr4_contains", 2, Helper::Cidr4Contains),
-        ("ip4_text", 1, Helper::Ip4Text),
-        ("trim_quotes", 1, Helper::TrimQuotes),
-        ("ip_key", 1, Helper::IpKey),
-        ("cidr_min_key", 1, Helper::CidrMinKey),
-        ("cidr_max_key", 1, Helper::CidrMaxKey),
-        ("cidr_contains", 2, Helper::CidrContains),
-    ];
-
     /// Steps through `sql` on the raw connection `db`, appending its rows
     /// to `data` with their storage classes, as sqlx would read them but
     /// without its per-row decoding and channel: reading a 1 M-row table
@@ -259,8 +245,9 @@ mod helpers {
     pub async fn register(conn: &mut sqlx::SqliteConnection) -> Result<(), sqlx::Error> {
         let mut handle = conn.lock_handle().await?;
         let db = handle.as_raw_handle().as_ptr();
-        for (i, (name, n_args, _)) in HELPERS.iter().enumerate() {
-            let cname = CString::new(*name).map_err(|e| sqlx::Error::Protocol(e.to_string()))?;
+        for (i, helper) in Helper::ALL.iter().enumerate() {
+            let (name, n_args) = (helper.name(), helper.arity() as c_int);
+            let cname = CString::new(name).map_err(|e| sqlx::Error::Protocol(e.to_string()))?;
             // SAFETY: `db` is this connection's open handle, locked for us; the
             // callback only reads its arguments and sets its result; the user
             // data is an index into a static table.
@@ -268,7 +255,7 @@ mod helpers {
                 ffi::sqlite3_create_function_v2(
                     db,
                     cname.as_ptr(),
-                    *n_args,
+                    n_args,
                     ffi::SQLITE_UTF8 | ffi::SQLITE_DETERMINISTIC,
                     i as *mut c_void,
                     Some(call),
@@ -311,7 +298,7 @@ mod helpers {
         // SAFETY: SQLite passes `argc` valid values in `argv` and the user data we registered.
         unsafe {
             let index = ffi::sqlite3_user_data(ctx) as usize;
-            let Some((_, _, helper)) = HELPERS.get(index) else {
+            let Some(helper) = Helper::ALL.get(index) else {
                 ffi::sqlite3_result_null(ctx);
                 return;
             };
