@@ -1,0 +1,113 @@
+//! Streams of records through a rule: reading JSONL or CSV input, routing
+//! each record to its model, evaluating batches with several in flight, and
+//! giving back exactly one outcome per input record, in input order.
+//!
+//! This is what `omlet run` is made of; a host that reads files can use it
+//! as it is.
+
+use crate::Error;
+use crate::record::Record;
+use crate::runtime::Route;
+
+mod live;
+mod pipe;
+mod read;
+mod run;
+#[cfg(test)]
+mod tests;
+
+pub use live::{LiveRule, Watching};
+pub use pipe::{Counting, DEFAULT_IDLE, Pipe, Stop};
+pub use read::{EmptyCell, Format, ReadLimits, read, read_with};
+pub use run::{evaluate_json, run, run_json};
+
+/// One input record as read: where it stands and what it says.
+#[derive(Debug)]
+pub struct Input {
+    /// 1-based position among the input's records.
+    pub number: u64,
+    /// 1-based line where the record starts.
+    pub line: u64,
+    /// The record as written (a JSONL line; a CSV row, re-joined).
+    pub raw: String,
+    /// The record, or why it could not be read.
+    /// An unreadable record is an [`Error::Input`] naming its line, or an
+    /// [`Error::Limit`] for a line over [`ReadLimits::max_line_bytes`].
+    pub record: std::result::Result<Record, Error>,
+}
+
+/// Most bytes of input in one guest call, whatever the batch size: a batch
+/// closes at `batch` records or at this many bytes of raw input.
+pub const MAX_BATCH_BYTES: usize = 4 << 20;
+
+/// How records find their model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RouteBy {
+    /// The rule's only model.
+    Only,
+    /// Every record to the model of this rule path.
+    Path(String),
+    /// Every record to this model.
+    Model(String),
+    /// Each record by the rule path in this field (which stays in the record).
+    Field(String),
+}
+
+impl RouteBy {
+    /// The library's route for it.
+    pub fn route(&self) -> Route<'_> {
+        match self {
+            RouteBy::Only => Route::Only,
+            RouteBy::Path(p) => Route::Path(p),
+            RouteBy::Model(m) => Route::Model(m),
+            RouteBy::Field(f) => Route::Field(f),
+        }
+    }
+}
+
+/// What became of one input record: `T` is its output, a [`Record`] from
+/// [`run`] or its JSON line from [`run_json`].
+#[derive(Debug)]
+pub enum Outcome<T = Record> {
+    /// The output: the record ([`run`]), or its JSON line ([`run_json`]).
+    Ok(T),
+    /// No model took the record: an [`Error::Unrouted`].
+    Unrouted(Error),
+    /// The record could not be read (the error of [`Input::record`]), or its
+    /// evaluation failed (a lookup, a limit, a trap, …).
+    Failed(Error),
+}
+
+/// One input record and its outcome.
+pub struct Done<T = Record> {
+    /// The record as read, with its number and raw text.
+    pub input: Input,
+    /// What became of it.
+    pub outcome: Outcome<T>,
+    /// No other outcome is ready after this one for now (the input is idle,
+    /// or slower than the evaluation): a sink that buffers its writes
+    /// flushes them here, so that a trickle of records is not held back.
+    pub idle: bool,
+}
+
+/// How much of a failed record's input its error line repeats.
+pub const MAX_ERROR_INPUT_CHARS: usize = 4096;
+
+/// An error line's text for a record's error: an input error's own message
+/// (the line names the record already), else the error.
+pub fn error_message(e: &Error) -> String {
+    match e {
+        Error::Input { message, .. } => message.clone(),
+        e => e.to_string(),
+    }
+}
+
+/// A record's input as its error line repeats it: the first
+/// [`MAX_ERROR_INPUT_CHARS`] characters, then `…`, so that a huge record is
+/// named without being copied whole.
+pub fn input_excerpt(raw: &str) -> String {
+    match raw.char_indices().nth(MAX_ERROR_INPUT_CHARS) {
+        Some((at, _)) => format!("{}…", &raw[..at]),
+        None => raw.to_string(),
+    }
+}

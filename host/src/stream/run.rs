@@ -1,0 +1,318 @@
+//! Running inputs through a rule: chunks read ahead on a thread of their
+//! own, calls in flight, outcomes handed over in input order.
+
+use std::collections::VecDeque;
+
+use std::sync::Arc;
+
+use super::{Done, Input, LiveRule, MAX_BATCH_BYTES, Outcome, RouteBy};
+use crate::record::Record;
+use crate::runtime::Rule;
+use crate::wire::Decoded;
+use crate::{Error, Result};
+
+/// Evaluates `inputs` through `rule`, `batch` records (and at most
+/// [`MAX_BATCH_BYTES`] of input) per guest call and up to `concurrency` calls
+/// in flight, handing every record's outcome to `sink` in input order.
+///
+/// Reading (and so parsing) runs on a thread of its own, `omlet-read`, a few
+/// chunks ahead of the evaluation (at most `concurrency` chunks wait for it,
+/// besides the one it is filling), so that it overlaps with the evaluating
+/// tasks and with `sink`, which runs on the caller's task.
+///
+/// Every record read gets exactly one outcome, whatever happens to its call:
+/// a trap, a limit, even a failed task, is that record's `Failed` outcome. The
+/// run stops early only when the input cannot be read, the reading thread
+/// fails (an [`Error::Internal`]), or `sink` fails:
+/// - when the input cannot be read, `sink` first gets the outcome of every
+///   record read before that, and the run returns the read error;
+/// - when `sink` fails, the run returns its error at once: the records read
+///   ahead get no outcome, and the reading thread stops when it next hands
+///   over a chunk (so an input that blocks, such as standard input, may keep
+///   it until the process ends). Dropping the run's future does the same.
+pub async fn run(
+    rule: impl Into<LiveRule>,
+    inputs: impl Iterator<Item = Result<Input>> + Send + 'static,
+    route: RouteBy,
+    batch: usize,
+    concurrency: usize,
+    sink: impl FnMut(Done) -> Result<()>,
+) -> Result<()> {
+    run_as(rule, inputs, route, batch, concurrency, sink).await
+}
+
+/// [`run`], handing over each output as its JSON line (without the line
+/// end): the text [`Record::to_json`] gives for the record [`run`] would hand
+/// over, rendered straight from the guest's output, so that no [`Record`] is
+/// built and freed for a record that is only written out. `omlet run` writes
+/// its output this way.
+pub async fn run_json(
+    rule: impl Into<LiveRule>,
+    inputs: impl Iterator<Item = Result<Input>> + Send + 'static,
+    route: RouteBy,
+    batch: usize,
+    concurrency: usize,
+    sink: impl FnMut(Done<String>) -> Result<()>,
+) -> Result<()> {
+    run_as(rule, inputs, route, batch, concurrency, sink).await
+}
+
+/// [`run`] with outputs decoded as `T`.
+pub(super) async fn run_as<T: Decoded>(
+    rule: impl Into<LiveRule>,
+    inputs: impl Iterator<Item = Result<Input>> + Send + 'static,
+    route: RouteBy,
+    batch: usize,
+    concurrency: usize,
+    mut sink: impl FnMut(Done<T>) -> Result<()>,
+) -> Result<()> {
+    type Task<T> = (Vec<(u64, u64)>, tokio::task::JoinHandle<Vec<Done<T>>>);
+    let concurrency = concurrency.max(1);
+    let route = Arc::new(route);
+    let rule: LiveRule = rule.into();
+    let mut chunks = read_ahead(inputs, batch.max(1), concurrency)?;
+    let mut inflight: VecDeque<Task<T>> = VecDeque::new();
+    let (mut ended, mut failure) = (false, None);
+    // What the loop waits for next.
+    enum Next<T> {
+        Chunk(Option<Chunk>),
+        Done(std::result::Result<Vec<Done<T>>, tokio::task::JoinError>),
+    }
+    loop {
+        // A chunk is taken as soon as it is handed over while there is room,
+        // and the first task's outcomes as soon as they are ready: waiting
+        // for the one would hold back the other (a partial chunk handed over
+        // when the input went idle must not wait for more chunks).
+        let room = !ended && inflight.len() < concurrency;
+        let next = match (room, inflight.front_mut()) {
+            (true, None) => Next::Chunk(chunks.recv().await),
+            (true, Some((_, front))) => tokio::select! {
+                biased;
+                c = chunks.recv() => Next::Chunk(c),
+                r = front => Next::Done(r),
+            },
+            (false, Some((_, front))) => Next::Done(front.await),
+            (false, None) => {
+                return match failure {
+                    Some(e) => Err(e),
+                    None => Ok(()),
+                };
+            }
+        };
+        match next {
+            Next::Done(r) => {
+                let names = inflight.pop_front().map(|t| t.0).unwrap_or_default();
+                let idle = inflight.is_empty();
+                hand_over(names, r, idle, &mut sink)?;
+            }
+            Next::Chunk(Some(Chunk::Records(work))) => {
+                // The rule current as the batch starts: a swap waits for no one.
+                let (rule, route) = (rule.current(), route.clone());
+                let names = work.iter().map(|i| (i.number, i.line)).collect();
+                inflight.push_back((names, tokio::spawn(async move { evaluate_chunk(&rule, &route, work).await })));
+            }
+            Next::Chunk(Some(Chunk::Failed(e))) => {
+                failure = Some(e);
+                ended = true;
+            }
+            Next::Chunk(Some(Chunk::End)) => ended = true,
+            // The thread is gone without saying the input ended: it
+            // panicked, and the records it held are lost with it.
+            Next::Chunk(None) => {
+                failure = Some(Error::Internal("the input's reading thread failed before the end of the input".into()));
+                ended = true;
+            }
+        }
+    }
+}
+
+/// Gives a finished task's outcomes to `sink`; the last is marked `idle`
+/// when no other task is in flight.
+pub(super) fn hand_over<T>(
+    names: Vec<(u64, u64)>,
+    result: std::result::Result<Vec<Done<T>>, tokio::task::JoinError>,
+    idle: bool,
+    sink: &mut impl FnMut(Done<T>) -> Result<()>,
+) -> Result<()> {
+    let mut done = match result {
+        Ok(done) => done,
+        // The task's records are gone with it: each still gets its line.
+        Err(e) => names
+            .into_iter()
+            .map(|(number, line)| Done {
+                input: Input { number, line, raw: String::new(), record: Err(task_failed(&e)) },
+                outcome: Outcome::Failed(task_failed(&e)),
+                idle: false,
+            })
+            .collect(),
+    };
+    if let Some(last) = done.last_mut() {
+        last.idle = idle;
+    }
+    for d in done {
+        sink(d)?;
+    }
+    Ok(())
+}
+
+/// What the reading thread hands over.
+pub(super) enum Chunk {
+    /// The next records, in order.
+    Records(Vec<Input>),
+    /// The input could not be read; nothing follows.
+    Failed(Error),
+    /// The input ended; nothing follows.
+    End,
+}
+
+/// Chunks of `inputs` (`batch` records, or [`MAX_BATCH_BYTES`] of input), read
+/// on a thread of their own, at most `ahead` of them waiting. The last item
+/// is [`Chunk::End`] or [`Chunk::Failed`]; a channel that closes without one
+/// means the thread failed. The thread ends there, or at its next chunk once
+/// the receiver is gone.
+///
+/// A [`Pipe`] read on this thread that waits [`Pipe`]'s idle time for bytes
+/// hands over the records read so far (`idle_hand_over`), so that a producer
+/// that stalls does not hold a partial chunk back.
+pub(super) fn read_ahead(
+    inputs: impl Iterator<Item = Result<Input>> + Send + 'static,
+    batch: usize,
+    ahead: usize,
+) -> Result<tokio::sync::mpsc::Receiver<Chunk>> {
+    // Room for a chunk's records as they come; a huge `batch` reserves no more.
+    let room = batch.min(4096);
+    let (tx, rx) = tokio::sync::mpsc::channel(ahead);
+    std::thread::Builder::new()
+        .name("omlet-read".into())
+        .spawn(move || {
+            let pending = std::rc::Rc::new(std::cell::RefCell::new(Pending { chunk: Vec::with_capacity(room), bytes: 0 }));
+            let hook = {
+                let (pending, tx) = (pending.clone(), tx.clone());
+                move || {
+                    if let Ok(mut p) = pending.try_borrow_mut()
+                        && !p.chunk.is_empty()
+                    {
+                        p.bytes = 0;
+                        let part = std::mem::replace(&mut p.chunk, Vec::with_capacity(room));
+                        // A closed channel: the run is over, and the loop
+                        // below finds it so at its next chunk.
+                        let _ = tx.blocking_send(Chunk::Records(part));
+                    }
+                }
+            };
+            IDLE_HAND_OVER.with(|h| *h.borrow_mut() = Some(Box::new(hook)));
+            let mut last = Chunk::End;
+            for item in inputs {
+                let input = match item {
+                    Ok(input) => input,
+                    Err(e) => {
+                        last = Chunk::Failed(e);
+                        break;
+                    }
+                };
+                let full = {
+                    let mut p = pending.borrow_mut();
+                    p.bytes += input.raw.len();
+                    p.chunk.push(input);
+                    if p.chunk.len() >= batch || p.bytes >= MAX_BATCH_BYTES {
+                        p.bytes = 0;
+                        Some(std::mem::replace(&mut p.chunk, Vec::with_capacity(room)))
+                    } else {
+                        None
+                    }
+                };
+                if let Some(full) = full
+                    && tx.blocking_send(Chunk::Records(full)).is_err()
+                {
+                    return;
+                }
+            }
+            IDLE_HAND_OVER.with(|h| h.borrow_mut().take());
+            // The records read since the last full chunk, then how the input ended.
+            let rest = std::mem::take(&mut pending.borrow_mut().chunk);
+            if !rest.is_empty() && tx.blocking_send(Chunk::Records(rest)).is_err() {
+                return;
+            }
+            let _ = tx.blocking_send(last);
+        })
+        .map_err(|e| Error::io("the input's reading thread", e))?;
+    Ok(rx)
+}
+
+/// The chunk the reading thread is filling.
+pub(super) struct Pending {
+    chunk: Vec<Input>,
+    bytes: usize,
+}
+
+thread_local! {
+    /// On a reading thread of [`run`], hands over the records read so far.
+    static IDLE_HAND_OVER: std::cell::RefCell<Option<Box<dyn FnMut()>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Hands over the records the current thread has read so far, when it is a
+/// reading thread of [`run`]; does nothing elsewhere.
+pub(super) fn idle_hand_over() {
+    IDLE_HAND_OVER.with(|h| {
+        if let Ok(mut h) = h.try_borrow_mut()
+            && let Some(f) = h.as_mut()
+        {
+            f();
+        }
+    });
+}
+
+/// What a record of a failed evaluation task gets.
+pub(super) fn task_failed(e: &tokio::task::JoinError) -> Error {
+    Error::Internal(format!("the evaluation task failed: {e}"))
+}
+
+/// Evaluates a chunk of inputs that a host read itself (from a queue, say),
+/// as [`run_json`] evaluates each of its chunks: the records in one call (or
+/// one per rule path, when `route` is by field), and one outcome per input,
+/// in order. An input that holds no record gets its own error back as a
+/// `Failed` outcome; an output is its JSON line. The CLI's Kafka worker is
+/// built on it.
+pub async fn evaluate_json(rule: &Rule, route: &RouteBy, chunk: Vec<Input>) -> Vec<Done<String>> {
+    evaluate_chunk(rule, route, chunk).await
+}
+
+/// Evaluates one chunk: the records that were read, in one call (or one per
+/// rule path, by field: see [`Rule::evaluate_batch_on`]).
+pub(super) async fn evaluate_chunk<T: Decoded>(rule: &Rule, route: &RouteBy, chunk: Vec<Input>) -> Vec<Done<T>> {
+    let mut outcomes: Vec<Option<Outcome<T>>> = (0..chunk.len()).map(|_| None).collect();
+    let mut positions = Vec::with_capacity(chunk.len());
+    for (pos, input) in chunk.iter().enumerate() {
+        match &input.record {
+            Ok(_) => positions.push(pos),
+            Err(e) => outcomes[pos] = Some(Outcome::Failed(e.duplicate())),
+        }
+    }
+    let records: Vec<&Record> = positions.iter().filter_map(|&p| chunk[p].record.as_ref().ok()).collect();
+    match rule.evaluate_batch_iter(route.route(), records.iter().copied()).await {
+        Ok(results) => {
+            for (&pos, result) in positions.iter().zip(results) {
+                outcomes[pos] = Some(match result {
+                    Ok(rec) => Outcome::Ok(rec),
+                    Err(e @ Error::Unrouted { .. }) => Outcome::Unrouted(e),
+                    Err(e) => Outcome::Failed(e),
+                });
+            }
+        }
+        // No call could be made (no instance): every record says so.
+        Err(e) => {
+            for &pos in &positions {
+                outcomes[pos] = Some(Outcome::Failed(e.duplicate()));
+            }
+        }
+    }
+    chunk
+        .into_iter()
+        .zip(outcomes)
+        .map(|(input, o)| Done {
+            input,
+            outcome: o.unwrap_or_else(|| Outcome::Failed(Error::Internal("the record was not evaluated".into()))),
+            idle: false,
+        })
+        .collect()
+}
