@@ -1,0 +1,324 @@
+//! Records and JSON: reading a JSON object into a [`Record`] (integers past
+//! 64 bits kept exactly), and writing fields back as JSON text.
+
+use omlet_lang::value::{Field, Value as LangValue, obj_from};
+use serde_json::Value as Json;
+use std::borrow::Cow;
+
+use super::Record;
+
+/// Builds a record from a JSON object (key order kept).
+pub fn from_json(json: &Json) -> std::result::Result<Record, String> {
+    let Json::Object(map) = json else {
+        return Err("a record must be a JSON object".to_string());
+    };
+    Ok(Record { fields: map.iter().map(|(k, v)| Field::new(Cow::Owned(k.clone()), value_from_json(v))).collect() })
+}
+
+/// Parses one JSON text into a record, with the mapping of [`from_json`]
+/// but straight into fields, without an intermediate `serde_json::Value`.
+pub fn from_json_str(text: &str) -> std::result::Result<Record, String> {
+    if !text.trim_start().starts_with('{') {
+        // Not an object: say whether it is JSON at all, as `from_json` would.
+        let json: Json = serde_json::from_str(text).map_err(|e| format!("invalid JSON: {e}"))?;
+        return from_json(&json);
+    }
+    // A read through `Record`'s own Deserialize may have left a note.
+    big::forget();
+    let TopLevel::<false>(fields) = serde_json::from_str(text).map_err(|e| format!("invalid JSON: {e}"))?;
+    if big::seen() {
+        // An integer past u64 came as a float: read the text again, with
+        // every number's literal at hand, to keep its digits.
+        let TopLevel::<true>(fields) =
+            big::exact(text, || serde_json::from_str(text)).map_err(|e| format!("invalid JSON: {e}"))?;
+        return Ok(Record { fields });
+    }
+    Ok(Record { fields })
+}
+
+/// Integers past u64 in JSON text. serde_json reads them as floats, with
+/// their digits lost, so a record that holds one is read twice: once as
+/// usual, which notes that a float could have been such an integer, and
+/// once more with the literals of the text's numbers, in order, at hand;
+/// serde visits numbers in the order they stand in the text, so the n-th
+/// visit is the n-th literal. The usual read (`JsonValue<false>`) only
+/// looks at floats; the exact one (`JsonValue<true>`) takes a literal per
+/// number.
+pub(super) mod big {
+    use std::cell::{Cell, RefCell};
+    use std::collections::VecDeque;
+
+    use super::{Cow, LangValue};
+
+    thread_local! {
+        /// A float that may have been an integer past u64 was read.
+        static SEEN: Cell<bool> = const { Cell::new(false) };
+        /// While reading exactly: each number literal still to come, as
+        /// its canonical digits when it is an integer, else `None`.
+        static LITERALS: RefCell<Option<VecDeque<Option<String>>>> = const { RefCell::new(None) };
+    }
+
+    /// Whether the last read saw a float that may have been a big integer
+    /// (and forgets it).
+    pub(super) fn seen() -> bool {
+        SEEN.with(|s| s.replace(false))
+    }
+
+    /// Forgets a float noted by an earlier read.
+    pub(super) fn forget() {
+        SEEN.with(|s| s.set(false));
+    }
+
+    /// Reads with the text's number literals at hand.
+    pub(super) fn exact<T>(text: &str, read: impl FnOnce() -> T) -> T {
+        LITERALS.with(|l| *l.borrow_mut() = Some(literals(text)));
+        let out = read();
+        LITERALS.with(|l| l.borrow_mut().take());
+        out
+    }
+
+    /// The next literal while reading exactly.
+    fn next() -> Option<Option<String>> {
+        LITERALS.with(|l| l.borrow_mut().as_mut().and_then(VecDeque::pop_front))
+    }
+
+    /// A float of the usual read: notes one that may have been an integer
+    /// past u64.
+    pub(super) fn float(f: f64) -> LangValue<'static> {
+        if f.fract() == 0.0 && f.abs() >= 9.2e18 {
+            SEEN.with(|s| s.set(true));
+        }
+        LangValue::Float(f)
+    }
+
+    /// An integer of the exact read: its literal is consumed to keep the
+    /// count.
+    pub(super) fn exact_integer(v: LangValue<'static>) -> LangValue<'static> {
+        let _ = next();
+        v
+    }
+
+    /// A float of the exact read: an integer literal gives its digits.
+    pub(super) fn exact_float(f: f64) -> LangValue<'static> {
+        match next() {
+            // serde_json reads an integer as a float past 64 bits, and `-0`.
+            Some(Some(digits)) if digits.parse::<i64>().is_err() => LangValue::BigInt(Cow::Owned(digits)),
+            _ => LangValue::Float(f),
+        }
+    }
+
+    /// Every number literal outside strings, in order: its canonical
+    /// digits when it is an integer, `None` when it has a fraction or an
+    /// exponent.
+    fn literals(text: &str) -> VecDeque<Option<String>> {
+        let b = text.as_bytes();
+        let (mut out, mut i) = (VecDeque::new(), 0);
+        while i < b.len() {
+            match b[i] {
+                b'"' => {
+                    i += 1;
+                    while i < b.len() && b[i] != b'"' {
+                        i += if b[i] == b'\\' { 2 } else { 1 };
+                    }
+                    i += 1;
+                }
+                b'-' | b'0'..=b'9' => {
+                    let start = i;
+                    while i < b.len() && matches!(b[i], b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9') {
+                        i += 1;
+                    }
+                    let lit = &text[start..i];
+                    out.push_back(if lit.bytes().any(|c| matches!(c, b'.' | b'e' | b'E')) {
+                        None
+                    } else {
+                        omlet_lang::value::parse_bigint(lit)
+                    });
+                }
+                _ => i += 1,
+            }
+        }
+        out
+    }
+}
+
+/// Past this many fields, repeated keys are found through an index.
+pub(super) const INDEX_FROM: usize = 32;
+
+/// A record read directly by serde: members in order; a repeated key keeps
+/// its first place and its last value, as an order-preserving JSON map does.
+/// `EXACT`: the numbers are read with their literals at hand (`big`).
+pub(super) struct TopLevel<const EXACT: bool>(pub(super) Vec<Field<'static>>);
+
+impl<'de, const EXACT: bool> serde::Deserialize<'de> for TopLevel<EXACT> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V<const E: bool>;
+        impl<'de, const E: bool> serde::de::Visitor<'de> for V<E> {
+            type Value = TopLevel<E>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> std::result::Result<TopLevel<E>, A::Error> {
+                let mut fields: Vec<Field<'static>> = Vec::with_capacity(map.size_hint().unwrap_or(8));
+                // Repeated keys are found by a scan while the record is small,
+                // and through an index past that, so a wide record is read in
+                // linear time (200,000 fields used to take minutes).
+                let mut index: Option<std::collections::HashMap<String, usize>> = None;
+                while let Some(key) = map.next_key_seed(Key)? {
+                    let JsonValue::<E>(value) = map.next_value()?;
+                    if index.is_none() && fields.len() >= INDEX_FROM {
+                        index = Some(fields.iter().enumerate().map(|(i, f)| (f.name.to_string(), i)).collect());
+                    }
+                    let at = match &mut index {
+                        Some(ix) => match ix.get(key.as_ref()) {
+                            Some(&i) => Some(i),
+                            None => {
+                                ix.insert(key.to_string(), fields.len());
+                                None
+                            }
+                        },
+                        None => fields.iter().position(|f| f.name == key),
+                    };
+                    match at {
+                        Some(i) => fields[i].value = value,
+                        None => fields.push(Field::new(key, value)),
+                    }
+                }
+                Ok(TopLevel(fields))
+            }
+        }
+        d.deserialize_map(V::<EXACT>)
+    }
+}
+
+/// A record's field name, read directly by serde: the shared copy of the
+/// name (`wire::names`, bounded) when there is one, so that the few names
+/// every record repeats are not allocated again for each record.
+pub(super) struct Key;
+
+impl<'de> serde::de::DeserializeSeed<'de> for Key {
+    type Value = Cow<'static, str>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> std::result::Result<Self::Value, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Cow<'static, str>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a field name")
+            }
+            fn visit_str<E>(self, s: &str) -> std::result::Result<Self::Value, E> {
+                Ok(crate::wire::names::cow(s))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// One JSON value as an OML value, read directly by serde; `EXACT` as for
+/// [`TopLevel`].
+pub(super) struct JsonValue<const EXACT: bool>(pub(super) LangValue<'static>);
+
+impl<'de, const EXACT: bool> serde::Deserialize<'de> for JsonValue<EXACT> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V<const E: bool>;
+        impl<'de, const E: bool> serde::de::Visitor<'de> for V<E> {
+            type Value = JsonValue<E>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON value")
+            }
+            fn visit_unit<Er>(self) -> std::result::Result<JsonValue<E>, Er> {
+                Ok(JsonValue(LangValue::Null))
+            }
+            fn visit_bool<Er>(self, b: bool) -> std::result::Result<JsonValue<E>, Er> {
+                Ok(JsonValue(LangValue::Bool(b)))
+            }
+            fn visit_i64<Er>(self, i: i64) -> std::result::Result<JsonValue<E>, Er> {
+                let v = LangValue::Digit(i);
+                Ok(JsonValue(if E { big::exact_integer(v) } else { v }))
+            }
+            fn visit_u64<Er>(self, u: u64) -> std::result::Result<JsonValue<E>, Er> {
+                let v = i64::try_from(u).map(LangValue::Digit).unwrap_or_else(|_| LangValue::BigInt(Cow::Owned(u.to_string())));
+                Ok(JsonValue(if E { big::exact_integer(v) } else { v }))
+            }
+            fn visit_f64<Er>(self, f: f64) -> std::result::Result<JsonValue<E>, Er> {
+                Ok(JsonValue(if E { big::exact_float(f) } else { big::float(f) }))
+            }
+            fn visit_str<Er>(self, s: &str) -> std::result::Result<JsonValue<E>, Er> {
+                Ok(JsonValue(LangValue::Chars(Cow::Owned(s.to_string()))))
+            }
+            fn visit_string<Er>(self, s: String) -> std::result::Result<JsonValue<E>, Er> {
+                Ok(JsonValue(LangValue::Chars(Cow::Owned(s))))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<JsonValue<E>, A::Error> {
+                let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(4));
+                while let Some(JsonValue::<E>(v)) = seq.next_element()? {
+                    items.push(Field::new(Cow::Borrowed(""), v));
+                }
+                Ok(JsonValue(LangValue::Array(Box::new(items))))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> std::result::Result<JsonValue<E>, A::Error> {
+                let mut members = Vec::with_capacity(map.size_hint().unwrap_or(4));
+                while let Some(key) = map.next_key::<String>()? {
+                    let JsonValue::<E>(v) = map.next_value()?;
+                    members.push(Field::new(Cow::Owned(key), v));
+                }
+                // Sorted once (n log n), not one insertion per member.
+                Ok(JsonValue(LangValue::Obj(Box::new(obj_from(members)))))
+            }
+        }
+        d.deserialize_any(V::<EXACT>)
+    }
+}
+
+/// One JSON value as an OML value (the mapping of [`from_json`]).
+pub fn value_from_json(v: &Json) -> LangValue<'static> {
+    match v {
+        Json::Null => LangValue::Null,
+        Json::Bool(b) => LangValue::Bool(*b),
+        Json::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => LangValue::Digit(i),
+            (None, Some(u)) => LangValue::BigInt(Cow::Owned(u.to_string())),
+            // Past u64 a `serde_json::Value` has only the float left.
+            _ => LangValue::Float(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        Json::String(s) => LangValue::Chars(Cow::Owned(s.clone())),
+        Json::Array(items) => {
+            LangValue::Array(Box::new(items.iter().map(|i| Field::new(Cow::Borrowed(""), value_from_json(i))).collect()))
+        }
+        Json::Object(m) => {
+            let members = m.iter().map(|(k, v)| Field::new(Cow::Owned(k.clone()), value_from_json(v))).collect();
+            LangValue::Obj(Box::new(obj_from(members)))
+        }
+    }
+}
+
+/// Renders a record as one line of JSON (spec §11).
+pub fn fields_json(record: &[Field<'_>]) -> String {
+    let mut out = String::with_capacity(64 + record.len() * 16);
+    write_fields_json(record, &mut out);
+    out
+}
+
+/// [`fields_json`], appended to `out`.
+pub(super) fn write_fields_json(record: &[Field<'_>], out: &mut String) {
+    out.push('{');
+    let mut first = true;
+    for f in record {
+        if matches!(f.value, LangValue::Ignore) {
+            continue;
+        }
+        if !first {
+            out.push(',');
+        }
+        first = false;
+        out.push('"');
+        omlet_lang::pipes::json_escape_into(&f.name, out);
+        out.push_str("\":");
+        omlet_lang::pipes::write_json(&f.value, out, false);
+    }
+    out.push('}');
+}
+
+/// [`Record::to_json`], as a function (omlet's tests and tools).
+pub fn to_json_string(record: &Record) -> String {
+    record.to_json()
+}

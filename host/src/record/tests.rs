@@ -1,0 +1,113 @@
+//! Records and their JSON form, both ways.
+
+use super::*;
+
+#[test]
+fn integers_past_64_bits_keep_their_digits() {
+    let text = r#"{"s":"q\"1e99 \\","a":18446744073709551616,"b":-9223372036854775809,"c":[1,2.5,123456789012345678901234567890],"d":1e20,"e":"99999999999999999999","u":18446744073709551615,"z":-0}"#;
+    let rec = from_json_str(text).unwrap();
+    assert_eq!(
+        rec.to_json(),
+        r#"{"s":"q\"1e99 \\","a":18446744073709551616,"b":-9223372036854775809,"c":[1,2.5,123456789012345678901234567890],"d":100000000000000000000.0,"e":"99999999999999999999","u":18446744073709551615,"z":-0.0}"#
+    );
+    assert_eq!(rec.get("a"), Some(Value::BigInt("18446744073709551616".into())));
+    assert_eq!(rec.get("u"), Some(Value::BigInt("18446744073709551615".into())));
+    // The next record, without one, is read the usual way.
+    assert_eq!(from_json_str(r#"{"f":1e300}"#).unwrap().get("f"), Some(Value::Float(1e300)));
+}
+
+#[test]
+fn direct_parsing_reads_what_the_json_value_path_reads() {
+    for text in [
+        r#"{"a":1,"b":-2.5,"c":"x\u00e9\n","d":null,"e":true,"f":[1,"two",[3],{"z":1,"a":2}],"g":{"y":{"k":[]},"b":0.0}}"#,
+        r#"{"big":18446744073709551615,"neg":-9223372036854775808,"exp":1e3,"tiny":5e-324}"#,
+        r#"{"dup":1,"other":2,"dup":3}"#,
+        r#"  {"nested":{"dup":1,"dup":2}}  "#,
+        r#"{}"#,
+        r#"{"海":"莲花","":""}"#,
+    ] {
+        let json: Json = serde_json::from_str(text).unwrap();
+        let via_value = from_json(&json).unwrap();
+        let direct = from_json_str(text).unwrap();
+        assert_eq!(format!("{direct:?}"), format!("{via_value:?}"), "{text}");
+    }
+    assert_eq!(from_json_str("[1]").unwrap_err(), "a record must be a JSON object");
+    assert!(from_json_str(r#"{"a":}"#).unwrap_err().starts_with("invalid JSON: "));
+    assert!(from_json_str(r#"{"a":1} x"#).unwrap_err().starts_with("invalid JSON: trailing characters"));
+}
+
+#[test]
+fn values_round_trip_through_records_and_serde() {
+    let text = r#"{"s":"x","d":-3,"f":2.5,"b":true,"n":null,"a":[1,"two",[3.0]],"o":{"z":1,"a":{"k":"v"}}}"#;
+    let r = Record::from_json(text).unwrap();
+    assert_eq!(r.to_json(), r#"{"s":"x","d":-3,"f":2.5,"b":true,"n":null,"a":[1,"two",[3.0]],"o":{"a":{"k":"v"},"z":1}}"#);
+    // serde's form is the same JSON, and reads back to the same record.
+    let via_serde = serde_json::to_string(&r).unwrap();
+    assert_eq!(via_serde, r.to_json());
+    let back: Record = serde_json::from_str(&via_serde).unwrap();
+    assert_eq!(back, r);
+    // The JSON value is the JSON text, parsed.
+    assert_eq!(r.to_json_value(), serde_json::from_str::<Json>(&r.to_json()).unwrap());
+    // Typed values out, and in again.
+    assert_eq!(r.get("d"), Some(Value::Digit(-3)));
+    assert_eq!(r.get("a"), Some(Value::Array(vec![1.into(), "two".into(), Value::Array(vec![3.0.into()])])));
+    let Some(Value::Object(o)) = r.get("o") else { panic!("o is an object") };
+    assert_eq!(o.keys().collect::<Vec<_>>(), ["a", "z"]);
+    let rebuilt: Record = r.iter().map(|(n, v)| (n.to_string(), v)).collect();
+    assert_eq!(rebuilt.to_json(), r.to_json());
+    // IPs and times render as the spec's strings.
+    let mut t = Record::new();
+    t.insert("ip", std::net::Ipv4Addr::new(10, 0, 0, 7));
+    t.insert("at", Value::Time(86_400_000_000_000));
+    assert_eq!(t.to_json(), r#"{"ip":"10.0.0.7","at":"1970-01-02 00:00:00"}"#);
+    assert_eq!(serde_json::to_string(&t).unwrap(), t.to_json());
+    // insert replaces in place; remove takes out.
+    assert_eq!(t.insert("ip", "gone"), Some(Value::Ip("10.0.0.7".parse().unwrap())));
+    assert_eq!(t.names().collect::<Vec<_>>(), ["ip", "at"]);
+    assert_eq!(t.remove("ip"), Some(Value::Chars("gone".into())));
+    assert_eq!(t.len(), 1);
+    // Ignored fields are kept but not shown.
+    let hidden = Record::from_fields(vec![
+        Field::new(Cow::Borrowed("__x"), LangValue::Ignore),
+        Field::new(Cow::Borrowed("y"), LangValue::Digit(1)),
+    ]);
+    assert_eq!((hidden.len(), hidden.get("__x"), hidden.to_json()), (1, None, r#"{"y":1}"#.to_string()));
+    assert!(matches!(Record::from_json("[1]"), Err(Error::Input { .. })));
+}
+
+#[test]
+fn json_keys_are_shared_between_records() {
+    let _table = crate::wire::names::TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    crate::wire::names::reset();
+    let a = from_json_str(r#"{"a_key_of_this_test":1,"a\u0062c":2}"#).unwrap();
+    let b = from_json_str(r#"{"a_key_of_this_test":3}"#).unwrap();
+    assert_eq!(a.names().collect::<Vec<_>>(), ["a_key_of_this_test", "abc"], "an escaped key reads unescaped");
+    match (&a.fields()[0].name, &b.fields()[0].name) {
+        (Cow::Borrowed(x), Cow::Borrowed(y)) => assert!(std::ptr::eq(*x, *y), "one shared copy"),
+        other => panic!("a key was not shared though the table had room: {other:?}"),
+    }
+}
+
+#[test]
+fn wide_records_with_repeated_keys_read_like_small_ones() {
+    // Its 200,000 keys fill the shared table of names: not beside the tests of that table.
+    let _table = crate::wire::names::TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    // Past the index threshold: repeated keys keep their first place and last value.
+    let mut text = String::from("{");
+    for i in 0..100 {
+        text.push_str(&format!("\"k{i}\":{i},"));
+    }
+    text.push_str("\"k3\":\"again\",\"k99\":null,\"new\":1}");
+    let json: Json = serde_json::from_str(&text).unwrap();
+    assert_eq!(format!("{:?}", from_json_str(&text).unwrap()), format!("{:?}", from_json(&json).unwrap()));
+    // 200,000 distinct fields: linear, so this takes milliseconds, not minutes.
+    let mut wide = String::from("{");
+    for i in 0..200_000 {
+        wide.push_str(&format!("\"f{i}\":{i},"));
+    }
+    wide.push_str("\"f0\":\"last\"}");
+    let r = from_json_str(&wide).unwrap();
+    assert_eq!(r.len(), 200_000);
+    let r = r.fields;
+    assert_eq!(fields_json(&r[..1]), r#"{"f0":"last"}"#);
+}
