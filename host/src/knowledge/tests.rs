@@ -1,0 +1,233 @@
+//! Knowledge on its own: binding, the cache, routing, rewriting.
+
+use super::*;
+use std::time::Duration;
+
+/// The key the stand-in database refuses.
+const POISON: i64 = 13;
+
+/// A provider whose queries wait at a gate, counting what reaches it.
+/// (A stand-in for a database, to hold queries in flight on purpose.)
+struct Gated {
+    slots: usize,
+    gate: tokio::sync::Semaphore,
+    first: AtomicU64,
+    many: Mutex<Vec<usize>>,
+}
+
+impl Gated {
+    fn new(slots: usize) -> Arc<Gated> {
+        Arc::new(Gated { slots, gate: tokio::sync::Semaphore::new(0), first: AtomicU64::new(0), many: Mutex::new(Vec::new()) })
+    }
+    async fn pass(&self) {
+        self.gate.acquire().await.unwrap().forget();
+    }
+}
+
+impl Provider for Gated {
+    fn kind(&self) -> &'static str {
+        "gated"
+    }
+    fn placeholders(&self) -> Placeholders {
+        Placeholders::Question
+    }
+    fn lookup_connections(&self) -> usize {
+        self.slots
+    }
+    fn prepare<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<Prepared, String>> {
+        Box::pin(async { Ok(Prepared { columns: vec!["value".into()], params: Vec::new() }) })
+    }
+    fn query_first<'a>(&'a self, _: &'a BoundStatement, params: Vec<Cell>) -> BoxFuture<'a, Result<Option<Vec<Cell>>, String>> {
+        Box::pin(async move {
+            self.first.fetch_add(1, Ordering::SeqCst);
+            self.pass().await;
+            if params[0] == Cell::Integer(POISON) {
+                return Err("the database refuses this key".into());
+            }
+            Ok(Some(vec![Cell::Text(format!("v{:?}", params[0]))]))
+        })
+    }
+    fn query_many<'a>(&'a self, _: &'a BatchPlan, keys: Vec<Cell>) -> BoxFuture<'a, Result<Vec<Vec<Cell>>, String>> {
+        Box::pin(async move {
+            self.many.lock().unwrap().push(keys.len());
+            self.pass().await;
+            // Like PostgreSQL's `= ANY($1)`: one bad key fails the whole query.
+            if keys.contains(&Cell::Integer(POISON)) {
+                return Err("the database refuses a key of this batch".into());
+            }
+            Ok(keys.into_iter().map(|k| vec![k.clone(), Cell::Text(format!("v{k:?}"))]).collect())
+        })
+    }
+    fn prepare_many<'a>(&'a self, _: &'a BatchPlan) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async { Ok(()) })
+    }
+    fn close<'a>(&'a self) -> BoxFuture<'a, ()> {
+        Box::pin(async {})
+    }
+}
+
+impl Tables for Gated {}
+
+async fn gated(slots: usize) -> (Arc<Gated>, Arc<Knowledge>, Arc<BoundStatement>) {
+    let p = Gated::new(slots);
+    let mut config = KnowledgeConfig::default();
+    config.cache.mode = CacheMode::Bypass;
+    let k = Arc::new(Knowledge::with_config(p.clone(), config));
+    let stmt = SqlStatement {
+        sql: "select value from perf where id = :id".into(),
+        params: vec!["id".into()],
+        table: "perf".into(),
+        columns: vec!["value".into()],
+        file: "t.oml".into(),
+        line: 1,
+        column: 1,
+    };
+    let bound = k.bind(&[stmt]).await.unwrap().remove(0);
+    assert!(bound.batch.is_some());
+    (p, k, Arc::new(bound))
+}
+
+async fn until(what: impl Fn() -> bool) {
+    for _ in 0..2000 {
+        if what() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    panic!("timed out waiting");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn misses_run_at_once_up_to_the_connections_then_queue_into_one_batch() {
+    let (p, k, stmt) = gated(2).await;
+    let lookups: Vec<_> = (1..=10i64)
+        .map(|i| {
+            let (k, stmt) = (k.clone(), stmt.clone());
+            tokio::spawn(async move { (i, k.query(&stmt, &[Cell::Integer(i)]).await) })
+        })
+        .collect();
+    // Two go to the database at once, alone; the other eight wait for a slot.
+    until(|| {
+        p.first.load(Ordering::SeqCst) == 2 && k.pending.lock().unwrap().values().map(|q| q.queue.len()).sum::<usize>() == 8
+    })
+    .await;
+    assert!(p.many.lock().unwrap().is_empty());
+    p.gate.add_permits(100);
+    for l in lookups {
+        let (i, row) = l.await.unwrap();
+        assert_eq!(row, Ok(Some(vec![Cell::Text(format!("v{:?}", Cell::Integer(i)))])), "key {i}");
+    }
+    // The first slot to free takes all eight waiting misses in one query.
+    assert_eq!(*p.many.lock().unwrap(), vec![8]);
+    assert_eq!(p.first.load(Ordering::SeqCst), 2);
+    assert_eq!(k.stats().batched.load(Ordering::SeqCst), 8);
+    assert_eq!(k.pending.lock().unwrap().values().map(|q| q.in_flight).sum::<usize>(), 0, "every slot is given back");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_refused_for_one_key_fails_only_that_key() {
+    let (p, k, stmt) = gated(2).await;
+    let spawn = |i: i64| {
+        let (k, stmt) = (k.clone(), stmt.clone());
+        tokio::spawn(async move { (i, k.query(&stmt, &[Cell::Integer(i)]).await) })
+    };
+    // Two innocent keys hold both slots; the other nine, the refused key
+    // among them, queue and go in one batch.
+    let mut lookups = vec![spawn(10), spawn(11)];
+    until(|| p.first.load(Ordering::SeqCst) == 2).await;
+    lookups.extend((12..=20).map(spawn));
+    until(|| k.pending.lock().unwrap().values().map(|q| q.queue.len()).sum::<usize>() == 9).await;
+    p.gate.add_permits(1000);
+    for l in lookups {
+        let (i, row) = l.await.unwrap();
+        if i == POISON {
+            assert!(row.is_err(), "the refused key fails");
+        } else {
+            assert_eq!(row, Ok(Some(vec![Cell::Text(format!("v{:?}", Cell::Integer(i)))])), "key {i} is innocent");
+        }
+    }
+    assert_eq!(*p.many.lock().unwrap(), vec![9], "one batch was tried");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_lookup_frees_its_slot_and_tells_those_queued_behind_it() {
+    let (p, k, stmt) = gated(1).await;
+    let spawn = |i: i64| {
+        let (k, stmt) = (k.clone(), stmt.clone());
+        tokio::spawn(async move { k.query(&stmt, &[Cell::Integer(i)]).await })
+    };
+    let running = spawn(1);
+    until(|| p.first.load(Ordering::SeqCst) == 1).await;
+    let queued = spawn(2);
+    until(|| k.pending.lock().unwrap().values().any(|q| q.queue.len() == 1)).await;
+    running.abort();
+    let told = queued.await.unwrap();
+    assert!(told.as_ref().is_err_and(|e| e.message.contains("cancelled")), "{told:?}");
+    // The slot is free again: the next miss runs at once.
+    p.gate.add_permits(10);
+    assert_eq!(spawn(3).await.unwrap(), Ok(Some(vec![Cell::Text(format!("v{:?}", Cell::Integer(3)))])));
+}
+
+#[test]
+fn placeholders_follow_occurrences() {
+    let params = vec!["ip".to_string(), "name".to_string()];
+    let (sql, order) = rewrite_placeholders(
+        "select a from t where (lo <= :ip and hi >= :ip) or n = ':ip' or m = :name",
+        &params,
+        Placeholders::Dollar,
+    );
+    assert_eq!(sql, "select a from t where (lo <= $1 and hi >= $2) or n = ':ip' or m = $3");
+    assert_eq!(order, vec![0, 0, 1]);
+    let (sql, _) = rewrite_placeholders("x = :name", &params, Placeholders::Question);
+    assert_eq!(sql, "x = ?");
+}
+
+#[test]
+fn helpers_are_qualified_outside_quotes_only() {
+    assert_eq!(
+        qualify_helpers("select a from t where cidr4_contains($1, c) = $2 and n = 'ip4_int(x)' and my_ip4_int(c) = 1", "pg_temp")
+            .unwrap(),
+        "select a from t where pg_temp.cidr4_contains($1, c) = $2 and n = 'ip4_int(x)' and my_ip4_int(c) = 1"
+    );
+}
+
+#[test]
+fn helper_calls_are_rewritten_inside_out_with_their_arguments() {
+    let seen = |name: &str, args: &[String]| format!("<{name}|{}>", args.join("|"));
+    assert_eq!(
+        rewrite_helper_calls(
+            "select a from t where ip4_between(:ip, cidr4_min(c), f(x, ')')) = 1 and n = 'ip4_int(x)' and trim_quotes ( b )",
+            &seen
+        )
+        .unwrap(),
+        "select a from t where <ip4_between|:ip|<cidr4_min|c>|f(x, ')')> = 1 and n = 'ip4_int(x)' and <trim_quotes|b>"
+    );
+    // An unclosed call is left for the database to reject.
+    assert_eq!(rewrite_helper_calls("select ip4_int(a from t", &seen).unwrap(), "select ip4_int(a from t");
+    // A parameter that the rewrite repeats gets a placeholder each time.
+    let sql = rewrite_helper_calls("x = ip4_int(:ip)", &|_, a| format!("f({0}, {0})", a[0])).unwrap();
+    let (sql, order) = rewrite_placeholders(&sql, &["ip".to_string()], Placeholders::Dollar);
+    assert_eq!((sql.as_str(), order), ("x = f($1, $2)", vec![0, 0]));
+}
+
+#[test]
+fn coercion_follows_sqlite_affinity() {
+    assert_eq!(coerce(Cell::Text("1001".into()), ParamType::Int64), Cell::Integer(1001));
+    assert_eq!(coerce(Cell::Text(" 7.0 ".into()), ParamType::Int32), Cell::Integer(7));
+    assert_eq!(coerce(Cell::Text("abc".into()), ParamType::Int64), Cell::Null);
+    assert_eq!(coerce(Cell::Integer(70_000), ParamType::Int16), Cell::Null);
+    assert_eq!(coerce(Cell::Integer(5), ParamType::Text), Cell::Text("5".into()));
+    assert_eq!(coerce(Cell::Integer(5), ParamType::Float), Cell::Real(5.0));
+    assert_eq!(coerce(Cell::Real(2.5), ParamType::Int64), Cell::Null);
+    assert_eq!(coerce(Cell::Text("x".into()), ParamType::Any), Cell::Text("x".into()));
+}
+
+#[test]
+fn histogram_quantiles() {
+    let mut h = Histogram::default();
+    for us in [3u64, 3, 3, 100] {
+        h.record(Duration::from_micros(us));
+    }
+    assert_eq!(h.quantile_us(0.5), 4.0);
+    assert_eq!(h.quantile_us(0.99), 128.0);
+}
