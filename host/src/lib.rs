@@ -36,28 +36,32 @@
 //! its own (a queue, say) hands its inputs to [`stream::evaluate_json`] in
 //! chunks, as the CLI's Kafka worker does.
 //!
-//! The modules this page does not list (`build`, `guest`, `knowledge`,
-//! `runtime`, …) are omlet's own internals, public only for the `omlet`
-//! command, the benches and the tests. They are hidden from these docs and
-//! may change in any release.
+//! Beyond the names above, the modules say more:
+//! - [`knowledge`]: knowledge bases in full: providers (one per database,
+//!   and the [`knowledge::Provider`] trait for a host's own), knowdb
+//!   loading, the SQL guard, in-memory tables, the reload watcher;
+//! - [`build`]: OML sources into components, as `omlet build` does;
+//! - [`record`]: [`Record`]s and their JSON form;
+//! - [`stream`]: inputs, runs and outcomes;
+//! - [`guest`]: the guest module embedded in this library, and its stamp;
+//! - [`code_cache`]: compiled guest code kept between runs;
+//! - [`clock`]: the clock `Now::*` reads.
+//!
+//! The `omlet` command, the benches and the tests use these same modules;
+//! no module is hidden from these pages (a few methods that only omlet's
+//! own tools call are, and carry no promise).
 
 #![warn(missing_docs)]
 
-#[doc(hidden)]
 pub mod build;
-#[doc(hidden)]
 pub mod clock;
 mod coalesce;
 pub mod code_cache;
 mod error;
-#[doc(hidden)]
 pub mod guest;
-#[doc(hidden)]
 pub mod knowledge;
-#[doc(hidden)]
 pub mod record;
-#[doc(hidden)]
-pub mod runtime;
+mod runtime;
 pub mod stream;
 mod wire;
 

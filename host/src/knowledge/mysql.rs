@@ -35,7 +35,7 @@ impl SqlProvider<MySql> {
     /// Connects to `url` (`mysql://…`); lookups use up to `pool_size`
     /// connections (at least 1), and loading and preparing up to 2 more.
     /// `connect_timeout` bounds each wait for a connection, the first one
-    /// included. Fails with [`Error::Knowledge`] if the database cannot be
+    /// included. Fails with [`Error::Knowledge`](crate::Error::Knowledge) if the database cannot be
     /// reached, or if the URL's database is a system schema (`mysql`, `sys`,
     /// `performance_schema`, `information_schema`), where every table a
     /// lookup names unqualified would be a catalog table.

@@ -77,7 +77,7 @@ impl SqlProvider<Postgres> {
     /// Connects to `url` (`postgres://…`); lookups use up to `pool_size`
     /// connections (at least 1), and loading and preparing up to 2 more.
     /// `connect_timeout` bounds each wait for a connection, the first one
-    /// included. Fails with [`Error::Knowledge`] if the database cannot be
+    /// included. Fails with [`Error::Knowledge`](crate::Error::Knowledge) if the database cannot be
     /// reached.
     ///
     /// Every connection runs with `standard_conforming_strings = on` and

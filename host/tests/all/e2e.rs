@@ -65,7 +65,7 @@ async fn example_rule_enriches_records_one_by_one_and_in_a_batch() {
 #[test]
 fn blocking_api_works_without_a_runtime() {
     let engine = Engine::new().unwrap();
-    let rule = omlet::runtime::block_on(engine.load_source(
+    let rule = omlet::block_on(engine.load_source(
         "inline.oml",
         "name : t\n---\nn : digit = read(n) ;\ns = chars(ok) ;\n",
         &omlet::LoadOptions::new(),

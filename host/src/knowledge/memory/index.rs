@@ -147,5 +147,8 @@ pub enum Compare {
     /// a text column when `text` is true (PostgreSQL, whose default
     /// collations are deterministic; not MySQL, whose usual collations
     /// ignore case). Anything else goes to SQL, which converts as it does.
-    Exact { text: bool },
+    Exact {
+        /// Whether text compares as exactly as integers do (PostgreSQL).
+        text: bool,
+    },
 }
