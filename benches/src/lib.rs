@@ -258,7 +258,7 @@ pub fn side_wanted(id: &str) -> bool {
 /// A database server for the SQL paths of the benches: from the environment
 /// (`OMLET_BENCH_PG_URL`, `OMLET_BENCH_MYSQL_URL`), or a throwaway server
 /// started here (kept alive by the returned guard).
-#[allow(dead_code)] // the servers are held only to keep them running until the benches end
+#[allow(dead_code, reason = "the servers are held only to keep them running until the benches end")]
 pub enum Server {
     /// A PostgreSQL server started for the bench.
     Pg(omlet_testdb::Postgres),

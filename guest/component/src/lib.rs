@@ -200,7 +200,7 @@ fn state() -> &'static mut State {
     // SAFETY: wasm32 components run one call at a time on one thread.
     // (`&mut STATE` itself is refused for statics in edition 2024; the raw
     // pointer is the way through, which clippy reads as a needless `*&`.)
-    #[allow(clippy::deref_addrof)]
+    #[allow(clippy::deref_addrof, reason = "the raw pointer is the way to a static in edition 2024")]
     unsafe {
         &mut *(&raw mut STATE)
     }

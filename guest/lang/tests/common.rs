@@ -1,5 +1,5 @@
 //! Helpers for the native tests of the language.
-#![allow(dead_code)]
+#![allow(dead_code, reason = "each test binary uses part of the helpers")]
 
 use omlet_lang::eval::Offline;
 use omlet_lang::pipes::write_json;

@@ -38,7 +38,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 // Parsed once per process: the size of the largest variant does not matter.
-#[allow(clippy::large_enum_variant)]
+#[allow(clippy::large_enum_variant, reason = "parsed once per process")]
 enum Cmd {
     /// Compile rules into one self-contained WebAssembly component (a rule set).
     Build {

@@ -127,7 +127,7 @@ fn every_probeth_gathering_waits_for_its_thread_to_find_out_whether_more_come() 
 /// An opened gathering that three callers joined, each polled once with
 /// a waker that counts its wakes; and its release, woken as the opener's
 /// thread would wake it (the opener's task counted too).
-#[allow(clippy::type_complexity)]
+#[allow(clippy::type_complexity, reason = "a test helper's tuple of what each test checks")]
 fn released(co: &Coalescer<u8>) -> (Opened<'_, u8>, Vec<(Joined<u8>, Arc<Count>)>, Arc<Count>, Waker) {
     let Arrival::Open(opened) = co.arrive(&0, same, &rec(0), MAX, next()) else { panic!("opens") };
     let mut joined: Vec<_> = (1..4)

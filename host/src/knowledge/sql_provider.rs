@@ -187,7 +187,10 @@ where
     /// every wait for a connection, the first one included. Fails with
     /// [`Error::Knowledge`] (the URL's password redacted) if the server
     /// cannot be reached or a connection cannot be readied.
-    #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
+    #[cfg_attr(
+        not(any(feature = "postgres", feature = "mysql")),
+        allow(dead_code, reason = "only the server dialects connect to a server")
+    )]
     pub(crate) async fn connect_server(
         url: &str,
         pool_size: u32,

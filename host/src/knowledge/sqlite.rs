@@ -275,6 +275,9 @@ mod helpers {
     ///
     /// SAFETY: `v` is a valid argument value for the duration of the call.
     unsafe fn cell(v: *mut ffi::sqlite3_value) -> Cell {
+        // SAFETY: the caller's promise: `v` is valid for this call, and the
+        // text pointer SQLite gives stays valid for `n` bytes until `v` is
+        // next touched, which is after the copy.
         unsafe {
             match ffi::sqlite3_value_type(v) {
                 ffi::SQLITE_INTEGER => Cell::Integer(ffi::sqlite3_value_int64(v)),

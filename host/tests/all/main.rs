@@ -17,7 +17,7 @@ mod trust;
 // The host's frame decoder is private to the library; `fuzz_regressions`
 // replays findings through it, so its source is compiled in here, with the
 // names it takes from its crate root.
-#[allow(unused_imports)]
+#[allow(unused_imports, reason = "the names wire.rs takes from its crate root, whichever it uses")]
 use omlet::{Error, Result};
 
 mod record {
@@ -25,5 +25,5 @@ mod record {
 }
 
 #[path = "../../src/wire.rs"]
-#[allow(dead_code)]
+#[allow(dead_code, reason = "the fuzz replays use part of wire.rs")]
 mod wire;
