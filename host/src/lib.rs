@@ -69,6 +69,7 @@ pub use build::{BuildLimits, RuleSource};
 pub use error::{Diagnostic, Error, Limit, Result};
 pub use knowledge::{
     AtomicHistogram, CacheConfig, CacheMode, Histogram, Knowledge, KnowledgeConfig, OnLookupError, StatementStats, Stats,
+    StatsSnapshot,
 };
 pub use omlet_lang::Limits as CompileLimits;
 /// Evaluation traces ([`Rule::explain`]): the types, and their JSON and text forms.

@@ -70,7 +70,7 @@ pub(crate) use provider::{quote_ident, table_sql};
 pub use route::Source;
 pub use sql::{HELPER_FUNCTIONS, qualify_helpers, rewrite_helper_calls, rewrite_placeholders, values_for_rows};
 pub use sql_provider::{Dialect, SqlProvider};
-pub use stats::{AtomicHistogram, Histogram, StatementStats, Stats};
+pub use stats::{AtomicHistogram, Histogram, Latency, StatementSnapshot, StatementStats, Stats, StatsSnapshot};
 
 use crate::{Error, Limit, Result};
 

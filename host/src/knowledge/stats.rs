@@ -122,31 +122,116 @@ impl Stats {
         a.load(Ordering::Relaxed)
     }
 
-    /// A JSON summary (for `omlet run --stats=json`).
-    pub fn to_json(&self) -> serde_json::Value {
+    /// The counters as they stand, typed: what `omlet run --stats` prints.
+    pub fn snapshot(&self) -> StatsSnapshot {
         let stmts = self.statements.lock().map(|s| s.clone()).unwrap_or_default();
-        let h = self.hit_latency.snapshot();
-        let hit = serde_json::json!({
-            "p50": h.quantile_us(0.5),
-            "p95": h.quantile_us(0.95),
-            "mean": if h.count > 0 { h.total_us / h.count as f64 } else { 0.0 },
-        });
-        serde_json::json!({
-            "lookups": self.get(&self.lookups),
-            "memory_lookups": self.get(&self.memory),
-            "cache_hits": self.get(&self.hits),
-            "cache_misses": self.get(&self.misses),
-            "queries": self.get(&self.queries),
-            "batched_lookups": self.get(&self.batched),
-            "shared_cache_hit_us": hit,
-            "errors": self.get(&self.errors),
-            "knowdb_loads": self.get(&self.knowdb_loads),
-            "knowdb_load_failures": self.get(&self.knowdb_load_failures),
-            "statements": stmts.iter().map(|s| serde_json::json!({
-                "sql": s.sql, "database": s.database, "queries": s.queries, "errors": s.errors,
-                "p50_us": s.latency.quantile_us(0.5), "p95_us": s.latency.quantile_us(0.95),
-                "mean_us": if s.latency.count > 0 { s.latency.total_us / s.latency.count as f64 } else { 0.0 },
-            })).collect::<Vec<_>>(),
-        })
+        StatsSnapshot {
+            lookups: self.get(&self.lookups),
+            memory_lookups: self.get(&self.memory),
+            cache_hits: self.get(&self.hits),
+            cache_misses: self.get(&self.misses),
+            queries: self.get(&self.queries),
+            batched_lookups: self.get(&self.batched),
+            shared_cache_hit_us: Latency::of(&self.hit_latency.snapshot()),
+            errors: self.get(&self.errors),
+            knowdb_loads: self.get(&self.knowdb_loads),
+            knowdb_load_failures: self.get(&self.knowdb_load_failures),
+            statements: stmts
+                .iter()
+                .map(|s| {
+                    let l = Latency::of(&s.latency);
+                    StatementSnapshot {
+                        sql: s.sql.clone(),
+                        database: s.database.clone(),
+                        queries: s.queries,
+                        errors: s.errors,
+                        p50_us: l.p50,
+                        p95_us: l.p95,
+                        mean_us: l.mean,
+                    }
+                })
+                .collect(),
+        }
     }
+
+    /// [`Stats::snapshot`] as JSON (`omlet run --stats=json`).
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::to_value(self.snapshot()).unwrap_or_default()
+    }
+}
+
+/// The counters of a knowledge base at one moment ([`Stats::snapshot`]).
+/// Its JSON form is `omlet run --stats=json`'s `knowledge` member.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[non_exhaustive]
+pub struct StatsSnapshot {
+    /// Lookups that reached the host (the guests' own cache hits are not counted).
+    pub lookups: u64,
+    /// Lookups answered by a table held in memory.
+    pub memory_lookups: u64,
+    /// Lookups the shared cache answered.
+    pub cache_hits: u64,
+    /// Lookups the shared cache did not answer.
+    pub cache_misses: u64,
+    /// Database round trips.
+    pub queries: u64,
+    /// Lookups answered by a batched query.
+    pub batched_lookups: u64,
+    /// How long the shared cache took to answer.
+    pub shared_cache_hit_us: Latency,
+    /// Lookups that failed.
+    pub errors: u64,
+    /// Times the knowdb was loaded again.
+    pub knowdb_loads: u64,
+    /// Times loading the knowdb again failed (the previous one stayed).
+    pub knowdb_load_failures: u64,
+    /// Per bound statement.
+    pub statements: Vec<StatementSnapshot>,
+}
+
+impl StatsSnapshot {
+    /// The shared cache's hit rate, when it was asked at all.
+    pub fn hit_rate(&self) -> Option<f64> {
+        let asked = self.cache_hits + self.cache_misses;
+        (asked > 0).then(|| self.cache_hits as f64 / asked as f64)
+    }
+}
+
+/// A latency histogram summed up, in microseconds (a quantile is its
+/// bucket's upper bound).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct Latency {
+    /// The median.
+    pub p50: f64,
+    /// The 95th percentile.
+    pub p95: f64,
+    /// The mean (0 with no samples).
+    pub mean: f64,
+}
+
+impl Latency {
+    fn of(h: &Histogram) -> Latency {
+        let mean = if h.count > 0 { h.total_us / h.count as f64 } else { 0.0 };
+        Latency { p50: h.quantile_us(0.5), p95: h.quantile_us(0.95), mean }
+    }
+}
+
+/// One bound statement's figures in a [`StatsSnapshot`].
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[non_exhaustive]
+pub struct StatementSnapshot {
+    /// The statement in the provider's dialect.
+    pub sql: String,
+    /// The database it runs on, when a knowdb names several.
+    pub database: Option<String>,
+    /// Database round trips sent.
+    pub queries: u64,
+    /// Round trips that failed or timed out.
+    pub errors: u64,
+    /// Median round trip.
+    pub p50_us: f64,
+    /// 95th percentile round trip.
+    pub p95_us: f64,
+    /// Mean round trip.
+    pub mean_us: f64,
 }

@@ -51,7 +51,7 @@ use options::{KafkaOptions, KafkaStats};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use url::KafkaUrl;
 
-use super::RunOptions;
+use crate::run::RunOptions;
 
 fn url(flag: &str, p: &Path) -> omlet::Result<KafkaUrl> {
     let text = p.to_string_lossy();
@@ -94,7 +94,7 @@ pub(crate) async fn run(
     let _watching = match watch {
         Some((engine, path, load)) => {
             let counted = stats.clone();
-            Some(live.watch(engine, path, load, crate::WATCH_EVERY, move |r| match r {
+            Some(live.watch(engine, path, load, crate::run::WATCH_EVERY, move |r| match r {
                 Ok(()) => {
                     counted.rule_reloads.fetch_add(1, Ordering::Relaxed);
                     eprintln!("omlet run: the rule set changed; loaded again and swapped in");
@@ -110,23 +110,25 @@ pub(crate) async fn run(
     let result = worker::run(live, options, stats.clone(), stop).await;
     let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
     let secs = started.elapsed().as_secs_f64();
-    let summary = serde_json::json!({
-        "records": get(&stats.records_in),
-        "written": get(&stats.written),
-        "errors": get(&stats.errors),
-        "unrouted": get(&stats.unrouted),
-        "duplicates": get(&stats.duplicates),
-        "commits": get(&stats.commits),
-        "rebalances": get(&stats.rebalances),
-        "seconds": secs,
-        "knowledge": knowledge.as_ref().map(|k| k.stats().to_json()),
-    });
-    if o.stats.as_deref() == Some("json") {
+    let (records, written, errors) = (get(&stats.records_in), get(&stats.written), get(&stats.errors));
+    let (unrouted, duplicates) = (get(&stats.unrouted), get(&stats.duplicates));
+    if o.stats == Some(crate::run::Shape::Json) {
+        let summary = serde_json::json!({
+            "records": records,
+            "written": written,
+            "errors": errors,
+            "unrouted": unrouted,
+            "duplicates": duplicates,
+            "commits": get(&stats.commits),
+            "rebalances": get(&stats.rebalances),
+            "seconds": secs,
+            "knowledge": knowledge.as_ref().map(|k| k.stats().snapshot()),
+        });
         eprintln!("{summary}");
     } else {
         eprintln!(
-            "{} records in {secs:.2} s: {} written, {} errors, {} unrouted, {} duplicates after rebalances",
-            summary["records"], summary["written"], summary["errors"], summary["unrouted"], summary["duplicates"]
+            "{records} records in {secs:.2} s: {written} written, {errors} errors, {unrouted} unrouted, \
+             {duplicates} duplicates after rebalances"
         );
     }
     // A worker drained by SIGTERM exits 0: its failed records have their error lines.
