@@ -191,13 +191,13 @@ fn refuse<'a, T: Send + 'a>(what: String) -> BoxFuture<'a, Result<T>> {
     Box::pin(async move { Err(crate::Error::Knowledge(format!("this provider keeps no tables: {what}"))) })
 }
 
-/// `CREATE TABLE` and `INSERT` texts for a dialect: `quote` wraps
-/// identifiers, `ty` maps a SQLite column type, `ph(i)` writes placeholder i.
 /// `name` as a quoted SQL identifier (`"a""b"`, or with backquotes for MySQL).
 pub(crate) fn quote_ident(name: &str, quote: char) -> String {
     format!("{quote}{}{quote}", name.replace(quote, &format!("{quote}{quote}")))
 }
 
+/// `CREATE TABLE` and `INSERT` texts for a dialect: `quote` wraps
+/// identifiers, `ty` maps a SQLite column type, `ph(i)` writes placeholder i.
 pub(crate) fn table_sql(
     table: &str,
     columns: &[String],

@@ -125,12 +125,11 @@ pub struct EngineConfig {
     /// without lookups, or one whose lookups the caches answer), so that
     /// lookups of concurrent callers still overlap. The blocking calls
     /// ([`Rule::evaluate_blocking`](crate::Rule::evaluate_blocking)) are never coalesced: a thread that waits
-    /// for another's batch parks in the kernel, which made them 4× slower.
-    /// On the 2-core machine of BENCHMARKS.md, 16 and 64 tasks making
-    /// one-record calls went 1.24 to 1.78 times as fast with it as without
-    /// (the cached lookup at 16: 0.98), 4 tasks (two per thread) 0.92 (the
-    /// page shows both; earlier runs gave 0.96 to 3.4 in all), and one task
-    /// within noise of it off; turn it off to rule it out.
+    /// for another's batch parks in the kernel. Many tasks making one-record
+    /// calls gain the most, two per thread about nothing, one task nothing
+    /// (BENCHMARKS.md shows both ways; docs/decisions.md, "One record per
+    /// call", says
+    /// why); turn it off to rule it out.
     ///
     /// A task never joins a gathering it opened itself, and a caller whose
     /// gathering's opener is kept but not polled (an `evaluate` future polled
