@@ -128,8 +128,7 @@ pub struct EngineConfig {
     /// for another's batch parks in the kernel. Many tasks making one-record
     /// calls gain the most, two per thread about nothing, one task nothing
     /// (BENCHMARKS.md shows both ways; docs/decisions.md, "One record per
-    /// call", says
-    /// why); turn it off to rule it out.
+    /// call", says why); turn it off to rule it out.
     ///
     /// A task never joins a gathering it opened itself, and a caller whose
     /// gathering's opener is kept but not polled (an `evaluate` future polled
