@@ -624,7 +624,7 @@ def main():
     lines += ["## Where the time goes", ""]
     if missed:
         lines += [
-            "Profile (perf, pure rule, batches of 256, one task, with `OMLET_PERFMAP=1` and an unstripped "
+            "Profile (perf, pure rule, batches of 256, one task, with a perf map of the guest (`OMLET_PERFMAP=1` then, `EngineConfig::perf_map` now) and an unstripped "
             "guest; shares of the steady-state samples, taken at the commit of this session's last speed "
             "change, not in this run). The guest's own code is now more than half: the evaluator (~13%), "
             "reading frames into fields and writing the output (~15%), its allocator (dlmalloc, ~8%: "
@@ -787,7 +787,7 @@ def distinct_section(r, side):
         f"Each `omlet run` cell streams 1,000,000 nginx records through the nginx rule against a knowdb of "
         f"{rows:,} ranges (`run/ranges`, the rule's own `lo_int <= ip4_int(..) and hi_int >= ip4_int(..)`) "
         f"or {rows:,} addresses (`run/exact`, the rule with that lookup replaced by `zone = select category from "
-        "hosts where ip = read(client_ip) ;`), held in memory (`knowledge/memory.rs`). The records carry 128, "
+        "hosts where ip = read(client_ip) ;`), held in memory (`knowledge/memory/`). The records carry 128, "
         "4,096 or 65,536 client addresses drawn over and over, or one address per record (`distinct`). Every "
         "address is in the table.", "",
         "| distinct addresses | ranges: records/s | vs 4,096 | exact: records/s | vs 4,096 | every run, ranges / exact (s) |",

@@ -59,8 +59,9 @@ pub trait Host {
 /// A host without a knowledge base, at a fixed time: no lookup finds a row
 /// (or, with [`Offline::refusing`], every lookup fails, without failing the
 /// record), no statement has columns, and `now` is the time it was made
-/// with. Static blocks are evaluated with it at compile time; the native
-/// tests, fuzzing and the benches evaluate with it. The one stub host.
+/// with. Static blocks are evaluated with it at compile time, and the
+/// native tests and the benches evaluate with it. (The fuzz targets keep a
+/// host of their own, which can also answer with rows.)
 #[derive(Debug, Clone, Copy)]
 pub struct Offline {
     now: (i64, i32),

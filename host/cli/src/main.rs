@@ -881,15 +881,16 @@ async fn scan_warnings(
 
 /// The engine every command uses: the library's defaults, with what the
 /// environment asks for (the library reads no variable itself):
-/// - the code cache in `$OMLET_CODE_CACHE` (`off` for none), else in
+/// - the code cache in `$OMLET_CODE_CACHE` (`off` or empty for none), else in
 ///   `$XDG_CACHE_HOME/omlet/code`, else in `$HOME/.cache/omlet/code`, else
 ///   where the library puts it by default;
 /// - `OMLET_PERFMAP=1`: a perf map of the guest's code, for `perf`.
 fn engine() -> omlet::Result<Engine> {
     let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
     let mut config = omlet::EngineConfig::default();
-    if let Some(v) = var("OMLET_CODE_CACHE") {
-        config.code_cache = (v != "off").then(|| PathBuf::from(v));
+    if let Some(v) = std::env::var_os("OMLET_CODE_CACHE") {
+        // `off`, or empty: no cache.
+        config.code_cache = (!v.is_empty() && v != "off").then(|| PathBuf::from(v));
     } else if let Some(x) = var("XDG_CACHE_HOME") {
         config.code_cache = Some(PathBuf::from(x).join("omlet/code"));
     } else if let Some(h) = var("HOME") {

@@ -57,22 +57,24 @@ impl Knowledge {
             checked.columns.iter().chain(&checked.keys).chain(&checked.ranges).filter(|c| *c != "*").cloned().collect();
         // The batch form is built from what the SQL reads, never from the
         // component's own account of its table and columns.
-        let s = &SqlStatement { sql: routed.sql, table: checked.table, columns: checked.columns, ..s.clone() };
+        // (`st`: the statement as routed; errors still show `s`, as written.)
+        let st = &SqlStatement { sql: routed.sql, table: checked.table, columns: checked.columns, ..s.clone() };
         // Dialect rewrites first, so that a parameter they repeat gets a
         // placeholder per occurrence. They are bounded in size.
-        let sql = provider.rewrite_sql(s.sql.clone()).map_err(|m| too_long(s, m))?;
-        let (sql, order) = rewrite_placeholders(&sql, &s.params, provider.placeholders());
+        let sql = provider.rewrite_sql(st.sql.clone()).map_err(|m| too_long(s, m))?;
+        let (sql, order) = rewrite_placeholders(&sql, &st.params, provider.placeholders());
         let prepared = match provider.prepare(&sql).await {
             Ok(p) => p,
             Err(message) => {
-                let (message, name) = unknown_column(provider.as_ref(), &s.table, &named, message).await;
+                let (message, name) = unknown_column(provider.as_ref(), &st.table, &named, message).await;
                 return Err(refused(s, message, name));
             }
         };
         let database = source.name.clone().filter(|_| sources.len() > 1);
         let stats = self.stats_slot(&sql, database)?;
-        let (memory, mut path) =
-            self.memory_for(routed.source, &s.table, terms.as_deref(), order_by.is_some(), &s.params, &prepared.columns).await?;
+        let (memory, mut path) = self
+            .memory_for(routed.source, &st.table, terms.as_deref(), order_by.is_some(), &st.params, &prepared.columns)
+            .await?;
         if let Some(name) = source.name.as_ref().filter(|_| sources.len() > 1 && memory.is_none()) {
             path = format!("{path} (on the database `{name}`)");
         }
@@ -89,7 +91,7 @@ impl Knowledge {
         };
         if self.config.batch_misses
             && checked_plain
-            && let Some(select) = batch_select(s, order_by.is_some(), limited)
+            && let Some(select) = batch_select(st, order_by.is_some(), limited)
         {
             let key_type = bound.param_types.first().copied().unwrap_or(ParamType::Any);
             let plan = BatchPlan { select, key_type, order: order_by.unwrap_or_default() };

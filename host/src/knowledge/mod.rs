@@ -216,13 +216,13 @@ pub struct Knowledge {
 }
 
 impl Knowledge {
-    #[doc(hidden)]
-    /// Knowledge with the default settings (shared cache on, errors make lookups absent).
+    /// Knowledge over a provider of the host's own (or one of omlet's,
+    /// connected by the host), with the default settings (shared cache on,
+    /// errors make lookups absent).
     pub fn new(provider: Arc<dyn Provider>) -> Knowledge {
         Knowledge::with_config(provider, KnowledgeConfig::default())
     }
 
-    #[doc(hidden)]
     /// Knowledge over a connected provider, with the cache, policy and query
     /// timeout of `config`. Its `url`, `pool_size`, `connect_timeout_ms` and
     /// `knowdb` are only kept: connecting and loading are

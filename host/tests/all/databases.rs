@@ -1287,6 +1287,10 @@ async fn lookups_are_routed_by_their_first_table_among_a_knowdbs_databases() {
     assert!(e.contains("`other` is no database of the knowdb: geo, asset"), "{e}");
     let e = refused("select owner from asset.mysql.user where owner = :a").await;
     assert!(e.contains("catalog"), "{e}");
+    // A column the routed table lacks: the error shows the lookup as the
+    // rule wrote it, prefix and all, and the column it meant.
+    let e = refused("select contry from geo.public.ip_geo_city where ip = :a").await;
+    assert!(e.contains("select contry from geo.public.ip_geo_city") && e.contains("did you mean `country`"), "{e}");
 
     // One unnamed database beside local tables: it takes every lookup that
     // names no local table.
