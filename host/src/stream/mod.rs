@@ -19,7 +19,7 @@ mod tests;
 pub use live::{LiveRule, Watching};
 pub use pipe::{Counting, DEFAULT_IDLE, Pipe, Stop};
 pub use read::{EmptyCell, Format, ReadLimits, read, read_with};
-pub use run::{evaluate_json, run, run_json};
+pub use run::{evaluate_json, run, run_json, task_failed};
 
 /// One input record as read: where it stands and what it says.
 #[derive(Debug)]

@@ -262,8 +262,10 @@ pub(super) fn idle_hand_over() {
     });
 }
 
-/// What a record of a failed evaluation task gets.
-pub(super) fn task_failed(e: &tokio::task::JoinError) -> Error {
+/// What a record of a failed evaluation task gets (an
+/// [`Error::Internal`]): for a host that spawns [`evaluate_json`] on tasks
+/// of its own, as [`run`] and the CLI's Kafka worker do.
+pub fn task_failed(e: &tokio::task::JoinError) -> Error {
     Error::Internal(format!("the evaluation task failed: {e}"))
 }
 

@@ -195,8 +195,3 @@ async fn serve_metrics(
         }
     }))
 }
-
-/// The error of a record whose evaluation task failed (it panicked).
-fn task_failed(e: &tokio::task::JoinError) -> Error {
-    Error::Internal(format!("the evaluation task failed: {e}"))
-}

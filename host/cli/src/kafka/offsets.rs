@@ -1,20 +1,20 @@
 //! Which input offsets may be committed: the places of records in flight,
 //! per partition, and the consumer's rebalance callbacks.
 
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rdkafka::client::ClientContext;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer};
-
 use rdkafka::statistics::Statistics;
 use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::{Notify, Semaphore};
 
-use super::options::KafkaStats;
 use omlet::Error;
-use std::collections::{HashMap, VecDeque};
+
+use super::options::KafkaStats;
 
 /// Offsets read, acknowledged and committed, per input partition.
 #[derive(Default)]

@@ -6,9 +6,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::url::KafkaUrl;
 use omlet::Knowledge;
 use omlet::stream::RouteBy;
+
+use super::url::KafkaUrl;
 
 /// Receives the error lines of a worker that has no errors topic.
 pub type ErrorLineSink = Arc<dyn Fn(&str) + Send + Sync>;

@@ -1,6 +1,7 @@
 //! The output and error topics: producing in order, per partition, and
 //! counting the duplicates a restart makes.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -11,13 +12,13 @@ use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
 
+use omlet::stream::{Done, Outcome};
+use omlet::{Error, Limit, Result};
+
 use super::offsets::Shared;
 use super::options::{ErrorLineSink, KafkaOptions, KafkaStats};
 use super::url::{KafkaUrl, SOURCE_HEADER, WORKER_HEADER};
 use super::worker::{Meta, kafka_error, or_default};
-use omlet::stream::{Done, Outcome};
-use omlet::{Error, Limit, Result};
-use std::collections::HashMap;
 
 pub(super) fn make_producer(url: &KafkaUrl) -> Result<FutureProducer> {
     let mut c = url.client();

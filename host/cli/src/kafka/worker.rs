@@ -1,5 +1,6 @@
 //! One worker's loop: read, evaluate in routed chunks, write in order, commit.
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -12,13 +13,12 @@ use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::{Notify, Semaphore};
 
+use omlet::stream::{Done, Input, LiveRule, Outcome, RouteBy, task_failed};
+use omlet::{Error, Limit, Result, Rule};
+
 use super::offsets::{Callbacks, Shared, Tracker, commit};
 use super::options::{KafkaOptions, KafkaStats};
 use super::outputs::{Outputs, count_duplicates, make_producer, partitions};
-use super::task_failed;
-use omlet::stream::{Done, Input, LiveRule, Outcome, RouteBy};
-use omlet::{Error, Limit, Result, Rule};
-use std::collections::VecDeque;
 
 /// Records of one evaluation in flight: (partition, offset, epoch) each, and
 /// the task evaluating them.
