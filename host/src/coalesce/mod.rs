@@ -16,6 +16,13 @@
 //! nothing behind, and an opener that is cancelled while it yields tells the
 //! others to evaluate alone.
 //!
+//! A gathering's state is one [`Phase`], which moves only forward; who may
+//! act in each phase is written beside it. Two guards own cancellation: an
+//! [`Opened`] dropped before it finishes sends every caller that joined to
+//! evaluate alone, and a [`Joined`] watcher dropped early hands its watch
+//! to every caller. `model.rs` runs every interleaving of an opener, its
+//! release and two callers, and checks that each caller gets one answer.
+//!
 //! This module holds the gatherings and their invariants; `runtime` makes
 //! the calls.
 
@@ -69,12 +76,8 @@ pub(crate) struct Gathering<R> {
 
 struct Gathered<R> {
     route: R,
-    /// Whether records may still join.
-    open: bool,
+    phase: Phase,
     frame: Writer,
-    /// Each record's result once the call is made (none at all: the call
-    /// was not made, and each caller evaluates alone).
-    results: Option<Vec<Result<Record>>>,
     /// A waker slot for each record in `frame`, by index: the opener's, at
     /// 0, unused; then those of the callers that joined. Its length is the
     /// number of records.
@@ -86,18 +89,47 @@ struct Gathered<R> {
     opener: Option<Waker>,
     /// The opener (see [`Caller`]), which must not join its own gathering.
     caller: Caller,
-    /// Whether the opener has closed it (or it was finished without).
-    closed: bool,
-    /// Whether the opener's thread ran out of ready tasks before the opener
-    /// closed it (see [`Release`]).
-    released: bool,
-    /// The first caller that joined (index 1), which watches a released
-    /// gathering for the others, was dropped before it closed: each caller
-    /// then watches for itself.
-    watcher_gone: bool,
-    /// A watcher found the gathering released and, after one more yield,
-    /// still not closed: every caller that joined evaluates alone.
-    abandoned: bool,
+    /// Who watches a released gathering for the callers that joined.
+    watch: Watch,
+}
+
+/// Where a gathering stands. It moves only down this list, though it may
+/// skip a phase: a gathering fills or not, is released or not, and an
+/// opener that is dropped finishes it from any phase (with no results).
+/// Each phase says who may act on it; `coalesce::model` checks every
+/// interleaving of those acts.
+enum Phase {
+    /// Records may join (see [`Gathering::join`]).
+    Open,
+    /// It holds [`MAX_GATHER`] records, or the next would take it past the
+    /// byte bound: nobody more joins, and the opener has been woken to close
+    /// it.
+    Full,
+    /// The opener's thread ran out of ready tasks before the opener closed
+    /// it (see [`Release`]): nobody more joins, and the watcher waits one
+    /// more yield for the opener to close it.
+    Released,
+    /// A watcher found it released and, after that yield, still not closed:
+    /// every caller that joined evaluates alone (the opener's future is kept
+    /// but not polled). The opener may still close and finish it, for
+    /// nobody.
+    Abandoned,
+    /// The opener took its frame and makes the call.
+    Closed,
+    /// Each record's result, by index, once the call is made; none at all
+    /// when the call was not made or the opener was dropped: each caller
+    /// then evaluates alone.
+    Finished(Vec<Result<Record>>),
+}
+
+/// Who watches a released gathering (see [`Release`]).
+#[derive(Clone, Copy, PartialEq)]
+enum Watch {
+    /// The first caller that joined (index 1) watches for the others.
+    First,
+    /// The first caller was dropped before the gathering closed: each
+    /// caller watches for itself.
+    Each,
 }
 
 impl<R> Gathered<R> {
@@ -220,9 +252,8 @@ impl<R: Clone + Send> Coalescer<R> {
         let g = Arc::new(Gathering {
             state: Mutex::new(Gathered {
                 route: route.clone(),
-                open: true,
+                phase: Phase::Open,
                 frame,
-                results: None,
                 wakers: vec![None],
                 expect: if slot.opened.fetch_add(1, Ordering::Relaxed).is_multiple_of(PROBE) {
                     0
@@ -231,10 +262,7 @@ impl<R: Clone + Send> Coalescer<R> {
                 },
                 opener: None,
                 caller: me(),
-                closed: false,
-                released: false,
-                watcher_gone: false,
-                abandoned: false,
+                watch: Watch::First,
             }),
         });
         open.gathering = Some(g.clone());
@@ -260,7 +288,7 @@ impl<R: Send> Gathering<R> {
     ) -> Option<usize> {
         let mut st = lock(&self.state);
         // A task that joined a gathering it opened would wait for itself.
-        if !st.open || st.released || !same(&st.route, route) || st.caller == me() {
+        if !matches!(st.phase, Phase::Open) || !same(&st.route, route) || st.caller == me() {
             return None;
         }
         let mark = st.frame.mark();
@@ -268,17 +296,18 @@ impl<R: Send> Gathering<R> {
         let index = if st.frame.len() > max_bytes {
             // Full: this record goes alone.
             st.frame.truncate(mark);
-            st.open = false;
+            st.phase = Phase::Full;
             None
         } else {
             st.wakers.push(None);
             if st.wakers.len() >= MAX_GATHER {
-                st.open = false;
+                st.phase = Phase::Full;
             }
             Some(st.wakers.len() - 1)
         };
         // Full, or as large as the last: the opener need wait no more.
-        let opener = if !st.open || st.wakers.len() == st.expect { st.opener.take() } else { None };
+        let wake = !matches!(st.phase, Phase::Open) || st.wakers.len() == st.expect;
+        let opener = if wake { st.opener.take() } else { None };
         drop(st);
         if let Some(o) = opener {
             o.wake();
@@ -291,10 +320,8 @@ impl<R: Send> Gathering<R> {
     fn finish(&self, results: Vec<Result<Record>>) {
         let wakers = {
             let mut st = lock(&self.state);
-            st.open = false;
-            st.closed = true;
+            st.phase = Phase::Finished(results);
             st.opener = None;
-            st.results = Some(results);
             std::mem::take(&mut st.wakers)
         };
         for w in wakers.into_iter().flatten() {
@@ -321,8 +348,10 @@ impl<R: Send> Opened<'_, R> {
     pub(crate) fn close(&mut self) -> (Vec<u8>, usize) {
         let (frame, n, writer) = {
             let mut st = lock(&self.gathering.state);
-            st.open = false;
-            st.closed = true;
+            // An abandoned gathering stays so: its callers went alone.
+            if !matches!(st.phase, Phase::Abandoned) {
+                st.phase = Phase::Closed;
+            }
             st.opener = None;
             let mut writer = std::mem::take(&mut st.frame);
             (writer.take_frame(), st.wakers.len(), writer)
@@ -374,10 +403,10 @@ impl<R: Send> Opened<'_, R> {
         std::future::poll_fn(|cx| {
             {
                 let mut st = lock(&self.gathering.state);
-                if st.open {
+                if matches!(st.phase, Phase::Open) {
                     st.opener = Some(cx.waker().clone());
                 } else {
-                    // Closed to joins while this caller was away: go on.
+                    // Full or released while this caller was away: go on.
                     return Poll::Ready(());
                 }
             }
@@ -444,12 +473,15 @@ impl<R: Send + 'static> std::task::Wake for Release<R> {
     fn wake_by_ref(self: &Arc<Self>) {
         let joined = {
             let mut st = lock(&self.gathering.state);
-            if st.closed {
+            if !matches!(st.phase, Phase::Open | Phase::Full) {
                 // The opener went on without this wake: nothing to do.
                 return;
             }
-            st.released = true;
-            if st.watcher_gone { st.joined_wakers(1) } else { st.wakers.get_mut(1).and_then(Option::take).into_iter().collect() }
+            st.phase = Phase::Released;
+            match st.watch {
+                Watch::Each => st.joined_wakers(1),
+                Watch::First => st.wakers.get_mut(1).and_then(Option::take).into_iter().collect(),
+            }
         };
         self.task.wake_by_ref();
         for w in joined {
@@ -496,17 +528,20 @@ impl<R: Send> Future for Joined<R> {
         let Joined { gathering, index, yielded, done } = self.get_mut();
         let mut st = lock(&gathering.state);
         let index = *index as usize;
-        if let Some(results) = st.results.as_mut() {
-            *done = true;
-            // Each index is taken once: a caller's future ends with it.
-            return Poll::Ready(match results.get_mut(index) {
-                Some(r) => Joining::Got(std::mem::replace(r, Err(Error::Internal(String::new())))),
-                None => Joining::Alone,
-            });
-        }
-        if st.abandoned {
-            *done = true;
-            return Poll::Ready(Joining::Alone);
+        match &mut st.phase {
+            Phase::Finished(results) => {
+                *done = true;
+                // Each index is taken once: a caller's future ends with it.
+                return Poll::Ready(match results.get_mut(index) {
+                    Some(r) => Joining::Got(std::mem::replace(r, Err(Error::Internal(String::new())))),
+                    None => Joining::Alone,
+                });
+            }
+            Phase::Abandoned => {
+                *done = true;
+                return Poll::Ready(Joining::Alone);
+            }
+            Phase::Open | Phase::Full | Phase::Released | Phase::Closed => {}
         }
         match st.wakers.get_mut(index) {
             Some(w) => *w = Some(cx.waker().clone()),
@@ -515,13 +550,13 @@ impl<R: Send> Future for Joined<R> {
                 return Poll::Ready(Joining::Alone);
             }
         }
-        if st.released && !st.closed && (index == 1 || st.watcher_gone) {
+        if matches!(st.phase, Phase::Released) && (index == 1 || st.watch == Watch::Each) {
             if !*yielded {
                 return Poll::Ready(Joining::Yield);
             }
             // The opener's task has run once since its thread ran out of
             // ready tasks, and did not close it: its future is not polled.
-            st.abandoned = true;
+            st.phase = Phase::Abandoned;
             let others = st.joined_wakers(index);
             drop(st);
             for w in others {
@@ -544,11 +579,11 @@ impl<R> Drop for Joined<R> {
         }
         let others = {
             let mut st = lock(&self.gathering.state);
-            if st.closed || st.abandoned || st.watcher_gone {
+            if st.watch == Watch::Each || !matches!(st.phase, Phase::Open | Phase::Full | Phase::Released) {
                 return;
             }
-            st.watcher_gone = true;
-            if !st.released {
+            st.watch = Watch::Each;
+            if !matches!(st.phase, Phase::Released) {
                 return;
             }
             st.joined_wakers(1)
@@ -559,5 +594,7 @@ impl<R> Drop for Joined<R> {
     }
 }
 
+#[cfg(test)]
+mod model;
 #[cfg(test)]
 mod tests;

@@ -4,11 +4,11 @@
 use super::*;
 use omlet_lang::frame::Reader;
 
-fn rec(n: i64) -> Record {
+pub(super) fn rec(n: i64) -> Record {
     Record::from_json(&format!("{{\"n\":{n}}}")).unwrap()
 }
 
-fn same(a: &u8, b: &u8) -> bool {
+pub(super) fn same(a: &u8, b: &u8) -> bool {
     a == b
 }
 
@@ -71,7 +71,7 @@ fn in_runtime(f: impl FnOnce()) {
     tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async { f() });
 }
 
-struct Count(AtomicUsize);
+pub(super) struct Count(pub(super) AtomicUsize);
 
 impl std::task::Wake for Count {
     fn wake(self: Arc<Self>) {
