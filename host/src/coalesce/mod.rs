@@ -75,7 +75,8 @@ pub(crate) struct Gathering<R> {
 }
 
 struct Gathered<R> {
-    route: R,
+    /// The route its records go on, taken by the opener when it closes.
+    route: Option<R>,
     phase: Phase,
     frame: Writer,
     /// A waker slot for each record in `frame`, by index: the opener's, at
@@ -219,16 +220,18 @@ pub(crate) enum Arrival<'c, R: Send> {
     Joined(Joined<R>),
 }
 
-impl<R: Clone + Send> Coalescer<R> {
+impl<R: Send> Coalescer<R> {
     /// Where a one-record call on `route` goes on this thread (see
-    /// [`Gathering`]). A record joins only a gathering on the same route,
-    /// opened by another task, while it is open, holds fewer than
+    /// [`Gathering`]). A record joins only a gathering on the same route
+    /// (`same`), opened by another task, while it is open, holds fewer than
     /// [`MAX_GATHER`] records, and with the record still takes at most
-    /// `max_bytes`.
-    pub(crate) fn arrive(
+    /// `max_bytes`. Only an opener makes its route's `R` (`make`): a caller
+    /// that joins or goes alone compares its own.
+    pub(crate) fn arrive<K: ?Sized>(
         &self,
-        route: &R,
-        same: fn(&R, &R) -> bool,
+        route: &K,
+        same: fn(&R, &K) -> bool,
+        make: fn(&K) -> R,
         record: &Record,
         max_bytes: usize,
         me: impl Fn() -> Caller,
@@ -251,7 +254,7 @@ impl<R: Clone + Send> Coalescer<R> {
         frame.record(record.fields());
         let g = Arc::new(Gathering {
             state: Mutex::new(Gathered {
-                route: route.clone(),
+                route: Some(make(route)),
                 phase: Phase::Open,
                 frame,
                 wakers: vec![None],
@@ -278,17 +281,17 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl<R: Send> Gathering<R> {
-    fn join(
+    fn join<K: ?Sized>(
         &self,
-        route: &R,
-        same: fn(&R, &R) -> bool,
+        route: &K,
+        same: fn(&R, &K) -> bool,
         record: &Record,
         max_bytes: usize,
         me: impl Fn() -> Caller,
     ) -> Option<usize> {
         let mut st = lock(&self.state);
         // A task that joined a gathering it opened would wait for itself.
-        if !matches!(st.phase, Phase::Open) || !same(&st.route, route) || st.caller == me() {
+        if !matches!(st.phase, Phase::Open) || !st.route.as_ref().is_some_and(|r| same(r, route)) || st.caller == me() {
             return None;
         }
         let mark = st.frame.mark();
@@ -343,10 +346,11 @@ pub(crate) struct Opened<'c, R: Send> {
 }
 
 impl<R: Send> Opened<'_, R> {
-    /// Closes the gathering to new records: its frame and how many records
-    /// it holds. The thread that opened it learns whether anyone joined.
-    pub(crate) fn close(&mut self) -> (Vec<u8>, usize) {
-        let (frame, n, writer) = {
+    /// Closes the gathering to new records: its frame, how many records it
+    /// holds, and its route (`None` only if closed twice). The thread that
+    /// opened it learns whether anyone joined.
+    pub(crate) fn close(&mut self) -> (Vec<u8>, usize, Option<R>) {
+        let (frame, n, writer, route) = {
             let mut st = lock(&self.gathering.state);
             // An abandoned gathering stays so: its callers went alone.
             if !matches!(st.phase, Phase::Abandoned) {
@@ -354,7 +358,7 @@ impl<R: Send> Opened<'_, R> {
             }
             st.opener = None;
             let mut writer = std::mem::take(&mut st.frame);
-            (writer.take_frame(), st.wakers.len(), writer)
+            (writer.take_frame(), st.wakers.len(), writer, st.route.take())
         };
         self.n = n;
         self.release(Some(writer), frame.len());
@@ -364,7 +368,7 @@ impl<R: Send> Opened<'_, R> {
         } else {
             self.failed();
         }
-        (frame, n)
+        (frame, n, route)
     }
 
     /// Takes the gathering out of its thread's slot (unless a caller of that

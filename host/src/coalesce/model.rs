@@ -11,7 +11,7 @@
 //! when it was woken (a lost wake leaves it waiting), yields once when told
 //! to, and may be cancelled at any point.
 
-use super::tests::{Count, rec, same};
+use super::tests::{Count, copy, rec, same};
 use super::*;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -66,7 +66,9 @@ struct World<'c> {
 
 impl<'c> World<'c> {
     fn new(co: &'c Coalescer<u8>) -> World<'c> {
-        let Arrival::Open(opened) = co.arrive(&0, same, &rec(0), 1 << 20, || Some(0)) else { panic!("the first call opens") };
+        let Arrival::Open(opened) = co.arrive(&0, same, copy, &rec(0), 1 << 20, || Some(0)) else {
+            panic!("the first call opens")
+        };
         let task = Waker::noop().clone();
         let release = Waker::from(Arc::new(Release { gathering: opened.gathering.clone(), task }));
         World {
@@ -119,7 +121,7 @@ impl<'c> World<'c> {
         match step {
             Step::Arrive(c) => {
                 let me = c as u64 + 1;
-                self.callers[c] = match self.co.arrive(&0, same, &rec(me as i64), 1 << 20, || Some(me)) {
+                self.callers[c] = match self.co.arrive(&0, same, copy, &rec(me as i64), 1 << 20, || Some(me)) {
                     Arrival::Joined(j) => {
                         let index = j.index as usize;
                         self.futures[c] = Some(j);
@@ -140,7 +142,8 @@ impl<'c> World<'c> {
                 }
             }
             Step::Close => {
-                let (frame, n) = self.opened.as_mut().unwrap().close();
+                let (frame, n, route) = self.opened.as_mut().unwrap().close();
+                assert_eq!(route, Some(0), "the opener gets its route back");
                 let joined = self.callers.iter().filter(|c| !matches!(c, Joiner::Away)).count();
                 assert!(n <= 1 + joined, "{n} records from {joined} callers");
                 assert_eq!(omlet_lang::frame::Reader::new(&frame).unwrap().records(), n);

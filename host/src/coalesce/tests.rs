@@ -12,6 +12,10 @@ pub(super) fn same(a: &u8, b: &u8) -> bool {
     a == b
 }
 
+pub(super) fn copy(a: &u8) -> u8 {
+    *a
+}
+
 const MAX: usize = 1 << 20;
 
 /// A caller of its own for each call, as tasks would be.
@@ -28,14 +32,14 @@ fn poll<F: Future + Unpin>(f: &mut F) -> Poll<F::Output> {
 /// Opens a gathering on this thread that `k` more records join, closes it
 /// and finishes it with no results: the number of records it held.
 fn gather(co: &Coalescer<u8>, k: usize) -> usize {
-    let Arrival::Open(mut opened) = co.arrive(&0, same, &rec(0), MAX, next()) else { panic!("a gathering opens") };
+    let Arrival::Open(mut opened) = co.arrive(&0, same, copy, &rec(0), MAX, next()) else { panic!("a gathering opens") };
     let joined: Vec<_> = (0..k)
-        .map(|i| match co.arrive(&0, same, &rec(i as i64 + 1), MAX, next()) {
+        .map(|i| match co.arrive(&0, same, copy, &rec(i as i64 + 1), MAX, next()) {
             Arrival::Joined(j) => j,
             _ => panic!("record {i} joins"),
         })
         .collect();
-    let (_, n) = opened.close();
+    let (_, n, _) = opened.close();
     opened.finish(Vec::new());
     drop(joined);
     n
@@ -44,20 +48,20 @@ fn gather(co: &Coalescer<u8>, k: usize) -> usize {
 #[test]
 fn callers_join_an_open_gathering_and_each_gets_its_own_result() {
     let co: Coalescer<u8> = Coalescer::new();
-    let Arrival::Open(mut opened) = co.arrive(&0, same, &rec(10), MAX, next()) else { panic!("the first caller opens") };
+    let Arrival::Open(mut opened) = co.arrive(&0, same, copy, &rec(10), MAX, next()) else { panic!("the first caller opens") };
     let mut joined: Vec<_> = (11..14)
-        .map(|n| match co.arrive(&0, same, &rec(n), MAX, next()) {
+        .map(|n| match co.arrive(&0, same, copy, &rec(n), MAX, next()) {
             Arrival::Joined(j) => j,
             _ => panic!("a caller of the same thread joins"),
         })
         .collect();
     assert!(joined.iter_mut().all(|j| poll(j).is_pending()), "they wait for the call");
-    let (frame, n) = opened.close();
-    assert_eq!(n, 4);
+    let (frame, n, route) = opened.close();
+    assert_eq!((n, route), (4, Some(0)), "four records, and the route made once, handed back");
     // The frame holds the opener's record, then the others in order.
     let reader = Reader::new(&frame).unwrap();
     assert_eq!(reader.records(), 4);
-    assert!(matches!(co.arrive(&0, same, &rec(99), MAX, next()), Arrival::Open(_)), "a closed gathering takes no more");
+    assert!(matches!(co.arrive(&0, same, copy, &rec(99), MAX, next()), Arrival::Open(_)), "a closed gathering takes no more");
     let results = (0..4).map(|i| if i == 2 { Err(Error::Internal("two".into())) } else { Ok(rec(100 + i)) }).collect();
     opened.finish(results);
     let got: Vec<_> = joined.iter_mut().map(poll).collect();
@@ -86,15 +90,15 @@ fn the_caller_that_completes_the_last_gatherings_count_wakes_the_opener() {
     in_runtime(|| {
         let co: Coalescer<u8> = Coalescer::new();
         assert_eq!(gather(&co, 2), 3, "a hit of three");
-        let Arrival::Open(opened) = co.arrive(&0, same, &rec(0), MAX, next()) else { panic!("opens") };
+        let Arrival::Open(opened) = co.arrive(&0, same, copy, &rec(0), MAX, next()) else { panic!("opens") };
         let count = Arc::new(Count(AtomicUsize::new(0)));
         let waker = Waker::from(count.clone());
         let mut gathering = Box::pin(opened.gather());
         assert!(gathering.as_mut().poll(&mut Context::from_waker(&waker)).is_pending());
         let before = count.0.load(Ordering::Relaxed);
-        let _one = co.arrive(&0, same, &rec(1), MAX, next());
+        let _one = co.arrive(&0, same, copy, &rec(1), MAX, next());
         assert_eq!(count.0.load(Ordering::Relaxed), before, "two of three: the opener waits");
-        let _two = co.arrive(&0, same, &rec(2), MAX, next());
+        let _two = co.arrive(&0, same, copy, &rec(2), MAX, next());
         assert_eq!(count.0.load(Ordering::Relaxed), before + 1, "three of three: the opener is woken");
     });
 }
@@ -106,7 +110,7 @@ fn every_probeth_gathering_waits_for_its_thread_to_find_out_whether_more_come() 
     in_runtime(|| {
         let co: Coalescer<u8> = Coalescer::new();
         for i in 0..2 * PROBE {
-            let Arrival::Open(mut opened) = co.arrive(&0, same, &rec(0), MAX, next()) else { panic!("opens") };
+            let Arrival::Open(mut opened) = co.arrive(&0, same, copy, &rec(0), MAX, next()) else { panic!("opens") };
             let count = Arc::new(Count(AtomicUsize::new(0)));
             let waker = Waker::from(count.clone());
             {
@@ -114,7 +118,7 @@ fn every_probeth_gathering_waits_for_its_thread_to_find_out_whether_more_come() 
                 assert!(gathering.as_mut().poll(&mut Context::from_waker(&waker)).is_pending());
             }
             let before = count.0.load(Ordering::Relaxed);
-            let _joined: Vec<_> = (1..3).map(|n| co.arrive(&0, same, &rec(n), MAX, next())).collect();
+            let _joined: Vec<_> = (1..3).map(|n| co.arrive(&0, same, copy, &rec(n), MAX, next())).collect();
             let woken = count.0.load(Ordering::Relaxed) > before;
             // The first has no last size to reach; after it, all but every PROBEth.
             assert_eq!(woken, !i.is_multiple_of(PROBE), "gathering {i}");
@@ -129,9 +133,9 @@ fn every_probeth_gathering_waits_for_its_thread_to_find_out_whether_more_come() 
 /// thread would wake it (the opener's task counted too).
 #[allow(clippy::type_complexity, reason = "a test helper's tuple of what each test checks")]
 fn released(co: &Coalescer<u8>) -> (Opened<'_, u8>, Vec<(Joined<u8>, Arc<Count>)>, Arc<Count>, Waker) {
-    let Arrival::Open(opened) = co.arrive(&0, same, &rec(0), MAX, next()) else { panic!("opens") };
+    let Arrival::Open(opened) = co.arrive(&0, same, copy, &rec(0), MAX, next()) else { panic!("opens") };
     let mut joined: Vec<_> = (1..4)
-        .map(|n| match co.arrive(&0, same, &rec(n), MAX, next()) {
+        .map(|n| match co.arrive(&0, same, copy, &rec(n), MAX, next()) {
             Arrival::Joined(j) => (j, Arc::new(Count(AtomicUsize::new(0)))),
             _ => panic!("joins"),
         })
@@ -183,7 +187,7 @@ fn a_released_gathering_that_closes_answers_everyone() {
     assert!(matches!(poll_with(w, wc), Poll::Ready(Joining::Yield)));
     w.yielded();
     // The opener's task runs, as it was woken first.
-    let (_, n) = opened.close();
+    let (_, n, _) = opened.close();
     assert_eq!(n, 4);
     opened.finish((0..4).map(|i| Ok(rec(100 + i))).collect());
     for (i, (j, c)) in joined.iter_mut().enumerate() {
@@ -220,8 +224,8 @@ fn a_dropped_watcher_hands_the_watch_to_every_caller() {
 #[test]
 fn a_dropped_opener_sends_its_callers_to_evaluate_alone() {
     let co: Coalescer<u8> = Coalescer::new();
-    let opened = co.arrive(&0, same, &rec(0), MAX, next());
-    let Arrival::Joined(mut j) = co.arrive(&0, same, &rec(1), MAX, next()) else { panic!("joins") };
+    let opened = co.arrive(&0, same, copy, &rec(0), MAX, next());
+    let Arrival::Joined(mut j) = co.arrive(&0, same, copy, &rec(1), MAX, next()) else { panic!("joins") };
     assert!(poll(&mut j).is_pending());
     drop(opened);
     assert!(matches!(poll(&mut j), Poll::Ready(Joining::Alone)));
@@ -231,41 +235,41 @@ fn a_dropped_opener_sends_its_callers_to_evaluate_alone() {
 fn a_caller_does_not_join_the_gathering_it_opened() {
     let co: Coalescer<u8> = Coalescer::new();
     let me = next();
-    let Arrival::Open(_opened) = co.arrive(&0, same, &rec(0), MAX, &me) else { panic!("opens") };
-    let again = co.arrive(&0, same, &rec(1), MAX, &me);
+    let Arrival::Open(_opened) = co.arrive(&0, same, copy, &rec(0), MAX, &me) else { panic!("opens") };
+    let again = co.arrive(&0, same, copy, &rec(1), MAX, &me);
     assert!(!matches!(again, Arrival::Joined(_)), "it would wait for itself");
-    assert!(matches!(co.arrive(&0, same, &rec(2), MAX, next()), Arrival::Joined(_)), "another caller joins");
+    assert!(matches!(co.arrive(&0, same, copy, &rec(2), MAX, next()), Arrival::Joined(_)), "another caller joins");
 }
 
 #[test]
 fn only_the_same_route_joins() {
     let co: Coalescer<u8> = Coalescer::new();
-    let Arrival::Open(_first) = co.arrive(&0, same, &rec(0), MAX, next()) else { panic!("opens") };
-    assert!(matches!(co.arrive(&1, same, &rec(1), MAX, next()), Arrival::Open(_)), "another route opens its own");
+    let Arrival::Open(_first) = co.arrive(&0, same, copy, &rec(0), MAX, next()) else { panic!("opens") };
+    assert!(matches!(co.arrive(&1, same, copy, &rec(1), MAX, next()), Arrival::Open(_)), "another route opens its own");
 }
 
 #[test]
 fn a_gathering_stops_at_its_record_and_byte_bounds() {
     let co: Coalescer<u8> = Coalescer::new();
-    let Arrival::Open(mut opened) = co.arrive(&0, same, &rec(0), MAX, next()) else { panic!("opens") };
+    let Arrival::Open(mut opened) = co.arrive(&0, same, copy, &rec(0), MAX, next()) else { panic!("opens") };
     let mut joined = Vec::new();
     for i in 1..MAX_GATHER {
-        let Arrival::Joined(j) = co.arrive(&0, same, &rec(i as i64), MAX, next()) else { panic!("record {i} joins") };
+        let Arrival::Joined(j) = co.arrive(&0, same, copy, &rec(i as i64), MAX, next()) else { panic!("record {i} joins") };
         joined.push(j);
     }
-    assert!(!matches!(co.arrive(&0, same, &rec(0), MAX, next()), Arrival::Joined(_)), "full at {MAX_GATHER}");
+    assert!(!matches!(co.arrive(&0, same, copy, &rec(0), MAX, next()), Arrival::Joined(_)), "full at {MAX_GATHER}");
     assert_eq!(opened.close().1, MAX_GATHER);
 
     // Each `{"n":…}` record takes 22 bytes of a frame, whose head takes 12.
     let co: Coalescer<u8> = Coalescer::new();
     let small = 12 + 2 * 22;
-    let Arrival::Open(mut opened) = co.arrive(&0, same, &rec(0), small, next()) else { panic!("opens") };
-    let Arrival::Joined(_j) = co.arrive(&0, same, &rec(1), small, next()) else { panic!("within the bound, joins") };
+    let Arrival::Open(mut opened) = co.arrive(&0, same, copy, &rec(0), small, next()) else { panic!("opens") };
+    let Arrival::Joined(_j) = co.arrive(&0, same, copy, &rec(1), small, next()) else { panic!("within the bound, joins") };
     assert!(
-        !matches!(co.arrive(&0, same, &rec(2), small, next()), Arrival::Joined(_)),
+        !matches!(co.arrive(&0, same, copy, &rec(2), small, next()), Arrival::Joined(_)),
         "it would take the frame past {small} bytes"
     );
-    let (frame, n) = opened.close();
+    let (frame, n, _) = opened.close();
     assert_eq!((frame.len(), n), (small, 2));
 }
 
@@ -274,18 +278,18 @@ fn a_thread_whose_gatherings_miss_opens_them_ever_more_rarely() {
     let co: Coalescer<u8> = Coalescer::new();
     // Alone, twice: misses; each makes the next wait twice as long.
     assert_eq!(gather(&co, 0), 1);
-    assert!(matches!(co.arrive(&0, same, &rec(0), MAX, next()), Arrival::Alone));
+    assert!(matches!(co.arrive(&0, same, copy, &rec(0), MAX, next()), Arrival::Alone));
     assert_eq!(gather(&co, 0), 1);
     for _ in 0..2 {
-        assert!(matches!(co.arrive(&0, same, &rec(0), MAX, next()), Arrival::Alone));
+        assert!(matches!(co.arrive(&0, same, copy, &rec(0), MAX, next()), Arrival::Alone));
     }
     assert_eq!(gather(&co, 0), 1);
     for _ in 0..4 {
-        assert!(matches!(co.arrive(&0, same, &rec(0), MAX, next()), Arrival::Alone));
+        assert!(matches!(co.arrive(&0, same, copy, &rec(0), MAX, next()), Arrival::Alone));
     }
     // A pair is a hit: the next call opens a gathering again.
     assert_eq!(gather(&co, MIN_GATHERED - 1), MIN_GATHERED);
-    assert!(matches!(co.arrive(&0, same, &rec(0), MAX, next()), Arrival::Open(_)));
+    assert!(matches!(co.arrive(&0, same, copy, &rec(0), MAX, next()), Arrival::Open(_)));
     // The wait is bounded.
     let co: Coalescer<u8> = Coalescer::new();
     let waits: Vec<u32> = (0..20).map(|_| calls_alone_before_a_lone_gathering(&co)).collect();
@@ -298,7 +302,7 @@ fn a_thread_whose_gatherings_miss_opens_them_ever_more_rarely() {
 fn calls_alone_before_a_lone_gathering(co: &Coalescer<u8>) -> u32 {
     let mut alone = 0;
     loop {
-        match co.arrive(&0, same, &rec(0), MAX, next()) {
+        match co.arrive(&0, same, copy, &rec(0), MAX, next()) {
             Arrival::Alone => alone += 1,
             Arrival::Open(mut opened) => {
                 opened.close();

@@ -6,8 +6,7 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use super::invoke::decode_batch_output;
-use super::rule::Rule;
+use super::rule::{Rule, decode_batch_output};
 use super::{Route, same_route, wit_route};
 use crate::coalesce::{Arrival, Coalescer, Joined, Joining, Opened, current_caller};
 use crate::record::Record;
@@ -21,7 +20,8 @@ impl Rule {
     /// so the route made for `arrive` is dropped here, and an opener's
     /// call, the larger and rarer path, is boxed.
     pub(super) fn step<'a>(&'a self, co: &'a Coalescer<ev::Route>, route: Route<'a>, record: &'a Record) -> Step<'a> {
-        match co.arrive(&wit_route(route), same_route, record, self.inner.engine.config.max_record_bytes, current_caller) {
+        let max = self.inner.engine.config.max_record_bytes;
+        match co.arrive(&route, same_route, |r| wit_route(*r), record, max, current_caller) {
             Arrival::Alone => Step::Alone,
             Arrival::Joined(joined) => Step::Joined(joined),
             Arrival::Open(opened) => Step::Open(Box::pin(self.evaluate_gathered(opened, route, record))),
@@ -43,11 +43,12 @@ impl Rule {
         record: &Record,
     ) -> Result<Record> {
         opened.gather().await;
-        let wit = wit_route(route);
-        let (frame, n) = opened.close();
+        // The route the gathering was opened with: converted once per call.
+        let (frame, n, wit) = opened.close();
+        let wit = wit.unwrap_or_else(|| wit_route(route));
         if n < 2 {
             drop(opened);
-            return self.evaluate_alone(route, record).await;
+            return self.evaluate_alone(wit, record).await;
         }
         let out = match self.call_sync(|calls, store, generation| calls.batch(store, generation, &wit, &frame)) {
             Some(Ok(out)) => Some(out),
@@ -63,7 +64,7 @@ impl Rule {
             // The next gatherings of this thread would likely fail the same way.
             opened.failed();
             drop(opened);
-            return self.evaluate_alone(route, record).await;
+            return self.evaluate_alone(wit, record).await;
         };
         let own = match results.first_mut() {
             Some(r) => std::mem::replace(r, Err(Error::Internal(String::new()))),

@@ -15,10 +15,7 @@ use super::engine::Engine;
 use super::pool::Pool;
 use super::rule::Rule;
 use super::store::{MoveToAsync, Shared, StoreState, call_error, new_store};
-use super::{Route, wit_route};
 use crate::error::Limit;
-use crate::record::Record;
-use crate::wire;
 use crate::{Error, Result};
 
 use super::bindings;
@@ -242,78 +239,34 @@ impl Rule {
         self.inner.sync.as_ref().map_or(0, |p| p.skip.load(Ordering::Relaxed))
     }
 
-    /// One record in its own call.
-    pub(super) async fn evaluate_alone(&self, route: Route<'_>, record: &Record) -> Result<Record> {
-        let route = wit_route(route);
-        // Matched before the await, so that the future keeps no room for it.
-        let input = match self.alone_sync(&route, record) {
-            Alone::Done(result) => return result,
-            Alone::Async(input) => input,
-        };
-        // The sync path could not answer: the async one, on a fiber (boxed:
-        // see `evaluate_on`).
-        Box::pin(self.evaluate_async(route, input)).await
-    }
-
-    /// A one-record call on the fiber-less path, its frame written in the
-    /// thread's buffer (no allocation); the frame as its own bytes when the
-    /// call must be made on the async path.
-    pub(super) fn alone_sync(&self, route: &ev::Route, record: &Record) -> Alone {
-        wire::with_record_frame(record, |input| {
-            if let Err(e) = self.check_size(input) {
-                return Alone::Done(Err(e));
-            }
-            match self.evaluate_sync(route, input) {
-                Some(result) => Alone::Done(result),
-                None => Alone::Async(input.to_vec()),
-            }
-        })
-    }
-
-    /// One encoded record on the async path, on a fiber.
-    pub(super) async fn evaluate_async(&self, route: ev::Route, input: Vec<u8>) -> Result<Record> {
+    /// One encoded record on the async path, on a fiber: its output frame.
+    pub(super) async fn evaluate_async(&self, route: ev::Route, input: Vec<u8>) -> Result<Vec<u8>> {
         let generation = self.generation();
         let mut inst = self.checkout(generation).await?;
         let out = inst.calls.omlet_rule_evaluator().call_evaluate(&mut inst.store, generation, &route, &input).await;
         match out {
             Ok(r) => {
                 self.checkin(&self.inner.idle, inst);
-                single_output(r)
+                r.map_err(|e| record_error(0, e))
             }
             // A trapped instance is dropped, never reused.
             Err(e) => Err(call_error(&inst.store, e)),
         }
     }
 
-    /// One encoded record on the fiber-less path; `None` when the call must
-    /// be made on the async path (see [`Rule::call_sync`]).
-    pub(super) fn evaluate_sync(&self, route: &ev::Route, input: &[u8]) -> Option<Result<Record>> {
+    /// One encoded record on the fiber-less path: its output frame; `None`
+    /// when the call must be made on the async path (see [`Rule::call_sync`]).
+    pub(super) fn evaluate_sync(&self, route: &ev::Route, input: &[u8]) -> Option<Result<Vec<u8>>> {
         let out = self.call_sync(|calls, store, generation| calls.evaluate(store, generation, route, input))?;
-        Some(out.and_then(single_output))
+        Some(out.and_then(|r| r.map_err(|e| record_error(0, e))))
     }
 
-    /// Several records as one frame, when it is within the record limit (so
-    /// that it holds no record over it); `None` for one record, or a frame
-    /// too large, whose records go one by one.
-    pub(super) fn whole_frame<'r>(&self, records: impl ExactSizeIterator<Item = &'r Record>) -> Option<Vec<u8>> {
-        if records.len() < 2 {
-            return None;
-        }
-        let frame = wire::encode_frame(records);
-        (frame.len() <= self.inner.engine.config.max_record_bytes).then_some(frame)
-    }
-
-    /// One `evaluate-batch` call: `Ok(Err(_))` when the guest trapped or
+    /// One `evaluate-batch` call on a frame: the records' output frame and
+    /// errors, as the guest gave them. `Ok(Err(_))` when the guest trapped or
     /// reached a limit (the instance is then dropped).
-    pub(super) async fn call_batch<T: wire::Decoded>(
-        &self,
-        route: &ev::Route,
-        frame: &Vec<u8>,
-        n: usize,
-    ) -> Result<Result<Vec<Result<T>>>> {
-        let out = match self.call_sync(|calls, store, generation| calls.batch(store, generation, route, frame)) {
-            Some(Ok(out)) => out,
-            Some(Err(e)) => return Ok(Err(e)),
+    pub(super) async fn call_batch(&self, route: &ev::Route, frame: &Vec<u8>) -> Result<Result<ev::BatchOutput>> {
+        match self.call_sync(|calls, store, generation| calls.batch(store, generation, route, frame)) {
+            Some(out) => Ok(out),
             None => {
                 let generation = self.generation();
                 let mut inst = self.checkout(generation).await?;
@@ -321,44 +274,39 @@ impl Rule {
                 match out {
                     Ok(out) => {
                         self.checkin(&self.inner.idle, inst);
-                        out
+                        Ok(Ok(out))
                     }
-                    Err(e) => return Ok(Err(call_error(&inst.store, e))),
+                    Err(e) => Ok(Err(call_error(&inst.store, e))),
                 }
             }
-        };
-        Ok(batch_results(n, out))
+        }
+    }
+
+    /// One `explain` call on the async path: the output frame (or the
+    /// record's error), the component's trace as JSON, and which of the
+    /// host's layers answered each lookup.
+    pub(super) async fn call_explain(&self, route: &ev::Route, input: &Vec<u8>) -> Result<ExplainOut> {
+        let generation = self.generation();
+        let mut inst = self.checkout(generation).await?;
+        inst.store.data_mut().layers = Some(Vec::new());
+        let out = inst.calls.omlet_rule_evaluator().call_explain(&mut inst.store, generation, route, input).await;
+        let layers = inst.store.data_mut().layers.take().unwrap_or_default();
+        match out {
+            Ok(e) => {
+                self.checkin(&self.inner.idle, inst);
+                Ok(ExplainOut { output: e.output.map_err(|e| record_error(0, e)), trace: e.trace, layers })
+            }
+            Err(e) => Err(call_error(&inst.store, e)),
+        }
     }
 }
 
-/// The `n` results of a batch call: its output records, and its errors in their places.
-pub(super) fn batch_results<T: wire::Decoded>(n: usize, out: ev::BatchOutput) -> Result<Vec<Result<T>>> {
-    decode_batch_output(n, out, |i| i)
-}
-
-/// An `evaluate-batch` output decoded, each record's error naming the record
-/// as `named(its index in the batch)`.
-pub(super) fn decode_batch_output<T: wire::Decoded>(
-    n: usize,
-    out: ev::BatchOutput,
-    named: fn(usize) -> usize,
-) -> Result<Vec<Result<T>>> {
-    let errors = out.errors.into_iter().map(|e| (e.index as usize, record_error(named(e.index as usize), e.error)));
-    wire::decode_batch(n, &out.records, errors)
-}
-
-/// Where a one-record call stands after the fiber-less path.
-pub(super) enum Alone {
-    /// Answered (or refused: a record over the size limit).
-    Done(Result<Record>),
-    /// To be made on the async path, with this frame.
-    Async(Vec<u8>),
-}
-
-/// The record an `evaluate` call gave, or its error.
-pub(super) fn single_output(out: Result<Vec<u8>, ev::EvalError>) -> Result<Record> {
-    let frame = out.map_err(|e| record_error(0, e))?;
-    wire::decode_record(&frame).map_err(|m| Error::Internal(format!("the guest's output record: {m}")))
+/// What an `explain` call gave (see [`Rule::call_explain`]).
+pub(super) struct ExplainOut {
+    pub(super) output: Result<Vec<u8>>,
+    pub(super) trace: String,
+    /// Per lookup: its number in the trace, the layer, the time in µs.
+    pub(super) layers: Vec<(u32, &'static str, u64)>,
 }
 
 pub(super) fn record_error(index: usize, e: ev::EvalError) -> Error {

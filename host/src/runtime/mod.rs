@@ -7,18 +7,21 @@
 //! IR and lookup cache survive across calls.
 //!
 //! A record's way through, by file:
-//! - `rule.rs`: the public [`Rule`]. Records in, records out; a route by
-//!   field is resolved here, against the record.
+//! - `rule.rs`: the public [`Rule`]. Records in, records out: a route by
+//!   field is resolved here, against the record; records are written into
+//!   frames, and output frames read back, here and in `gather.rs`.
 //! - `gather.rs`: coalescing, a layer in front of the call: a one-record
 //!   call that may have company joins a gathering on its thread, and the
 //!   opener evaluates all its records in one batch call (`crate::coalesce`
-//!   holds the gathering itself).
-//! - `invoke.rs`: the calls of the guest and the fast-path policy. A call
-//!   is first made without a fiber, on an instance linked against plain
-//!   imports; it moves to the async path (a fiber, async imports served on
-//!   tokio) when a lookup would wait for a database or the call computes
-//!   past its budget. Errors become [`Error`]s there, and an instance that
-//!   trapped or hit a limit is dropped.
+//!   holds the gathering itself). A call's route is made into its WIT form
+//!   once.
+//! - `invoke.rs`: (route, frame) → output frame, knowing no [`Record`]: the
+//!   calls of the guest and the fast-path policy. A call is first made
+//!   without a fiber, on an instance linked against plain imports; it moves
+//!   to the async path (a fiber, async imports served on tokio) when a
+//!   lookup would wait for a database or the call computes past its budget.
+//!   Errors become [`Error`]s there, and an instance that trapped or hit a
+//!   limit is dropped.
 //! - `store.rs`: what each instance's `Store` holds (limits, deadline,
 //!   the call's knowledge generation); `pool.rs`: the idle instances, per
 //!   thread; `imports.rs`: the host side of `knowledge`, `clock`, `types`.
@@ -86,10 +89,12 @@ impl<'a> Route<'a> {
     }
 }
 
-pub(super) fn same_route(a: &ev::Route, b: &ev::Route) -> bool {
+/// Whether a gathering's route `a` is the caller's `b`, without making
+/// the WIT form of `b` (a [`Route::Field`], resolved before, never is).
+pub(super) fn same_route(a: &ev::Route, b: &Route<'_>) -> bool {
     match (a, b) {
-        (ev::Route::Only, ev::Route::Only) => true,
-        (ev::Route::Path(a), ev::Route::Path(b)) | (ev::Route::Model(a), ev::Route::Model(b)) => a == b,
+        (ev::Route::Only, Route::Only) => true,
+        (ev::Route::Path(a), Route::Path(b)) | (ev::Route::Model(a), Route::Model(b)) => a == b,
         _ => false,
     }
 }

@@ -8,9 +8,9 @@ use omlet_lang::trace::Trace;
 use super::engine::Engine;
 use super::gather::{Step, wait_joined};
 use super::info::{Explained, RuleInfo, merge_layers};
-use super::invoke::{Alone, Instance, SyncPath, single_output};
+use super::invoke::{Instance, SyncPath, record_error};
 use super::pool::Pool;
-use super::store::{Shared, StoreState, call_error};
+use super::store::{Shared, StoreState};
 use super::{Route, block_on, field_path, wit_route};
 use crate::coalesce::Coalescer;
 use crate::record::Record;
@@ -82,7 +82,7 @@ impl Rule {
             }
         }
         // One await of this path only: each would take room in the future.
-        self.evaluate_alone(route, record).await
+        self.evaluate_alone(wit_route(route), record).await
     }
 
     /// How many records were evaluated in another caller's call (coalesced).
@@ -111,22 +111,11 @@ impl Rule {
             Err(e) => return Ok(Explained { output: Err(e), trace: Trace::default() }),
         };
         let input = wire::with_record_frame(record, |f| self.check_size(f).map(|()| f.to_vec()))?;
-        let generation = self.generation();
-        let mut inst = self.checkout(generation).await?;
-        inst.store.data_mut().layers = Some(Vec::new());
-        let out = inst.calls.omlet_rule_evaluator().call_explain(&mut inst.store, generation, &route, &input).await;
-        let layers = inst.store.data_mut().layers.take().unwrap_or_default();
-        let explained = match out {
-            Ok(e) => {
-                self.checkin(&self.inner.idle, inst);
-                e
-            }
-            Err(e) => return Err(call_error(&inst.store, e)),
-        };
-        let mut trace: Trace = serde_json::from_str(&explained.trace)
-            .map_err(|e| Error::Internal(format!("the component's trace does not read: {e}")))?;
-        merge_layers(&mut trace, layers);
-        Ok(Explained { output: single_output(explained.output), trace })
+        let out = self.call_explain(&route, &input).await?;
+        let mut trace: Trace =
+            serde_json::from_str(&out.trace).map_err(|e| Error::Internal(format!("the component's trace does not read: {e}")))?;
+        merge_layers(&mut trace, out.layers);
+        Ok(Explained { output: out.output.and_then(|frame| decode_record(&frame)), trace })
     }
 
     /// Evaluates records in one guest call with the rule's only model. Each
@@ -198,7 +187,7 @@ impl Rule {
     ) -> Result<Vec<Result<T>>> {
         let n = records.len();
         if let Some(frame) = self.whole_frame(records.clone()) {
-            match self.call_batch(route, &frame, n).await? {
+            match self.call_batch(route, &frame).await?.and_then(|out| decode_batch_output(n, out, |i| i)) {
                 Ok(results) => return Ok(results),
                 // Retried one by one below: only the records that fail alone fail.
                 Err(e) => tracing::debug!("omlet: a batch of {n} failed ({e}); evaluating its records one by one"),
@@ -209,7 +198,7 @@ impl Rule {
             let one = wire::encode_record(r);
             let result = match self.check_size(&one) {
                 Err(e) => Err(e),
-                Ok(()) => match self.call_batch(route, &one, 1).await? {
+                Ok(()) => match self.call_batch(route, &one).await?.and_then(|out| decode_batch_output(1, out, |i| i)) {
                     Ok(mut v) => v.pop().unwrap_or_else(|| Err(Error::Internal("a batch of one gave no result".into()))),
                     Err(e) => Err(e),
                 },
@@ -233,7 +222,7 @@ impl Rule {
         let route = wit_route(route.of(record)?);
         match self.alone_sync(&route, record) {
             Alone::Done(result) => result,
-            Alone::Async(input) => block_on(self.evaluate_async(route, input)),
+            Alone::Async(input) => block_on(self.evaluate_async_record(route, input)),
         }
     }
 
@@ -246,4 +235,71 @@ impl Rule {
     pub fn evaluate_batch_on_blocking(&self, route: Route<'_>, records: &[Record]) -> Result<Vec<Result<Record>>> {
         block_on(self.evaluate_batch_on(route, records))
     }
+
+    /// One record in its own call.
+    pub(super) async fn evaluate_alone(&self, route: ev::Route, record: &Record) -> Result<Record> {
+        // Matched before the await, so that the future keeps no room for it.
+        let input = match self.alone_sync(&route, record) {
+            Alone::Done(result) => return result,
+            Alone::Async(input) => input,
+        };
+        // The sync path could not answer: the async one, on a fiber (boxed:
+        // see `evaluate_on`).
+        Box::pin(self.evaluate_async_record(route, input)).await
+    }
+
+    /// One encoded record on the async path, decoded.
+    pub(super) async fn evaluate_async_record(&self, route: ev::Route, input: Vec<u8>) -> Result<Record> {
+        decode_record(&self.evaluate_async(route, input).await?)
+    }
+
+    /// A one-record call on the fiber-less path, its frame written in the
+    /// thread's buffer (no allocation); the frame as its own bytes when the
+    /// call must be made on the async path.
+    pub(super) fn alone_sync(&self, route: &ev::Route, record: &Record) -> Alone {
+        wire::with_record_frame(record, |input| {
+            if let Err(e) = self.check_size(input) {
+                return Alone::Done(Err(e));
+            }
+            match self.evaluate_sync(route, input) {
+                Some(out) => Alone::Done(out.and_then(|out| decode_record(&out))),
+                None => Alone::Async(input.to_vec()),
+            }
+        })
+    }
+
+    /// Several records as one frame, when it is within the record limit (so
+    /// that it holds no record over it); `None` for one record, or a frame
+    /// too large, whose records go one by one.
+    pub(super) fn whole_frame<'r>(&self, records: impl ExactSizeIterator<Item = &'r Record>) -> Option<Vec<u8>> {
+        if records.len() < 2 {
+            return None;
+        }
+        let frame = wire::encode_frame(records);
+        (frame.len() <= self.inner.engine.config.max_record_bytes).then_some(frame)
+    }
+}
+
+/// An `evaluate-batch` output decoded, each record's error naming the record
+/// as `named(its index in the batch)`.
+pub(super) fn decode_batch_output<T: wire::Decoded>(
+    n: usize,
+    out: ev::BatchOutput,
+    named: fn(usize) -> usize,
+) -> Result<Vec<Result<T>>> {
+    let errors = out.errors.into_iter().map(|e| (e.index as usize, record_error(named(e.index as usize), e.error)));
+    wire::decode_batch(n, &out.records, errors)
+}
+
+/// Where a one-record call stands after the fiber-less path.
+pub(super) enum Alone {
+    /// Answered (or refused: a record over the size limit).
+    Done(Result<Record>),
+    /// To be made on the async path, with this frame.
+    Async(Vec<u8>),
+}
+
+/// The record of an output frame.
+pub(super) fn decode_record(frame: &[u8]) -> Result<Record> {
+    wire::decode_record(frame).map_err(|m| Error::Internal(format!("the guest's output record: {m}")))
 }
