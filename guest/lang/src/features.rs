@@ -174,20 +174,11 @@ impl Visitor<'_> {
     }
 }
 
-/// A pipe function newer than v1.17.4, and the release that added it.
+/// A pipe function newer than v1.17.4, and the release that added it (the
+/// pipe catalogue's `since`).
 fn pipe_fn(f: &PipeFn) -> Option<(&'static str, &'static str)> {
-    Some(match f {
-        PipeFn::OnFail(_) => ("on_fail", "1.25.1"),
-        PipeFn::FromTs { .. } => ("Time::from_ts", "1.25.4"),
-        PipeFn::IpToBigUint => ("ip_to_biguint", "1.25.0"),
-        PipeFn::IntranetIp => ("intranet_ip", "1.25.2"),
-        PipeFn::Lower => ("lower", OMLET_ONLY),
-        PipeFn::Upper => ("upper", OMLET_ONLY),
-        PipeFn::Split(_) => ("split", OMLET_ONLY),
-        PipeFn::Substr { .. } => ("substr", OMLET_ONLY),
-        PipeFn::TimeParse { .. } => ("Time::parse", OMLET_ONLY),
-        _ => return None,
-    })
+    let row = crate::parse::pipe::row_of(f)?;
+    Some((row.name, row.since?))
 }
 
 #[cfg(test)]

@@ -470,25 +470,16 @@ pub fn cut_to(mut text: String, max: usize) -> String {
 /// A pipe function's name as OML writes it (`base64_decode`, `nth(2)`).
 pub fn pipe_name(f: &crate::ir::PipeFn) -> String {
     let debug = format!("{f:?}");
-    let (head, args) = match debug.find(['(', ' ', '{']) {
-        Some(i) => debug.split_at(i),
-        None => (debug.as_str(), ""),
+    let args = debug.find(['(', ' ', '{']).map_or("", |i| &debug[i..]);
+    let name = crate::parse::pipe::row_of(f).map_or("(a pipe function)", |row| row.name);
+    // `Path(Some(Name))` reads as `path(name)`, `ToTs { zone_hours: 8, .. }`
+    // as `Time::to_ts(zone_hours: 8, ..)`.
+    let args = args.trim();
+    let args = match args.strip_prefix('{').and_then(|a| a.strip_suffix('}')) {
+        Some(fields) => format!("({})", fields.trim()),
+        None => args.replace("Some(", "(").replace("((", "(").replace("))", ")"),
     };
-    let mut out = String::with_capacity(debug.len() + 4);
-    for (i, ch) in head.chars().enumerate() {
-        if ch.is_ascii_uppercase() {
-            if i > 0 {
-                out.push('_');
-            }
-            out.push(ch.to_ascii_lowercase());
-        } else {
-            out.push(ch);
-        }
-    }
-    // `Path(Some(Name))` reads as `path(name)`.
-    let args = args.trim().replace("Some(", "(").replace("((", "(").replace("))", ")").to_lowercase();
-    out.push_str(&args);
-    cut(out)
+    cut(format!("{name}{}", args.to_lowercase()))
 }
 
 #[cfg(test)]
@@ -514,5 +505,8 @@ mod tests {
         let long = String::from_utf8(alloc::vec![b'x'; 500]).unwrap();
         assert!(describe(&Value::Chars(long.into())).ends_with('…'));
         assert_eq!(pipe_name(&crate::ir::PipeFn::Base64Decode), "base64_decode");
+        // Named by the pipe catalogue, not by the variant.
+        let to_ms = crate::ir::PipeFn::ToTs { zone_hours: 8, unit: crate::time::TsUnit::Millis };
+        assert_eq!(pipe_name(&to_ms), "Time::to_ts_ms(zone_hours: 8, unit: millis)");
     }
 }

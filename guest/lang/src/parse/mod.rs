@@ -44,7 +44,7 @@ mod calc;
 mod expr;
 mod matching;
 mod object;
-mod pipe;
+pub(crate) mod pipe;
 mod rule;
 mod sql;
 
