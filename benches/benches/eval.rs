@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use omlet::build::RuleSource;
-use omlet::knowledge::{BatchPlan, BoundStatement, BoxFuture, Placeholders, Prepared, Provider, Tables};
+use omlet::knowledge::{BatchPlan, BoundStatement, BoxFuture, Placeholders, Prepared, Provider, ProviderError, Tables};
 use omlet::{Engine, Knowledge, Record, Rule};
 use omlet_benches::*;
 use omlet_cli::conformance::NativeHost;
@@ -175,20 +175,20 @@ impl Provider for InFlight {
     fn placeholders(&self) -> Placeholders {
         self.inner.placeholders()
     }
-    fn rewrite_sql(&self, sql: String) -> Result<String, String> {
+    fn rewrite_sql(&self, sql: String) -> Result<String, ProviderError> {
         self.inner.rewrite_sql(sql)
     }
     fn lookup_connections(&self) -> usize {
         self.inner.lookup_connections()
     }
-    fn prepare<'a>(&'a self, sql: &'a str) -> BoxFuture<'a, Result<Prepared, String>> {
+    fn prepare<'a>(&'a self, sql: &'a str) -> BoxFuture<'a, Result<Prepared, ProviderError>> {
         self.inner.prepare(sql)
     }
     fn query_first<'a>(
         &'a self,
         stmt: &'a BoundStatement,
         params: Vec<Cell>,
-    ) -> BoxFuture<'a, Result<Option<Vec<Cell>>, String>> {
+    ) -> BoxFuture<'a, Result<Option<Vec<Cell>>, ProviderError>> {
         Box::pin(async move {
             let n = self.now.fetch_add(1, Ordering::SeqCst) + 1;
             self.peak.fetch_max(n, Ordering::SeqCst);
@@ -197,10 +197,10 @@ impl Provider for InFlight {
             r
         })
     }
-    fn query_many<'a>(&'a self, plan: &'a BatchPlan, keys: Vec<Cell>) -> BoxFuture<'a, Result<Vec<Vec<Cell>>, String>> {
+    fn query_many<'a>(&'a self, plan: &'a BatchPlan, keys: Vec<Cell>) -> BoxFuture<'a, Result<Vec<Vec<Cell>>, ProviderError>> {
         self.inner.query_many(plan, keys)
     }
-    fn prepare_many<'a>(&'a self, plan: &'a BatchPlan) -> BoxFuture<'a, Result<(), String>> {
+    fn prepare_many<'a>(&'a self, plan: &'a BatchPlan) -> BoxFuture<'a, Result<(), ProviderError>> {
         self.inner.prepare_many(plan)
     }
     fn close<'a>(&'a self) -> BoxFuture<'a, ()> {

@@ -187,9 +187,10 @@ impl Knowledge {
             Ok(rows) => rows,
             // One key the database refuses (text with a NUL byte on
             // PostgreSQL, say) fails the whole query: ask again key by key,
-            // so that only that key's lookup fails. A timeout is not retried:
-            // the keys would wait out the timeout once each.
-            Err(e) if e.kind != LookupErrorKind::Timeout => {
+            // so that only that key's lookup fails. A timeout is not retried
+            // (the keys would wait out the timeout once each), nor a database
+            // that cannot be reached (each key would fail the same way).
+            Err(e) if e.kind == LookupErrorKind::Failed => {
                 tracing::debug!(statement = %stmt.sql, error = %e, "batched lookup failed; retrying its keys one by one");
                 for (key, tx) in batch {
                     let _ = tx.send(self.fetch(stmt, vec![key]).await);

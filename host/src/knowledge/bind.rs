@@ -61,12 +61,15 @@ impl Knowledge {
         let st = &SqlStatement { sql: routed.sql, table: checked.table, columns: checked.columns, ..s.clone() };
         // Dialect rewrites first, so that a parameter they repeat gets a
         // placeholder per occurrence. They are bounded in size.
-        let sql = provider.rewrite_sql(st.sql.clone()).map_err(|m| too_long(s, m))?;
+        let sql = provider.rewrite_sql(st.sql.clone()).map_err(|e| match e {
+            ProviderError::TooLong(m) => too_long(s, m),
+            other => refused(s, other.to_string(), None),
+        })?;
         let (sql, order) = rewrite_placeholders(&sql, &st.params, provider.placeholders());
         let prepared = match provider.prepare(&sql).await {
             Ok(p) => p,
-            Err(message) => {
-                let (message, name) = unknown_column(provider.as_ref(), &st.table, &named, message).await;
+            Err(e) => {
+                let (message, name) = unknown_column(provider.as_ref(), &st.table, &named, e.to_string()).await;
                 return Err(refused(s, message, name));
             }
         };

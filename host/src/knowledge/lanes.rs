@@ -20,7 +20,7 @@ use std::time::Duration;
 use sqlx::{ConnectOptions, Connection};
 use tokio::sync::Semaphore;
 
-use super::BoxFuture;
+use super::{BoxFuture, ProviderError};
 
 /// What runs on each new connection before its first query: the session
 /// settings that keep lookups safe and bounded (the server-side statement
@@ -68,11 +68,11 @@ impl<C: Connection> Lanes<C> {
     pub(crate) async fn run<T>(
         &self,
         query: impl for<'c> Fn(&'c mut C) -> BoxFuture<'c, Result<T, sqlx::Error>>,
-    ) -> Result<T, String> {
+    ) -> Result<T, ProviderError> {
         let _permit = tokio::time::timeout(self.connect_timeout, self.permits.acquire())
             .await
-            .map_err(|_| format!("no free connection within {:?}", self.connect_timeout))?
-            .map_err(|e| e.to_string())?;
+            .map_err(|_| ProviderError::Unavailable(format!("no free connection within {:?}", self.connect_timeout)))?
+            .map_err(|e| ProviderError::Unavailable(e.to_string()))?;
         let mut retried = false;
         loop {
             let pooled = self.idle.lock().ok().and_then(|mut idle| idle.pop());
@@ -96,26 +96,27 @@ impl<C: Connection> Lanes<C> {
                         idle.clear();
                     }
                     if fresh || retried {
-                        return Err(e.to_string());
+                        return Err(ProviderError::Unavailable(e.to_string()));
                     }
                     retried = true;
                     tracing::debug!(error = %e, "dropping a broken connection and trying again");
                 }
                 Err(e) => {
                     self.give_back(conn);
-                    return Err(e.to_string());
+                    return Err(provider_error(e));
                 }
             }
         }
     }
 
-    async fn connect(&self) -> Result<C, String> {
+    async fn connect(&self) -> Result<C, ProviderError> {
         let mut conn = tokio::time::timeout(self.connect_timeout, self.options.connect())
             .await
-            .map_err(|_| format!("cannot connect within {:?}", self.connect_timeout))?
-            .map_err(|e| e.to_string())?;
+            .map_err(|_| ProviderError::Unavailable(format!("cannot connect within {:?}", self.connect_timeout)))?
+            .map_err(|e| ProviderError::Unavailable(e.to_string()))?;
         if let Some(setup) = &self.setup {
-            setup(&mut conn).await?;
+            // A connection that cannot be readied is never used unguarded.
+            setup(&mut conn).await.map_err(ProviderError::Unavailable)?;
         }
         Ok(conn)
     }
@@ -147,6 +148,17 @@ fn broken(e: &sqlx::Error) -> bool {
         sqlx::Error::Io(_) | sqlx::Error::Protocol(_) | sqlx::Error::Tls(_) | sqlx::Error::WorkerCrashed => true,
         sqlx::Error::Database(db) => db.code().is_some_and(|c| session_ended(&c)),
         _ => false,
+    }
+}
+
+/// A sqlx error as a [`ProviderError`]: a broken connection, or no
+/// connection from a pool in time, is `Unavailable`; anything else the
+/// database said about the statement or its values is `Refused`.
+pub(crate) fn provider_error(e: sqlx::Error) -> ProviderError {
+    if broken(&e) || matches!(e, sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed) {
+        ProviderError::Unavailable(e.to_string())
+    } else {
+        ProviderError::Refused(e.to_string())
     }
 }
 

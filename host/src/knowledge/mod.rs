@@ -65,7 +65,7 @@ pub use config::{CacheConfig, CacheMode, KnowledgeConfig, OnLookupError};
 pub use intranet::IntranetNets;
 /// `mode` of [`IntranetNets`]: `add` (default) or `replace`.
 pub use omlet_lang::intranet::Mode as IntranetMode;
-pub use provider::{BoxFuture, ParamType, Placeholders, Prepared, Provider, Tables, coerce};
+pub use provider::{BoxFuture, ParamType, Placeholders, Prepared, Provider, ProviderError, Tables, coerce};
 pub(crate) use provider::{quote_ident, table_sql};
 pub use route::Source;
 pub use sql::{HELPER_FUNCTIONS, qualify_helpers, rewrite_helper_calls, rewrite_placeholders, values_for_rows};
@@ -157,13 +157,32 @@ pub struct LookupError {
 pub enum LookupErrorKind {
     /// The query took longer than the query timeout (and was cancelled).
     Timeout,
-    /// The database refused the query or could not be reached.
+    /// The database refused the query or its values.
     Failed,
+    /// The database could not be reached, or no connection was free in
+    /// time ([`ProviderError::Unavailable`]).
+    Unavailable,
 }
 
 impl LookupError {
     fn failed(message: impl Into<String>) -> LookupError {
         LookupError { kind: LookupErrorKind::Failed, message: message.into() }
+    }
+}
+
+impl From<ProviderError> for LookupError {
+    fn from(e: ProviderError) -> LookupError {
+        let kind = match e {
+            ProviderError::Unavailable(_) => LookupErrorKind::Unavailable,
+            _ => LookupErrorKind::Failed,
+        };
+        let message = match e {
+            ProviderError::Refused(m)
+            | ProviderError::Unavailable(m)
+            | ProviderError::TooLong(m)
+            | ProviderError::Unsupported(m) => m,
+        };
+        LookupError { kind, message }
     }
 }
 

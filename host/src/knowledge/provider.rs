@@ -53,6 +53,46 @@ pub struct Prepared {
     pub params: Vec<ParamType>,
 }
 
+/// Why a [`Provider`] could not do what it was asked, with the database's
+/// own message. The kind decides what omlet does next: a statement the
+/// database refused fails again the same way, so a refused batch is asked
+/// again key by key (only the key at fault then fails); a database that
+/// cannot be reached is not asked again for each key, and the guest hears
+/// `unavailable` rather than `failed` (`wit/omlet.wit`'s `error-code`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProviderError {
+    /// The database refused the statement or its values: it does not
+    /// parse, names a table, column or function the database lacks, or a
+    /// value it cannot take or give back.
+    #[error("{0}")]
+    Refused(String),
+    /// No connection could be had in time, or the connection broke: the
+    /// database is down, unreachable or saturated, and may come back.
+    #[error("{0}")]
+    Unavailable(String),
+    /// The statement cannot be written out for this provider within
+    /// [`MAX_STATEMENT_BYTES`](super::guard::MAX_STATEMENT_BYTES) (MySQL's
+    /// inline helpers copy their arguments).
+    #[error("{0}")]
+    TooLong(String),
+    /// This provider does not do it (creating an index, say).
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+impl ProviderError {
+    /// The message, whatever the kind.
+    pub fn message(&self) -> &str {
+        match self {
+            ProviderError::Refused(m)
+            | ProviderError::Unavailable(m)
+            | ProviderError::TooLong(m)
+            | ProviderError::Unsupported(m) => m,
+        }
+    }
+}
+
 /// One database behind `knowledge.query`: what a lookup needs. Loading
 /// tables and DDL are [`Tables`]' job, which every provider also does.
 pub trait Provider: Tables + Send + Sync + 'static {
@@ -66,7 +106,7 @@ pub trait Provider: Tables + Send + Sync + 'static {
     /// (MySQL's inline helpers copy their arguments, and the result may not
     /// pass [`MAX_STATEMENT_BYTES`](super::guard::MAX_STATEMENT_BYTES)).
     /// The default keeps it.
-    fn rewrite_sql(&self, sql: String) -> Result<String, String> {
+    fn rewrite_sql(&self, sql: String) -> Result<String, ProviderError> {
         Ok(sql)
     }
     /// How many lookups this provider runs at once (its lookup
@@ -76,14 +116,17 @@ pub trait Provider: Tables + Send + Sync + 'static {
         1
     }
     /// Prepares a statement (in this provider's dialect).
-    fn prepare<'a>(&'a self, sql: &'a str) -> BoxFuture<'a, Result<Prepared, String>>;
+    fn prepare<'a>(&'a self, sql: &'a str) -> BoxFuture<'a, Result<Prepared, ProviderError>>;
     /// Runs a bound statement and returns its first row.
-    fn query_first<'a>(&'a self, stmt: &'a BoundStatement, params: Vec<Cell>)
-    -> BoxFuture<'a, Result<Option<Vec<Cell>>, String>>;
+    fn query_first<'a>(
+        &'a self,
+        stmt: &'a BoundStatement,
+        params: Vec<Cell>,
+    ) -> BoxFuture<'a, Result<Option<Vec<Cell>>, ProviderError>>;
     /// Runs a batch plan for several keys; returns every matching row, its key first.
-    fn query_many<'a>(&'a self, plan: &'a BatchPlan, keys: Vec<Cell>) -> BoxFuture<'a, Result<Vec<Vec<Cell>>, String>>;
+    fn query_many<'a>(&'a self, plan: &'a BatchPlan, keys: Vec<Cell>) -> BoxFuture<'a, Result<Vec<Vec<Cell>>, ProviderError>>;
     /// Checks that a batch plan runs here (prepares it).
-    fn prepare_many<'a>(&'a self, plan: &'a BatchPlan) -> BoxFuture<'a, Result<(), String>>;
+    fn prepare_many<'a>(&'a self, plan: &'a BatchPlan) -> BoxFuture<'a, Result<(), ProviderError>>;
     /// Closes the connections.
     fn close<'a>(&'a self) -> BoxFuture<'a, ()>;
     /// Creates an index on `columns` of `table` unless one of that name
@@ -92,9 +135,9 @@ pub trait Provider: Tables + Send + Sync + 'static {
     /// (`index_name` names it). `table` and `columns` are plain
     /// identifiers (the guard's, or checked as such by the knowdb reader). A provider that
     /// cannot create indexes says so; the lookups then run without one.
-    fn create_index<'a>(&'a self, table: &'a str, columns: &'a [String]) -> BoxFuture<'a, Result<(), String>> {
+    fn create_index<'a>(&'a self, table: &'a str, columns: &'a [String]) -> BoxFuture<'a, Result<(), ProviderError>> {
         let _ = columns;
-        Box::pin(async move { Err(format!("this provider creates no index (on `{table}`)")) })
+        Box::pin(async move { Err(ProviderError::Unsupported(format!("this provider creates no index (on `{table}`)"))) })
     }
 }
 

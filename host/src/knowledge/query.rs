@@ -121,12 +121,12 @@ impl Knowledge {
     pub(super) async fn timed<T>(
         &self,
         stmt: &BoundStatement,
-        query: BoxFuture<'_, Result<T, String>>,
+        query: BoxFuture<'_, Result<T, ProviderError>>,
     ) -> Result<T, LookupError> {
         self.stats.queries.fetch_add(1, Ordering::Relaxed);
         let started = Instant::now();
         let r = match tokio::time::timeout(self.config.query_timeout(), query).await {
-            Ok(r) => r.map_err(LookupError::failed),
+            Ok(r) => r.map_err(LookupError::from),
             Err(_) => Err(LookupError {
                 kind: LookupErrorKind::Timeout,
                 message: format!("query timed out after {:?}", self.config.query_timeout()),

@@ -259,7 +259,7 @@ async fn watch_database(knowledge: &Arc<Knowledge>) -> Result<Option<tokio::task
     let mut last = provider
         .query_first(&stmt, Vec::new())
         .await
-        .map_err(|e| Error::Knowledge(format!("[reload] poll_query `{query}` fails: {}", super::config::redact(&e))))?;
+        .map_err(|e| Error::Knowledge(format!("[reload] poll_query `{query}` fails: {}", super::config::redact(e.message()))))?;
     let task = tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -268,7 +268,7 @@ async fn watch_database(knowledge: &Arc<Knowledge>) -> Result<Option<tokio::task
             let now = match provider.query_first(&stmt, Vec::new()).await {
                 Ok(v) => v,
                 Err(e) => {
-                    tracing::warn!("knowledge reload: poll_query fails: {}", super::config::redact(&e));
+                    tracing::warn!("knowledge reload: poll_query fails: {}", super::config::redact(e.message()));
                     continue;
                 }
             };

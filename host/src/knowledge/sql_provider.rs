@@ -19,10 +19,10 @@ use sqlx::{
     Type, TypeInfo, ValueRef,
 };
 
-use super::lanes::{self, Lanes};
+use super::lanes::{self, Lanes, provider_error};
 use super::{
-    BatchPlan, BoundStatement, BoxFuture, ParamType, Placeholders, Prepared, Provider, Tables, quote_ident, table_sql,
-    values_for_rows,
+    BatchPlan, BoundStatement, BoxFuture, ParamType, Placeholders, Prepared, Provider, ProviderError, Tables, quote_ident,
+    table_sql, values_for_rows,
 };
 use crate::{Error, Result};
 
@@ -261,7 +261,7 @@ where
     }
 
     /// Runs a lookup on a lane: `make` builds the query, `fetch` runs it.
-    async fn on_lane<T, F>(&self, make: impl Fn() -> Query<'static, D::Db>, fetch: F) -> Result<T, String>
+    async fn on_lane<T, F>(&self, make: impl Fn() -> Query<'static, D::Db>, fetch: F) -> Result<T, ProviderError>
     where
         F: for<'c> Fn(Query<'static, D::Db>, &'c mut <D::Db as Database>::Connection) -> BoxFuture<'c, Result<T, sqlx::Error>>,
     {
@@ -304,17 +304,17 @@ where
         D::SPEC.placeholders
     }
 
-    fn rewrite_sql(&self, sql: String) -> Result<String, String> {
-        self.dialect.rewrite_sql(sql)
+    fn rewrite_sql(&self, sql: String) -> Result<String, ProviderError> {
+        self.dialect.rewrite_sql(sql).map_err(ProviderError::TooLong)
     }
 
     fn lookup_connections(&self) -> usize {
         self.lanes.size()
     }
 
-    fn prepare<'a>(&'a self, sql: &'a str) -> BoxFuture<'a, Result<Prepared, String>> {
+    fn prepare<'a>(&'a self, sql: &'a str) -> BoxFuture<'a, Result<Prepared, ProviderError>> {
         boxed(async move {
-            let stmt = (&self.pool).prepare(AssertSqlSafe(sql.to_string()).into_sql_str()).await.map_err(|e| e.to_string())?;
+            let stmt = (&self.pool).prepare(AssertSqlSafe(sql.to_string()).into_sql_str()).await.map_err(provider_error)?;
             Ok(Prepared { columns: stmt.columns().iter().map(|c| c.name().to_string()).collect(), params: D::param_types(&stmt) })
         })
     }
@@ -323,7 +323,7 @@ where
         &'a self,
         stmt: &'a BoundStatement,
         params: Vec<Cell>,
-    ) -> BoxFuture<'a, Result<Option<Vec<Cell>>, String>> {
+    ) -> BoxFuture<'a, Result<Option<Vec<Cell>>, ProviderError>> {
         boxed(async move {
             let make = || {
                 let q = sqlx::query(AssertSqlSafe(stmt.sql.to_string()));
@@ -333,23 +333,23 @@ where
                     .fold(q, |q, (i, p)| D::bind(q, p.clone(), stmt.param_types.get(i).copied().unwrap_or(ParamType::Any)))
             };
             let row = self.on_lane(make, |q, conn| Box::pin(q.fetch_optional(conn))).await?;
-            row.as_ref().map(D::cells).transpose()
+            row.as_ref().map(D::cells).transpose().map_err(ProviderError::Refused)
         })
     }
 
-    fn query_many<'a>(&'a self, plan: &'a BatchPlan, keys: Vec<Cell>) -> BoxFuture<'a, Result<Vec<Vec<Cell>>, String>> {
+    fn query_many<'a>(&'a self, plan: &'a BatchPlan, keys: Vec<Cell>) -> BoxFuture<'a, Result<Vec<Vec<Cell>>, ProviderError>> {
         boxed(async move {
             let sql = D::batch_sql(plan, keys.len());
             let make = || D::bind_batch(sqlx::query(AssertSqlSafe(sql.clone())), plan, &keys);
             let rows = self.on_lane(make, |q, conn| Box::pin(q.fetch_all(conn))).await?;
-            rows.iter().map(D::cells).collect()
+            rows.iter().map(D::cells).collect::<Result<_, _>>().map_err(ProviderError::Refused)
         })
     }
 
-    fn prepare_many<'a>(&'a self, plan: &'a BatchPlan) -> BoxFuture<'a, Result<(), String>> {
+    fn prepare_many<'a>(&'a self, plan: &'a BatchPlan) -> BoxFuture<'a, Result<(), ProviderError>> {
         boxed(async move {
             let sql = D::batch_sql(plan, 1);
-            (&self.pool).prepare(AssertSqlSafe(sql).into_sql_str()).await.map(|_| ()).map_err(|e| e.to_string())
+            (&self.pool).prepare(AssertSqlSafe(sql).into_sql_str()).await.map(|_| ()).map_err(provider_error)
         })
     }
 
@@ -360,7 +360,7 @@ where
         })
     }
 
-    fn create_index<'a>(&'a self, table: &'a str, columns: &'a [String]) -> BoxFuture<'a, Result<(), String>> {
+    fn create_index<'a>(&'a self, table: &'a str, columns: &'a [String]) -> BoxFuture<'a, Result<(), ProviderError>> {
         boxed(async move {
             // Plain identifiers (the guard's), so no quoting: quoting would
             // make PostgreSQL read them case-sensitively.
@@ -369,7 +369,11 @@ where
                 super::provider::index_name(table, columns),
                 columns.join(", ")
             );
-            sqlx::raw_sql(AssertSqlSafe(sql.clone())).execute(&self.pool).await.map(|_| ()).map_err(|e| format!("`{sql}`: {e}"))
+            let done = sqlx::raw_sql(AssertSqlSafe(sql.clone())).execute(&self.pool).await;
+            done.map(|_| ()).map_err(|e| match provider_error(e) {
+                ProviderError::Refused(m) => ProviderError::Refused(format!("`{sql}`: {m}")),
+                other => other,
+            })
         })
     }
 }

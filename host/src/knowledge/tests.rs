@@ -6,6 +6,10 @@ use std::time::Duration;
 /// The key the stand-in database refuses.
 const POISON: i64 = 13;
 
+/// The key at which the stand-in database is down (as if the connection
+/// broke under it).
+const DOWN: i64 = 66;
+
 /// A provider whose queries wait at a gate, counting what reaches it.
 /// (A stand-in for a database, to hold queries in flight on purpose.)
 struct Gated {
@@ -34,31 +38,41 @@ impl Provider for Gated {
     fn lookup_connections(&self) -> usize {
         self.slots
     }
-    fn prepare<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<Prepared, String>> {
+    fn prepare<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<Prepared, ProviderError>> {
         Box::pin(async { Ok(Prepared { columns: vec!["value".into()], params: Vec::new() }) })
     }
-    fn query_first<'a>(&'a self, _: &'a BoundStatement, params: Vec<Cell>) -> BoxFuture<'a, Result<Option<Vec<Cell>>, String>> {
+    fn query_first<'a>(
+        &'a self,
+        _: &'a BoundStatement,
+        params: Vec<Cell>,
+    ) -> BoxFuture<'a, Result<Option<Vec<Cell>>, ProviderError>> {
         Box::pin(async move {
             self.first.fetch_add(1, Ordering::SeqCst);
             self.pass().await;
             if params[0] == Cell::Integer(POISON) {
-                return Err("the database refuses this key".into());
+                return Err(ProviderError::Refused("the database refuses this key".into()));
+            }
+            if params[0] == Cell::Integer(DOWN) {
+                return Err(ProviderError::Unavailable("the connection broke".into()));
             }
             Ok(Some(vec![Cell::Text(format!("v{:?}", params[0]))]))
         })
     }
-    fn query_many<'a>(&'a self, _: &'a BatchPlan, keys: Vec<Cell>) -> BoxFuture<'a, Result<Vec<Vec<Cell>>, String>> {
+    fn query_many<'a>(&'a self, _: &'a BatchPlan, keys: Vec<Cell>) -> BoxFuture<'a, Result<Vec<Vec<Cell>>, ProviderError>> {
         Box::pin(async move {
             self.many.lock().unwrap().push(keys.len());
             self.pass().await;
             // Like PostgreSQL's `= ANY($1)`: one bad key fails the whole query.
             if keys.contains(&Cell::Integer(POISON)) {
-                return Err("the database refuses a key of this batch".into());
+                return Err(ProviderError::Refused("the database refuses a key of this batch".into()));
+            }
+            if keys.contains(&Cell::Integer(DOWN)) {
+                return Err(ProviderError::Unavailable("the connection broke".into()));
             }
             Ok(keys.into_iter().map(|k| vec![k.clone(), Cell::Text(format!("v{k:?}"))]).collect())
         })
     }
-    fn prepare_many<'a>(&'a self, _: &'a BatchPlan) -> BoxFuture<'a, Result<(), String>> {
+    fn prepare_many<'a>(&'a self, _: &'a BatchPlan) -> BoxFuture<'a, Result<(), ProviderError>> {
         Box::pin(async { Ok(()) })
     }
     fn close<'a>(&'a self) -> BoxFuture<'a, ()> {
@@ -147,6 +161,32 @@ async fn a_batch_refused_for_one_key_fails_only_that_key() {
         }
     }
     assert_eq!(*p.many.lock().unwrap(), vec![9], "one batch was tried");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_that_finds_the_database_down_is_not_asked_again_key_by_key() {
+    let (p, k, stmt) = gated(2).await;
+    let spawn = |i: i64| {
+        let (k, stmt) = (k.clone(), stmt.clone());
+        tokio::spawn(async move { (i, k.query(&stmt, &[Cell::Integer(i)]).await) })
+    };
+    // As above, but the batch meets a database that is down.
+    let mut lookups = vec![spawn(10), spawn(11)];
+    until(|| p.first.load(Ordering::SeqCst) == 2).await;
+    lookups.extend((60..=68).map(spawn));
+    until(|| k.pending.lock().unwrap().values().map(|q| q.queue.len()).sum::<usize>() == 9).await;
+    p.gate.add_permits(1000);
+    for l in lookups {
+        let (i, row) = l.await.unwrap();
+        if i >= 60 {
+            let e = row.expect_err("every key of the batch fails");
+            assert_eq!(e.kind, LookupErrorKind::Unavailable, "key {i}: {e:?}");
+        } else {
+            assert!(row.is_ok(), "key {i} went alone, before the outage");
+        }
+    }
+    assert_eq!(*p.many.lock().unwrap(), vec![9], "one batch was tried");
+    assert_eq!(p.first.load(Ordering::SeqCst), 2, "and no key was asked again alone");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

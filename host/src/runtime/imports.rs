@@ -91,6 +91,7 @@ impl wk::Host for StoreState {
             Err(e) => {
                 let code = match e.kind {
                     crate::knowledge::LookupErrorKind::Timeout => wk::ErrorCode::Timeout,
+                    crate::knowledge::LookupErrorKind::Unavailable => wk::ErrorCode::Unavailable,
                     _ => wk::ErrorCode::Failed,
                 };
                 let message = e.message;

@@ -177,8 +177,12 @@ async fn outage(pg: &mut dyn Stoppable, placeholder: &str) {
 
     let out = rule.evaluate_batch(&batch).await.unwrap();
     assert!(out.iter().all(|r| r.as_ref().unwrap().len() == 2));
+    let bound = k.bind(&[statement("select value from perf where id = :id", &["id"])]).await.unwrap();
 
     pg.stop();
+    // The provider tells a database that is gone from one that refuses.
+    let e = k.query(&bound[0], &[omlet_lang::Cell::Integer(3)]).await.unwrap_err();
+    assert_eq!(e.kind, omlet::knowledge::LookupErrorKind::Unavailable, "{e:?}");
     // Absent: every record still comes out, without the lookup's field.
     let out = rule.evaluate_batch(&batch).await.unwrap();
     assert_eq!(out.len(), 6);
