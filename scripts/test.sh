@@ -27,11 +27,11 @@ scripts/kafka-jars.sh >/dev/null
 cargo fmt --check
 cargo clippy -j2 --workspace --all-targets -- -D warnings
 # The library without its server drivers (a host that uses SQLite only).
-cargo clippy -j2 -p omlet --no-default-features -- -D warnings
+cargo clippy -j2 -p omlet -p omlet-knowledge --no-default-features -- -D warnings
 
 # Includes the freshness test: the committed guest must carry the hash of
 # the current guest/ and wit/ sources (host/tests/all/component.rs).
-cargo test -j2 -p omlet-lang -p omlet -p omlet-cli -p omlet-benches
+cargo test -j2 -p omlet-lang -p omlet-knowledge -p omlet -p omlet-cli -p omlet-benches
 # The guest crate's own tests: its library only (its cdylib links for wasm).
 cargo test -j2 -p omlet-guest --lib
 

@@ -224,6 +224,37 @@ impl Error {
     }
 }
 
+/// A knowledge error as the library's own: each variant becomes the
+/// `Error` variant of the same name and text.
+impl From<omlet_knowledge::Error> for Error {
+    fn from(e: omlet_knowledge::Error) -> Error {
+        use omlet_knowledge::Error as K;
+        match e {
+            K::Io { path, source } => Error::Io { path, source },
+            K::Limit { limit, message } => Error::Limit { limit: limit.into(), message },
+            K::Statement { file, line, column, sql, message, name } => {
+                Error::Statement { file, line, column, sql, message, name }
+            }
+            K::Knowledge(m) => Error::Knowledge(m),
+            K::Input { what, message } => Error::Input { what, message },
+            K::Internal(m) => Error::Internal(m),
+            // `#[non_exhaustive]`: a variant added there, told here as text.
+            other => Error::Knowledge(other.to_string()),
+        }
+    }
+}
+
+impl From<omlet_knowledge::Limit> for Limit {
+    fn from(l: omlet_knowledge::Limit) -> Limit {
+        match l {
+            omlet_knowledge::Limit::StatementBytes => Limit::StatementBytes,
+            omlet_knowledge::Limit::TableMemory => Limit::TableMemory,
+            // `#[non_exhaustive]`: no other yet.
+            _ => Limit::TableMemory,
+        }
+    }
+}
+
 /// One compile error: where it is and what it says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]

@@ -59,7 +59,8 @@ mod coalesce;
 pub mod code_cache;
 mod error;
 pub mod guest;
-pub mod knowledge;
+/// Knowledge bases: the `omlet-knowledge` crate (see its own page).
+pub use omlet_knowledge as knowledge;
 pub mod record;
 mod runtime;
 pub mod stream;

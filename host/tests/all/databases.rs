@@ -813,7 +813,7 @@ async fn deeply_nested_lookups_fail_the_load_not_the_process() {
     perf_table(&k, 3).await;
     let nested = |n: usize| format!("select value from perf where {}id = :id{}", "(".repeat(n), ")".repeat(n));
     let err = k.bind(&[statement(&nested(50_000), &["id"])]).await.unwrap_err();
-    assert!(matches!(err, omlet::Error::Limit { limit: omlet::Limit::StatementBytes, .. }), "{err}");
+    assert!(matches!(err, omlet::knowledge::Error::Limit { limit: omlet::knowledge::Limit::StatementBytes, .. }), "{err}");
     assert!(err.to_string().contains("t.oml:1:1"), "{err}");
     let err = k.bind(&[statement(&nested(30_000), &["id"])]).await.unwrap_err();
     assert!(err.to_string().contains("nested more than 64 deep"), "{err}");
@@ -834,7 +834,7 @@ async fn nested_helpers_stop_at_the_size_bound_on_mariadb() {
     }
     let started = std::time::Instant::now();
     let err = k.bind(&[statement(&format!("select value from perf where {arg} = :id"), &["id"])]).await.unwrap_err();
-    assert!(matches!(err, omlet::Error::Limit { limit: omlet::Limit::StatementBytes, .. }), "{err}");
+    assert!(matches!(err, omlet::knowledge::Error::Limit { limit: omlet::knowledge::Limit::StatementBytes, .. }), "{err}");
     assert!(err.to_string().contains("longer than 65536 bytes"), "{err}");
     assert!(started.elapsed() < std::time::Duration::from_secs(5), "{:?}", started.elapsed());
     // Two deep is fine, and runs.

@@ -1,4 +1,5 @@
-//! Knowledge: how the host answers `knowledge.query`.
+//! Knowledge: how the host answers `knowledge.query` (the `omlet-knowledge`
+//! crate, which the `omlet` library re-exports as `omlet::knowledge`).
 //!
 //! A [`Provider`] runs SQL against one database (SQLite, PostgreSQL,
 //! MySQL/MariaDB); dialect differences stay inside it. [`Knowledge`] wraps a
@@ -26,8 +27,11 @@
 //! missing table or column fails the load with the rule's file and line, and
 //! only those statements can ever run for that rule (the allow-list).
 
+#![warn(missing_docs)]
+
 mod batching;
 mod bind;
+mod error;
 mod held;
 mod knowdb_reload;
 mod query;
@@ -72,7 +76,7 @@ pub use sql::{HELPER_FUNCTIONS, qualify_helpers, rewrite_helper_calls, rewrite_p
 pub use sql_provider::{Dialect, SqlProvider};
 pub use stats::{AtomicHistogram, Histogram, Latency, StatementSnapshot, StatementStats, Stats, StatsSnapshot};
 
-use crate::{Error, Limit, Result};
+pub use error::{Error, Limit, Result};
 
 /// A statement bound to a provider: rewritten, prepared, described.
 #[derive(Debug, Clone)]

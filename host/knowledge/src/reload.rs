@@ -116,7 +116,7 @@ fn watch_knowdb(knowledge: &Arc<Knowledge>) -> Result<tokio::task::JoinHandle<()
 /// read half-way and an editor's several writes make one call. The task
 /// ends when `changed` gives false. The knowdb watcher and `--watch` of
 /// rules (`stream::LiveRule`) both use it.
-pub(crate) fn on_settled_change<T, F, Fut>(
+pub fn on_settled_change<T, F, Fut>(
     roots: Vec<std::path::PathBuf>,
     mut loaded: T,
     every: Duration,
@@ -153,7 +153,7 @@ where
 
 /// What the files under `roots` are (path, size, modification time),
 /// sorted; at most [`MAX_WATCHED_FILES`] of them.
-pub(crate) fn fingerprint(roots: &[std::path::PathBuf]) -> Vec<(std::path::PathBuf, u64, Option<std::time::SystemTime>)> {
+pub fn fingerprint(roots: &[std::path::PathBuf]) -> Vec<(std::path::PathBuf, u64, Option<std::time::SystemTime>)> {
     static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     let mut out = Vec::new();
     let mut dirs: Vec<std::path::PathBuf> = roots.to_vec();

@@ -107,7 +107,7 @@ pub fn strip_prefix(sql: &str, prefix: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::knowledge::sqlite::SqliteProvider;
+    use crate::sqlite::SqliteProvider;
 
     async fn sources(names: &[Option<&str>]) -> Vec<Source> {
         let mut out = Vec::new();

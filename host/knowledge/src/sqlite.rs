@@ -175,7 +175,7 @@ mod helpers {
     pub fn scan(
         db: *mut ffi::sqlite3,
         sql: &str,
-        data: &mut crate::knowledge::memory::TableData,
+        data: &mut crate::memory::TableData,
         max_bytes: u64,
         table: &str,
     ) -> crate::Result<()> {
