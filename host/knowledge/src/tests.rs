@@ -138,22 +138,35 @@ async fn misses_run_at_once_up_to_the_connections_then_queue_into_one_batch() {
     assert_eq!(k.pending.lock().unwrap().values().map(|q| q.in_flight).sum::<usize>(), 0, "every slot is given back");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_batch_refused_for_one_key_fails_only_that_key() {
+/// Keys 10 and 11 take both of the gated provider's slots; then `batched`
+/// queue behind them and go in one batch once the gate opens. Each key's
+/// answer, in that order.
+async fn queued_behind_two(
+    batched: std::ops::RangeInclusive<i64>,
+) -> (Arc<Gated>, Vec<(i64, Result<Option<Vec<Cell>>, LookupError>)>) {
     let (p, k, stmt) = gated(2).await;
     let spawn = |i: i64| {
         let (k, stmt) = (k.clone(), stmt.clone());
         tokio::spawn(async move { (i, k.query(&stmt, &[Cell::Integer(i)]).await) })
     };
-    // Two innocent keys hold both slots; the other nine, the refused key
-    // among them, queue and go in one batch.
     let mut lookups = vec![spawn(10), spawn(11)];
     until(|| p.first.load(Ordering::SeqCst) == 2).await;
-    lookups.extend((12..=20).map(spawn));
-    until(|| k.pending.lock().unwrap().values().map(|q| q.queue.len()).sum::<usize>() == 9).await;
+    let queued = batched.clone().count();
+    lookups.extend(batched.map(spawn));
+    until(|| k.pending.lock().unwrap().values().map(|q| q.queue.len()).sum::<usize>() == queued).await;
     p.gate.add_permits(1000);
+    let mut answers = Vec::new();
     for l in lookups {
-        let (i, row) = l.await.unwrap();
+        answers.push(l.await.unwrap());
+    }
+    (p, answers)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_refused_for_one_key_fails_only_that_key() {
+    // The nine queued keys, the refused one among them, go in one batch.
+    let (p, answers) = queued_behind_two(12..=20).await;
+    for (i, row) in answers {
         if i == POISON {
             assert!(row.is_err(), "the refused key fails");
         } else {
@@ -165,19 +178,8 @@ async fn a_batch_refused_for_one_key_fails_only_that_key() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_that_finds_the_database_down_is_not_asked_again_key_by_key() {
-    let (p, k, stmt) = gated(2).await;
-    let spawn = |i: i64| {
-        let (k, stmt) = (k.clone(), stmt.clone());
-        tokio::spawn(async move { (i, k.query(&stmt, &[Cell::Integer(i)]).await) })
-    };
-    // As above, but the batch meets a database that is down.
-    let mut lookups = vec![spawn(10), spawn(11)];
-    until(|| p.first.load(Ordering::SeqCst) == 2).await;
-    lookups.extend((60..=68).map(spawn));
-    until(|| k.pending.lock().unwrap().values().map(|q| q.queue.len()).sum::<usize>() == 9).await;
-    p.gate.add_permits(1000);
-    for l in lookups {
-        let (i, row) = l.await.unwrap();
+    let (p, answers) = queued_behind_two(60..=68).await;
+    for (i, row) in answers {
         if i >= 60 {
             let e = row.expect_err("every key of the batch fails");
             assert_eq!(e.kind, LookupErrorKind::Unavailable, "key {i}: {e:?}");

@@ -85,16 +85,24 @@ pub(crate) struct Pipe {
 
 use crate::features::OMLET_ONLY;
 
+/// The row of a pipe function that takes no arguments: its name is its
+/// example, and it gives one variant of [`PipeFn`].
+macro_rules! plain {
+    ($name:literal, $since:expr, $variant:ident) => {
+        Pipe {
+            name: $name,
+            since: $since,
+            example: $name,
+            parse: |n, a| no_args(n, a, PipeFn::$variant),
+            is: |f| matches!(f, PipeFn::$variant),
+        }
+    };
+}
+
 /// Every pipe function (spec §9; delta §5 to §9), in the order the
 /// catalogue hint lists them.
 pub(crate) static PIPES: &[Pipe] = &[
-    Pipe {
-        name: "base64_encode",
-        since: None,
-        example: "base64_encode",
-        parse: |n, a| no_args(n, a, PipeFn::Base64Encode),
-        is: |f| matches!(f, PipeFn::Base64Encode),
-    },
+    plain!("base64_encode", None, Base64Encode),
     Pipe {
         name: "base64_decode",
         since: None,
@@ -102,41 +110,11 @@ pub(crate) static PIPES: &[Pipe] = &[
         parse: base64_decode,
         is: |f| matches!(f, PipeFn::Base64Decode | PipeFn::Base64DecodeAs(_)),
     },
-    Pipe {
-        name: "html_escape",
-        since: None,
-        example: "html_escape",
-        parse: |n, a| no_args(n, a, PipeFn::HtmlEscape),
-        is: |f| matches!(f, PipeFn::HtmlEscape),
-    },
-    Pipe {
-        name: "html_unescape",
-        since: None,
-        example: "html_unescape",
-        parse: |n, a| no_args(n, a, PipeFn::HtmlUnescape),
-        is: |f| matches!(f, PipeFn::HtmlUnescape),
-    },
-    Pipe {
-        name: "json_escape",
-        since: None,
-        example: "json_escape",
-        parse: |n, a| no_args(n, a, PipeFn::JsonEscape),
-        is: |f| matches!(f, PipeFn::JsonEscape),
-    },
-    Pipe {
-        name: "json_unescape",
-        since: None,
-        example: "json_unescape",
-        parse: |n, a| no_args(n, a, PipeFn::JsonUnescape),
-        is: |f| matches!(f, PipeFn::JsonUnescape),
-    },
-    Pipe {
-        name: "str_escape",
-        since: None,
-        example: "str_escape",
-        parse: |n, a| no_args(n, a, PipeFn::StrEscape),
-        is: |f| matches!(f, PipeFn::StrEscape),
-    },
+    plain!("html_escape", None, HtmlEscape),
+    plain!("html_unescape", None, HtmlUnescape),
+    plain!("json_escape", None, JsonEscape),
+    plain!("json_unescape", None, JsonUnescape),
+    plain!("str_escape", None, StrEscape),
     Pipe {
         name: "Time::to_ts",
         since: None,
@@ -195,27 +173,9 @@ pub(crate) static PIPES: &[Pipe] = &[
         parse: on_fail,
         is: |f| matches!(f, PipeFn::OnFail(_)),
     },
-    Pipe {
-        name: "intranet_ip",
-        since: Some("1.25.2"),
-        example: "intranet_ip",
-        parse: |n, a| no_args(n, a, PipeFn::IntranetIp),
-        is: |f| matches!(f, PipeFn::IntranetIp),
-    },
-    Pipe {
-        name: "lower",
-        since: Some(OMLET_ONLY),
-        example: "lower",
-        parse: |n, a| no_args(n, a, PipeFn::Lower),
-        is: |f| matches!(f, PipeFn::Lower),
-    },
-    Pipe {
-        name: "upper",
-        since: Some(OMLET_ONLY),
-        example: "upper",
-        parse: |n, a| no_args(n, a, PipeFn::Upper),
-        is: |f| matches!(f, PipeFn::Upper),
-    },
+    plain!("intranet_ip", Some("1.25.2"), IntranetIp),
+    plain!("lower", Some(OMLET_ONLY), Lower),
+    plain!("upper", Some(OMLET_ONLY), Upper),
     Pipe { name: "split", since: Some(OMLET_ONLY), example: "split(',')", parse: split, is: |f| matches!(f, PipeFn::Split(_)) },
     Pipe {
         name: "substr",
@@ -228,41 +188,11 @@ pub(crate) static PIPES: &[Pipe] = &[
     Pipe { name: "get", since: None, example: "get(a/b)", parse: get, is: |f| matches!(f, PipeFn::Get(_)) },
     Pipe { name: "path", since: None, example: "path(name)", parse: path, is: |f| matches!(f, PipeFn::Path(_)) },
     Pipe { name: "url", since: None, example: "url(domain)", parse: url, is: |f| matches!(f, PipeFn::Url(_)) },
-    Pipe {
-        name: "ip4_to_int",
-        since: None,
-        example: "ip4_to_int",
-        parse: |n, a| no_args(n, a, PipeFn::Ip4ToInt),
-        is: |f| matches!(f, PipeFn::Ip4ToInt),
-    },
-    Pipe {
-        name: "ip_to_biguint",
-        since: Some("1.25.0"),
-        example: "ip_to_biguint",
-        parse: |n, a| no_args(n, a, PipeFn::IpToBigUint),
-        is: |f| matches!(f, PipeFn::IpToBigUint),
-    },
-    Pipe {
-        name: "to_json",
-        since: None,
-        example: "to_json",
-        parse: |n, a| no_args(n, a, PipeFn::ToJson),
-        is: |f| matches!(f, PipeFn::ToJson),
-    },
-    Pipe {
-        name: "to_str",
-        since: None,
-        example: "to_str",
-        parse: |n, a| no_args(n, a, PipeFn::ToStr),
-        is: |f| matches!(f, PipeFn::ToStr),
-    },
-    Pipe {
-        name: "skip_empty",
-        since: None,
-        example: "skip_empty",
-        parse: |n, a| no_args(n, a, PipeFn::SkipEmpty),
-        is: |f| matches!(f, PipeFn::SkipEmpty),
-    },
+    plain!("ip4_to_int", None, Ip4ToInt),
+    plain!("ip_to_biguint", Some("1.25.0"), IpToBigUint),
+    plain!("to_json", None, ToJson),
+    plain!("to_str", None, ToStr),
+    plain!("skip_empty", None, SkipEmpty),
     Pipe {
         name: "starts_with",
         since: None,
