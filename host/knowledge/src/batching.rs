@@ -6,10 +6,9 @@
 use std::sync::Mutex;
 use std::sync::atomic::Ordering;
 
-use omlet_lang::Cell;
-use omlet_lang::ir::SqlStatement;
-
+use super::guard::{Checked, Term};
 use super::{BoundStatement, Knowledge, LookupError, LookupErrorKind, ParamType, coerce};
+use omlet_lang::Cell;
 
 /// How to fetch many keys of a single-key lookup (`… where col = :p`) at once.
 #[derive(Debug, Clone)]
@@ -25,28 +24,20 @@ pub struct BatchPlan {
     pub order: String,
 }
 
-/// The batch form of a statement, if it is `select C from T where K = :p`
-/// (then maybe ` order by …` and ` limit n`, which the guard found:
-/// `ordered` and `limited`).
-pub(super) fn batch_select(s: &SqlStatement, ordered: bool, limited: bool) -> Option<String> {
-    let [param] = s.params.as_slice() else { return None };
-    // What follows the condition contains no quote, so its last occurrence
-    // is the clause the guard read.
-    let mut sql = s.sql.as_str();
-    if limited {
-        sql = &sql[..sql.rfind(" limit ")?];
-    }
-    if ordered {
-        sql = &sql[..sql.rfind(" order by ")?];
-    }
-    let where_at = sql.find(" where ")?;
-    let cond = &sql[where_at + 7..];
-    let (col, rhs) = cond.split_once(" = ")?;
-    if rhs != format!(":{param}") || !col.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_') {
+/// The batch form of a statement the guard read (`c`), if it is
+/// `select C from T where K = :p` with `p` its only parameter (then maybe
+/// ` order by …`, which the plan keeps, and ` limit n`, which a batch drops:
+/// it would cut the whole batch). Built from what the guard read, not from
+/// the text again.
+pub(super) fn batch_select(c: &Checked, params: &[String]) -> Option<String> {
+    let [param] = params else { return None };
+    // The condition is one comparison of a column with the parameter.
+    let [Term { column, op, param: p }] = c.terms.as_deref()? else { return None };
+    if !c.plain || op != "=" || p != param || !column.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
         return None;
     }
-    let cols = if s.columns.len() == 1 && s.columns[0] == "*" { format!("{}.*", s.table) } else { s.columns.join(",") };
-    Some(format!("select {col}, {cols} from {} where {col}", s.table))
+    let cols = if c.columns.len() == 1 && c.columns[0] == "*" { format!("{}.*", c.table) } else { c.columns.join(",") };
+    Some(format!("select {column}, {cols} from {} where {column}", c.table))
 }
 
 /// How many queries of one batchable statement may be in flight before
@@ -215,29 +206,34 @@ impl Knowledge {
 mod tests {
     use super::*;
 
-    fn stmt(sql: &str) -> SqlStatement {
-        SqlStatement {
-            sql: sql.into(),
-            params: vec!["z".into()],
-            table: "r".into(),
-            columns: vec!["lo".into()],
-            file: String::new(),
-            line: 1,
-            column: 1,
-        }
+    fn batched(sql: &str, params: &[&str]) -> Option<String> {
+        let checked = super::super::guard::check(sql, &Default::default()).unwrap();
+        batch_select(&checked, &params.iter().map(|p| p.to_string()).collect::<Vec<_>>())
     }
 
     /// The batch form drops `limit` (it would cut the whole batch) and
     /// keeps the order for the provider to append after the key list.
     #[test]
     fn an_ordered_statement_batches_without_its_limit() {
-        let s = stmt("select lo from r where zone = :z order by lo desc limit 1");
-        assert_eq!(batch_select(&s, true, true).as_deref(), Some("select zone, lo from r where zone"));
-        let s = stmt("select lo from r where zone = :z and x = ' order by ' order by lo");
-        assert_eq!(batch_select(&s, true, false), None, "not a single-key statement");
-        assert_eq!(
-            batch_select(&stmt("select lo from r where zone = :z"), false, false).as_deref(),
-            Some("select zone, lo from r where zone")
-        );
+        let want = Some("select zone, lo from r where zone".to_string());
+        assert_eq!(batched("select lo from r where zone = :z order by lo desc limit 1", &["z"]), want);
+        assert_eq!(batched("select lo from r where zone = :z", &["z"]), want);
+        assert_eq!(batched("select lo from r where :z = zone", &["z"]), want, "the column on either side");
+        assert_eq!(batched("select * from r where zone = :z", &["z"]).as_deref(), Some("select zone, r.* from r where zone"));
+    }
+
+    #[test]
+    fn only_one_key_compared_with_its_parameter_batches() {
+        for (sql, params) in [
+            ("select lo from r where zone = :z and x = ' order by ' order by lo", &["z"][..]),
+            ("select lo from r where zone = :z and x = :y", &["z", "y"]),
+            ("select lo from r where (zone = :z)", &["z"]),
+            ("select lo from r where zone <= :z", &["z"]),
+            ("select lo from r where zone = :z or zone = :z", &["z"]),
+            ("select count(*) from r where zone = :z", &["z"]),
+            ("select lo from r where zone = 'a'", &[]),
+        ] {
+            assert_eq!(batched(sql, params), None, "{sql}");
+        }
     }
 }

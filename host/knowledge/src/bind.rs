@@ -40,7 +40,7 @@ impl Knowledge {
             let message = guard_message(r.message, &routed.sql, source, sources);
             refused(s, message, r.function)
         })?;
-        if let Some(h) = sql::helper_missing_in(&routed.sql, provider.kind()) {
+        if let Some(h) = sql::helper_missing_in(&checked.calls, provider.kind()) {
             let message = format!(
                 "`{h}` is applied to a column, which {} cannot compute: keep the keys in columns of the \
                  table (made when the data is, or by a knowdb loaded on SQLite, which has every helper) \
@@ -51,7 +51,9 @@ impl Knowledge {
         }
         self.index_for(routed.source, &checked).await;
         let terms = checked.terms.clone();
-        let (checked_plain, order_by, limited) = (checked.plain, checked.order.clone(), checked.limited);
+        let order_by = checked.order.clone();
+        // The batch form, from what the guard read of the statement.
+        let batch_select = batch_select(&checked, &s.params);
         // The columns the lookup names, to say which one a table lacks.
         let named: Vec<String> =
             checked.columns.iter().chain(&checked.keys).chain(&checked.ranges).filter(|c| *c != "*").cloned().collect();
@@ -93,8 +95,7 @@ impl Knowledge {
             path,
         };
         if self.config.batch_misses
-            && checked_plain
-            && let Some(select) = batch_select(st, order_by.is_some(), limited)
+            && let Some(select) = batch_select
         {
             let key_type = bound.param_types.first().copied().unwrap_or(ParamType::Any);
             let plan = BatchPlan { select, key_type, order: order_by.unwrap_or_default() };

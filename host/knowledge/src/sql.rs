@@ -52,24 +52,16 @@ fn is_ident(c: u8) -> bool {
 /// The IPv6 helpers that `database` (a provider's kind) cannot compute on
 /// its own columns: the guest computes every helper on values, and SQLite
 /// registers them all, but PostgreSQL has none of them and MySQL only
-/// `ip_key`. A statement that still calls one (so on a column) is refused
+/// `ip_key`. A statement that still calls one (so on a column: `calls` is
+/// the guard's [`Checked::calls`](super::guard::Checked::calls)) is refused
 /// at load with this name, rather than failing in the database.
-pub fn helper_missing_in(sql: &str, database: &str) -> Option<&'static str> {
-    let missing: &[&str] = match database {
+pub fn helper_missing_in(calls: &[String], database: &str) -> Option<&'static str> {
+    let missing: &[&'static str] = match database {
         "postgres" => &["ip_key", "cidr_min_key", "cidr_max_key", "cidr_contains"],
         "mysql" => &["cidr_min_key", "cidr_max_key", "cidr_contains"],
         _ => return None,
     };
-    let mut found = None;
-    let _ = rewrite_outside_quotes(sql, |sql, i, _| -> Result<_, std::convert::Infallible> {
-        if found.is_none()
-            && let Some(h) = helper_at(sql, i).filter(|h| missing.contains(h))
-        {
-            found = Some(h);
-        }
-        Ok(None)
-    });
-    found
+    calls.iter().find_map(|c| missing.iter().copied().find(|m| m == c))
 }
 
 /// The helper whose call starts at byte `i` of `sql` (its name in any case,

@@ -184,6 +184,11 @@ pub struct Checked {
     pub order: Option<String>,
     /// It ends in `limit n`.
     pub limited: bool,
+    /// The functions its condition calls (OML's helpers and those the
+    /// policy allows), in lower case, each once, in the order first met.
+    /// What is left of a helper here is applied to a column: the guest
+    /// folds helpers of values into parameters.
+    pub calls: Vec<String>,
 }
 
 /// The statement's first table (after the first `from` that a name
@@ -221,6 +226,7 @@ pub fn check_named(sql: &str, policy: &Policy) -> Result<Checked, Refusal> {
         terms: Some(Vec::new()),
         plain: true,
         refused: None,
+        calls: Vec::new(),
     };
     let checked = match r.statement() {
         Ok(c) => c,

@@ -25,6 +25,8 @@ pub(super) struct Reader<'t, 's> {
     pub(super) plain: bool,
     /// The function or aggregate refused, when that is why reading stopped.
     pub(super) refused: Option<&'s str>,
+    /// The functions the condition calls, in lower case, each once.
+    pub(super) calls: Vec<String>,
 }
 
 /// What one side of a comparison is.
@@ -167,7 +169,8 @@ impl<'s> Reader<'_, 's> {
         }
         let plain = self.plain;
         let terms = self.terms.take().filter(|_| !self.top_or && plain);
-        Ok(Checked { table, columns, keys, ranges, terms, plain, order, limited })
+        let calls = std::mem::take(&mut self.calls);
+        Ok(Checked { table, columns, keys, ranges, terms, plain, order, limited, calls })
     }
 
     /// `order by col [asc|desc] {, col [asc|desc]}`, if there: its text,
@@ -420,6 +423,10 @@ impl<'s> Reader<'_, 's> {
                         "the function `{w}` is not allowed: lookups may call OML's helpers ({}) and the functions the knowledge config lists in `functions`",
                         HELPERS.join(", ")
                     ));
+                }
+                let name = w.to_ascii_lowercase();
+                if !self.calls.contains(&name) {
+                    self.calls.push(name);
                 }
                 // `cidr4_contains(:p, col)`, exactly, at the top level.
                 let cidr4 = match &self.toks[self.at..self.toks.len().min(self.at + 5)] {
