@@ -53,7 +53,7 @@ impl Knowledge {
         let terms = checked.terms.clone();
         let order_by = checked.order.clone();
         // The batch form, from what the guard read of the statement.
-        let batch_select = batch_select(&checked, &s.params);
+        let batch_form = batch_select(&checked, &s.params);
         // The columns the lookup names, to say which one a table lacks.
         let named: Vec<String> =
             checked.columns.iter().chain(&checked.keys).chain(&checked.ranges).filter(|c| *c != "*").cloned().collect();
@@ -95,7 +95,7 @@ impl Knowledge {
             path,
         };
         if self.config.batch_misses
-            && let Some(select) = batch_select
+            && let Some(select) = batch_form
         {
             let key_type = bound.param_types.first().copied().unwrap_or(ParamType::Any);
             let plan = BatchPlan { select, key_type, order: order_by.unwrap_or_default() };

@@ -180,13 +180,7 @@ impl From<ProviderError> for LookupError {
             ProviderError::Unavailable(_) => LookupErrorKind::Unavailable,
             _ => LookupErrorKind::Failed,
         };
-        let message = match e {
-            ProviderError::Refused(m)
-            | ProviderError::Unavailable(m)
-            | ProviderError::TooLong(m)
-            | ProviderError::Unsupported(m) => m,
-        };
-        LookupError { kind, message }
+        LookupError { kind, message: e.message().to_owned() }
     }
 }
 

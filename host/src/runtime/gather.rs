@@ -16,9 +16,10 @@ use super::bindings::exports::omlet::rule::evaluator as ev;
 
 impl Rule {
     /// Where a one-record call goes on its thread (see `coalesce`), as a
-    /// small value: the future of `evaluate` keeps it across its awaits,
-    /// so the route made for `arrive` is dropped here, and an opener's
-    /// call, the larger and rarer path, is boxed.
+    /// small value: the future of `evaluate` keeps it across its awaits. A
+    /// caller that joins or goes alone compares its route with the
+    /// gathering's without converting it; an opener's call, the larger and
+    /// rarer path, is boxed, with the route converted once for it.
     pub(super) fn step<'a>(&'a self, co: &'a Coalescer<ev::Route>, route: Route<'a>, record: &'a Record) -> Step<'a> {
         let max = self.inner.engine.config.max_record_bytes;
         match co.arrive(&route, same_route, |r| wit_route(*r), record, max, current_caller) {

@@ -247,7 +247,7 @@ impl Rule {
         match out {
             Ok(r) => {
                 self.checkin(&self.inner.idle, inst);
-                r.map_err(|e| record_error(0, e))
+                own_output(r)
             }
             // A trapped instance is dropped, never reused.
             Err(e) => Err(call_error(&inst.store, e)),
@@ -258,7 +258,7 @@ impl Rule {
     /// when the call must be made on the async path (see [`Rule::call_sync`]).
     pub(super) fn evaluate_sync(&self, route: &ev::Route, input: &[u8]) -> Option<Result<Vec<u8>>> {
         let out = self.call_sync(|calls, store, generation| calls.evaluate(store, generation, route, input))?;
-        Some(out.and_then(|r| r.map_err(|e| record_error(0, e))))
+        Some(out.and_then(own_output))
     }
 
     /// One `evaluate-batch` call on a frame: the records' output frame and
@@ -294,7 +294,7 @@ impl Rule {
         match out {
             Ok(e) => {
                 self.checkin(&self.inner.idle, inst);
-                Ok(ExplainOut { output: e.output.map_err(|e| record_error(0, e)), trace: e.trace, layers })
+                Ok(ExplainOut { output: own_output(e.output), trace: e.trace, layers })
             }
             Err(e) => Err(call_error(&inst.store, e)),
         }
@@ -307,6 +307,11 @@ pub(super) struct ExplainOut {
     pub(super) trace: String,
     /// Per lookup: its number in the trace, the layer, the time in µs.
     pub(super) layers: Vec<(u32, &'static str, u64)>,
+}
+
+/// The output frame of a one-record call, or its record's error.
+fn own_output(out: Result<Vec<u8>, ev::EvalError>) -> Result<Vec<u8>> {
+    out.map_err(|e| record_error(0, e))
 }
 
 pub(super) fn record_error(index: usize, e: ev::EvalError) -> Error {
