@@ -607,6 +607,7 @@ def main():
               "its thread's running out of tasks releases (so that nobody waits on an opener nobody polls) "
               "wakes its opener and one watcher, not every caller that joined; waking them all cost 10–30% "
               "of these calls at c = 16 to 64 in alternating `profile_concurrent` runs.",
+              "- **The call path redrawn** (issue 34, sessions 21–22, no change meant): the runtime split by job, coalescing's state one enum, the call below records taking frames only, a call's route converted once, knowledge a crate of its own. Not a full run: the eval bench of 0663bf9 (before), 4a0a315 and c5c1a51 (after), alternated three times, medians, after ÷ before: `real/wasm_single` 0.97, `real/wasm_batch_256` 1.00, `lookup/wasm_single_guest_cache` 0.96, `concurrency_lookup/16` 1.18, `concurrency_pure/16` 0.86, `omlet run` over 200,000 nginx records 0.99 (time). The ranges overlap but for `concurrency_pure/16`, which four runs of its own put at 0.81, 0.99, 0.86 and 1.16: this VM's swings, no direction (docs/decisions.md, \"Where things live, continued\").",
               "- Where a one-record call goes (perf, `host/examples/profile_single.rs`): about a third in the "
               "guest (decoding the frame, evaluating, encoding the output, its allocator), the rest spread "
               "over wasmtime's call path (entering the instance, lowering the frame through `cabi_realloc`, "
