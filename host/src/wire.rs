@@ -21,8 +21,8 @@ pub(crate) fn encode_record(r: &Record) -> Vec<u8> {
 /// One record as a frame from a writer of its own: while the thread's
 /// buffers are in use, or gone (the thread is ending).
 fn fresh_frame(r: &Record) -> Vec<u8> {
-    let mut w = Writer::with_capacity(1, r.fields().len());
-    w.record(r.fields());
+    let mut w = Writer::new();
+    r.write_frame(&mut w);
     w.finish()
 }
 
@@ -41,7 +41,7 @@ pub(crate) fn with_record_frame<T>(r: &Record, f: impl FnOnce(&[u8]) -> T) -> T 
             return f(&fresh_frame(r));
         };
         let (w, frame) = &mut *b;
-        w.record(r.fields());
+        r.write_frame(w);
         w.take_frame_into(frame);
         let out = f(frame);
         if frame.capacity() > omlet_lang::frame::KEEP_BYTES {
@@ -55,7 +55,7 @@ pub(crate) fn with_record_frame<T>(r: &Record, f: impl FnOnce(&[u8]) -> T) -> T 
 pub(crate) fn encode_frame<'r>(records: impl ExactSizeIterator<Item = &'r Record>) -> Vec<u8> {
     let mut w = Writer::with_capacity(records.len(), 8);
     for r in records {
-        w.record(r.fields());
+        r.write_frame(&mut w);
     }
     w.finish()
 }

@@ -83,7 +83,78 @@ impl Writer {
         for f in fields {
             self.field(f);
         }
+        self.end_record();
+    }
+
+    /// Appends one field of a record written field by field; [`Writer::end_record`]
+    /// ends the record. For a writer that reads its fields as it goes (a
+    /// JSON line read straight into a frame), so that they need not be
+    /// collected first.
+    pub fn push_field(&mut self, f: &Field<'_>) {
+        self.field(f);
+    }
+
+    /// Ends the record that [`Writer::push_field`] wrote.
+    pub fn end_record(&mut self) {
         self.sizes.push(self.count);
+        self.count = 0;
+    }
+
+    /// Appends every record of `frame`, a frame a [`Writer`] made: its nodes
+    /// copied with their text spans moved to where its text lands here. A
+    /// record kept as its own frame is added to a batch this way, without
+    /// being read into fields and written again. A frame that does not read
+    /// (a damaged one) is refused, and this writer left as it was.
+    pub fn append_frame(&mut self, frame: &[u8]) -> Result<(), FrameError> {
+        let r = Reader::new(frame)?;
+        let base = u32::try_from(self.text.len()).map_err(|_| "frame too large")?;
+        let text_len = r.text.len() as u64;
+        let mark = self.mark();
+        let start = self.nodes.len();
+        self.nodes.extend_from_slice(r.nodes);
+        // Walks the copied nodes, moving each span by `base`.
+        let rebase = |nodes: &mut [u8], at: usize| -> Result<(), FrameError> {
+            let b = nodes.get_mut(at..at + 8).ok_or("truncated node")?;
+            let s = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            let len = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+            if u64::from(s) + u64::from(len) > text_len {
+                return Err("a span points outside the frame's text");
+            }
+            let moved = s.checked_add(base).ok_or("frame too large")?;
+            b[..4].copy_from_slice(&moved.to_le_bytes());
+            Ok(())
+        };
+        let walked = (|| {
+            let nodes = &mut self.nodes[start..];
+            let mut at = 0;
+            while at < nodes.len() {
+                let tag = nodes[at];
+                rebase(nodes, at + 1)?;
+                at += 9;
+                at += match tag {
+                    CHARS | BIGINT => {
+                        rebase(nodes, at)?;
+                        8
+                    }
+                    DIGIT | FLOAT | TIME => 8,
+                    BOOL => 1,
+                    IPV4 | OBJ | ARRAY => 4,
+                    IPV6 => 16,
+                    NULL | IGNORE => 0,
+                    _ => return Err("unknown node tag"),
+                };
+            }
+            if at == nodes.len() { Ok(()) } else { Err("truncated node") }
+        })();
+        if let Err(e) = walked {
+            self.truncate(mark);
+            return Err(e);
+        }
+        self.text.extend_from_slice(r.text.as_bytes());
+        for i in 0..r.records() {
+            self.sizes.push(r.size(i)?);
+        }
+        Ok(())
     }
 
     fn span(&mut self, s: &str) {
@@ -165,6 +236,7 @@ impl Writer {
 
     /// Drops the records written since `mark`.
     pub fn truncate(&mut self, mark: Mark) {
+        self.count = 0;
         self.sizes.truncate(mark.sizes);
         self.nodes.truncate(mark.nodes);
         self.text.truncate(mark.text);
@@ -450,6 +522,39 @@ mod tests {
     }
 
     #[test]
+    fn appended_frames_read_as_if_written_here() {
+        let one = |fields: &[Field<'_>]| {
+            let mut w = Writer::default();
+            w.record(fields);
+            w.finish()
+        };
+        let mut direct = Writer::default();
+        let mut appended = Writer::default();
+        for fields in [&sample()[..], &[], &sample()[3..]] {
+            direct.record(fields);
+            appended.append_frame(&one(fields)).unwrap();
+        }
+        // Field by field, as a reader that does not collect them writes.
+        for f in &sample()[..4] {
+            direct.push_field(f);
+            appended.push_field(f);
+        }
+        direct.end_record();
+        appended.end_record();
+        assert_eq!(appended.finish(), direct.finish());
+        // A damaged frame is refused, and the writer is as it was.
+        let mut w = Writer::default();
+        w.record(&sample()[..2]);
+        let before = w.len();
+        let mut bad = one(&sample());
+        let at = 12 + 4 + 1; // the first node's name span
+        bad[at..at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert_eq!(w.append_frame(&bad).err(), Some("a span points outside the frame's text"));
+        assert_eq!(w.len(), before);
+        assert_eq!(w.finish(), one(&sample()[..2]));
+    }
+
+    #[test]
     fn damaged_frames_are_refused_without_panicking() {
         let mut w = Writer::default();
         w.record(&sample());
@@ -464,6 +569,7 @@ mod tests {
             for b in [0u8, 1, 0x7f, 0xff] {
                 let mut bad = good.clone();
                 bad[i] = b;
+                let _ = Writer::default().append_frame(&bad);
                 if let Ok(mut r) = Reader::new(&bad) {
                     let _ = r.size(0).and_then(|n| r.fields(n));
                 }

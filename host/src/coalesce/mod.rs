@@ -251,7 +251,7 @@ impl<R: Send> Coalescer<R> {
             return Arrival::Alone;
         }
         let mut frame = std::mem::take(&mut open.spare);
-        frame.record(record.fields());
+        record.write_frame(&mut frame);
         let g = Arc::new(Gathering {
             state: Mutex::new(Gathered {
                 route: Some(make(route)),
@@ -295,7 +295,7 @@ impl<R: Send> Gathering<R> {
             return None;
         }
         let mark = st.frame.mark();
-        st.frame.record(record.fields());
+        record.write_frame(&mut st.frame);
         let index = if st.frame.len() > max_bytes {
             // Full: this record goes alone.
             st.frame.truncate(mark);

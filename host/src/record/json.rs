@@ -12,7 +12,7 @@ pub fn from_json(json: &Json) -> std::result::Result<Record, String> {
     let Json::Object(map) = json else {
         return Err("a record must be a JSON object".to_string());
     };
-    Ok(Record { fields: map.iter().map(|(k, v)| Field::new(Cow::Owned(k.clone()), value_from_json(v))).collect() })
+    Ok(Record::from_fields(map.iter().map(|(k, v)| Field::new(Cow::Owned(k.clone()), value_from_json(v))).collect()))
 }
 
 /// Parses one JSON text into a record, with the mapping of [`from_json`]
@@ -31,9 +31,134 @@ pub fn from_json_str(text: &str) -> std::result::Result<Record, String> {
         // every number's literal at hand, to keep its digits.
         let TopLevel::<true>(fields) =
             big::exact(text, || serde_json::from_str(text)).map_err(|e| format!("invalid JSON: {e}"))?;
-        return Ok(Record { fields });
+        return Ok(Record::from_fields(fields));
     }
-    Ok(Record { fields })
+    Ok(Record::from_fields(fields))
+}
+
+thread_local! {
+    /// The reading thread's writer for [`frame_from_json_str`], reused line after line.
+    static LINE_WRITER: std::cell::RefCell<omlet_lang::frame::Writer> = const { std::cell::RefCell::new(omlet_lang::frame::Writer::new()) };
+}
+
+/// Most top-level fields a line may have to be read straight into a frame:
+/// past that, repeated keys are looked for through [`TopLevel`]'s index.
+const DIRECT_FIELDS: usize = INDEX_FROM;
+
+/// Reads one JSON object straight into a one-record frame, each field
+/// written as it is read, so that no field is built as a value and freed
+/// again (a JSONL line that is evaluated and dropped needs only the frame).
+/// The frame is what writing [`from_json_str`]'s record gives, byte for
+/// byte. `None` means "read it the usual way": for text that is not an
+/// object or not JSON (whose error [`from_json_str`] words), a repeated key
+/// (the first place keeps the last value there), a key with escapes, more
+/// than [`DIRECT_FIELDS`] fields, or a number that may be an integer past
+/// 64 bits (which needs a second read). Nested objects and arrays are read
+/// as values, as before, and written whole.
+pub(crate) fn frame_from_json_str(text: &str) -> Option<Vec<u8>> {
+    use serde::de::Deserializer as _;
+    if !text.trim_start().starts_with('{') {
+        return None;
+    }
+    let _ = big::seen();
+    LINE_WRITER.with(|cell| {
+        let mut w = cell.try_borrow_mut().ok()?;
+        let mark = w.mark();
+        let mut de = serde_json::Deserializer::from_str(text);
+        let read = de.deserialize_map(DirectRecord(&mut w)).and_then(|()| de.end());
+        if read.is_err() || big::seen() {
+            w.truncate(mark);
+            return None;
+        }
+        w.end_record();
+        Some(w.take_frame())
+    })
+}
+
+/// The top-level object of [`frame_from_json_str`]: each member written as
+/// it is read.
+struct DirectRecord<'w>(&'w mut omlet_lang::frame::Writer);
+
+impl<'de> serde::de::Visitor<'de> for DirectRecord<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON object")
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> std::result::Result<(), A::Error> {
+        use serde::de::Error as _;
+        let mut keys: Vec<&'de str> = Vec::with_capacity(16);
+        // A key with escapes is not borrowed from the text: an error here,
+        // so that the line is read the usual way.
+        while let Some(key) = map.next_key::<&'de str>()? {
+            if keys.len() >= DIRECT_FIELDS || keys.contains(&key) {
+                return Err(A::Error::custom("read the usual way"));
+            }
+            keys.push(key);
+            map.next_value_seed(DirectValue { w: &mut *self.0, name: crate::wire::names::cow(key) })?;
+        }
+        Ok(())
+    }
+}
+
+/// One member's value, written as a field of the record.
+struct DirectValue<'w> {
+    w: &'w mut omlet_lang::frame::Writer,
+    name: Cow<'static, str>,
+}
+
+impl DirectValue<'_> {
+    fn write(self, value: LangValue<'_>) {
+        self.w.push_field(&Field::new(self.name, value));
+    }
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for DirectValue<'_> {
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> std::result::Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for DirectValue<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_unit<Er>(self) -> std::result::Result<(), Er> {
+        self.write(LangValue::Null);
+        Ok(())
+    }
+    fn visit_bool<Er>(self, b: bool) -> std::result::Result<(), Er> {
+        self.write(LangValue::Bool(b));
+        Ok(())
+    }
+    fn visit_i64<Er>(self, i: i64) -> std::result::Result<(), Er> {
+        self.write(LangValue::Digit(i));
+        Ok(())
+    }
+    fn visit_u64<Er>(self, u: u64) -> std::result::Result<(), Er> {
+        self.write(i64::try_from(u).map(LangValue::Digit).unwrap_or_else(|_| LangValue::BigInt(Cow::Owned(u.to_string()))));
+        Ok(())
+    }
+    fn visit_f64<Er>(self, f: f64) -> std::result::Result<(), Er> {
+        // `big::float` notes a float that may have been a big integer.
+        self.write(big::float(f));
+        Ok(())
+    }
+    fn visit_str<Er>(self, s: &str) -> std::result::Result<(), Er> {
+        self.write(LangValue::Chars(Cow::Borrowed(s)));
+        Ok(())
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> std::result::Result<(), A::Error> {
+        let JsonValue::<false>(v) = serde::de::Visitor::visit_seq(JsonVisitor::<false>, seq)?;
+        self.write(v);
+        Ok(())
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> std::result::Result<(), A::Error> {
+        let JsonValue::<false>(v) = serde::de::Visitor::visit_map(JsonVisitor::<false>, map)?;
+        self.write(v);
+        Ok(())
+    }
 }
 
 /// Integers past u64 in JSON text. serde_json reads them as floats, with
@@ -219,53 +344,57 @@ pub(super) struct JsonValue<const EXACT: bool>(pub(super) LangValue<'static>);
 
 impl<'de, const EXACT: bool> serde::Deserialize<'de> for JsonValue<EXACT> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        struct V<const E: bool>;
-        impl<'de, const E: bool> serde::de::Visitor<'de> for V<E> {
-            type Value = JsonValue<E>;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a JSON value")
-            }
-            fn visit_unit<Er>(self) -> std::result::Result<JsonValue<E>, Er> {
-                Ok(JsonValue(LangValue::Null))
-            }
-            fn visit_bool<Er>(self, b: bool) -> std::result::Result<JsonValue<E>, Er> {
-                Ok(JsonValue(LangValue::Bool(b)))
-            }
-            fn visit_i64<Er>(self, i: i64) -> std::result::Result<JsonValue<E>, Er> {
-                let v = LangValue::Digit(i);
-                Ok(JsonValue(if E { big::exact_integer(v) } else { v }))
-            }
-            fn visit_u64<Er>(self, u: u64) -> std::result::Result<JsonValue<E>, Er> {
-                let v = i64::try_from(u).map(LangValue::Digit).unwrap_or_else(|_| LangValue::BigInt(Cow::Owned(u.to_string())));
-                Ok(JsonValue(if E { big::exact_integer(v) } else { v }))
-            }
-            fn visit_f64<Er>(self, f: f64) -> std::result::Result<JsonValue<E>, Er> {
-                Ok(JsonValue(if E { big::exact_float(f) } else { big::float(f) }))
-            }
-            fn visit_str<Er>(self, s: &str) -> std::result::Result<JsonValue<E>, Er> {
-                Ok(JsonValue(LangValue::Chars(Cow::Owned(s.to_string()))))
-            }
-            fn visit_string<Er>(self, s: String) -> std::result::Result<JsonValue<E>, Er> {
-                Ok(JsonValue(LangValue::Chars(Cow::Owned(s))))
-            }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<JsonValue<E>, A::Error> {
-                let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(4));
-                while let Some(JsonValue::<E>(v)) = seq.next_element()? {
-                    items.push(Field::new(Cow::Borrowed(""), v));
-                }
-                Ok(JsonValue(LangValue::Array(Box::new(items))))
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> std::result::Result<JsonValue<E>, A::Error> {
-                let mut members = Vec::with_capacity(map.size_hint().unwrap_or(4));
-                while let Some(key) = map.next_key::<String>()? {
-                    let JsonValue::<E>(v) = map.next_value()?;
-                    members.push(Field::new(Cow::Owned(key), v));
-                }
-                // Sorted once (n log n), not one insertion per member.
-                Ok(JsonValue(LangValue::Obj(Box::new(obj_from(members)))))
-            }
+        d.deserialize_any(JsonVisitor::<EXACT>)
+    }
+}
+
+/// The visitor of [`JsonValue`], which [`DirectValue`] also hands nested
+/// values to.
+struct JsonVisitor<const E: bool>;
+
+impl<'de, const E: bool> serde::de::Visitor<'de> for JsonVisitor<E> {
+    type Value = JsonValue<E>;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_unit<Er>(self) -> std::result::Result<JsonValue<E>, Er> {
+        Ok(JsonValue(LangValue::Null))
+    }
+    fn visit_bool<Er>(self, b: bool) -> std::result::Result<JsonValue<E>, Er> {
+        Ok(JsonValue(LangValue::Bool(b)))
+    }
+    fn visit_i64<Er>(self, i: i64) -> std::result::Result<JsonValue<E>, Er> {
+        let v = LangValue::Digit(i);
+        Ok(JsonValue(if E { big::exact_integer(v) } else { v }))
+    }
+    fn visit_u64<Er>(self, u: u64) -> std::result::Result<JsonValue<E>, Er> {
+        let v = i64::try_from(u).map(LangValue::Digit).unwrap_or_else(|_| LangValue::BigInt(Cow::Owned(u.to_string())));
+        Ok(JsonValue(if E { big::exact_integer(v) } else { v }))
+    }
+    fn visit_f64<Er>(self, f: f64) -> std::result::Result<JsonValue<E>, Er> {
+        Ok(JsonValue(if E { big::exact_float(f) } else { big::float(f) }))
+    }
+    fn visit_str<Er>(self, s: &str) -> std::result::Result<JsonValue<E>, Er> {
+        Ok(JsonValue(LangValue::Chars(Cow::Owned(s.to_string()))))
+    }
+    fn visit_string<Er>(self, s: String) -> std::result::Result<JsonValue<E>, Er> {
+        Ok(JsonValue(LangValue::Chars(Cow::Owned(s))))
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<JsonValue<E>, A::Error> {
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(4));
+        while let Some(JsonValue::<E>(v)) = seq.next_element()? {
+            items.push(Field::new(Cow::Borrowed(""), v));
         }
-        d.deserialize_any(V::<EXACT>)
+        Ok(JsonValue(LangValue::Array(Box::new(items))))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> std::result::Result<JsonValue<E>, A::Error> {
+        let mut members = Vec::with_capacity(map.size_hint().unwrap_or(4));
+        while let Some(key) = map.next_key::<String>()? {
+            let JsonValue::<E>(v) = map.next_value()?;
+            members.push(Field::new(Cow::Owned(key), v));
+        }
+        // Sorted once (n log n), not one insertion per member.
+        Ok(JsonValue(LangValue::Obj(Box::new(obj_from(members)))))
     }
 }
 

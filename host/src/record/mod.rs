@@ -9,6 +9,7 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
+use std::sync::OnceLock;
 
 use omlet_lang::value::{Field, Value as LangValue};
 use serde_json::Value as Json;
@@ -39,9 +40,28 @@ pub use json::{fields_json, from_json, from_json_str, to_json_string, value_from
 /// Fields a rule marks as ignored (spec §4.5: `__` names, `ignore` values)
 /// stay inside the record but are not shown: `get`, `iter`, `len` and the
 /// JSON form skip them.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Default)]
 pub struct Record {
-    fields: Vec<Field<'static>>,
+    /// The fields: given at once, or read from `frame` when first asked for.
+    fields: OnceLock<Vec<Field<'static>>>,
+    /// The record as a one-record frame, when it was read straight into one
+    /// (a JSONL line, [`Record::from_json_line`]): a record that is only
+    /// evaluated and dropped is never taken apart into fields, so it costs
+    /// one buffer instead of one per field, and goes into a batch frame as
+    /// bytes ([`Record::write_frame`]). Any change to the record drops it.
+    frame: Option<Box<[u8]>>,
+}
+
+impl PartialEq for Record {
+    fn eq(&self, other: &Record) -> bool {
+        self.fields() == other.fields()
+    }
+}
+
+impl std::fmt::Debug for Record {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Record").field("fields", &self.fields()).finish()
+    }
 }
 
 /// A field's value, by OML kind (spec §4.1).
@@ -93,7 +113,7 @@ impl Record {
 
     /// The record as one line of JSON (spec §11).
     pub fn to_json(&self) -> String {
-        fields_json(&self.fields)
+        fields_json(self.fields())
     }
 
     /// Appends [`Record::to_json`]'s text to `out`: a writer of many records
@@ -106,7 +126,7 @@ impl Record {
     /// # Ok::<(), omlet::Error>(())
     /// ```
     pub fn write_json(&self, out: &mut String) {
-        write_fields_json(&self.fields, out);
+        write_fields_json(self.fields(), out);
     }
 
     /// The record as a `serde_json::Value` object.
@@ -117,12 +137,12 @@ impl Record {
 
     /// The value of field `name`, if the record shows one.
     pub fn get(&self, name: &str) -> Option<Value> {
-        self.fields.iter().find(|f| f.name == name && !matches!(f.value, LangValue::Ignore)).map(|f| Value::from_lang(&f.value))
+        self.fields().iter().find(|f| f.name == name && !matches!(f.value, LangValue::Ignore)).map(|f| Value::from_lang(&f.value))
     }
 
     /// Whether the record shows a field `name`.
     pub fn contains(&self, name: &str) -> bool {
-        self.fields.iter().any(|f| f.name == name && !matches!(f.value, LangValue::Ignore))
+        self.fields().iter().any(|f| f.name == name && !matches!(f.value, LangValue::Ignore))
     }
 
     /// Sets field `name`: in its place when the record has it (giving back
@@ -130,13 +150,13 @@ impl Record {
     pub fn insert(&mut self, name: impl Into<String>, value: impl Into<Value>) -> Option<Value> {
         let name = name.into();
         let value = value.into().into_lang();
-        match self.fields.iter_mut().find(|f| f.name == name.as_str()) {
+        match self.fields_mut().iter_mut().find(|f| f.name == name.as_str()) {
             Some(f) => {
                 let old = std::mem::replace(&mut f.value, value);
                 (!matches!(old, LangValue::Ignore)).then(|| Value::from_lang(&old))
             }
             None => {
-                self.fields.push(Field::new(Cow::Owned(name), value));
+                self.fields_mut().push(Field::new(Cow::Owned(name), value));
                 None
             }
         }
@@ -144,8 +164,8 @@ impl Record {
 
     /// Removes field `name`, giving back its value.
     pub fn remove(&mut self, name: &str) -> Option<Value> {
-        let at = self.fields.iter().position(|f| f.name == name)?;
-        let old = self.fields.remove(at).value;
+        let at = self.fields().iter().position(|f| f.name == name)?;
+        let old = self.fields_mut().remove(at).value;
         (!matches!(old, LangValue::Ignore)).then(|| Value::from_lang(&old))
     }
 
@@ -191,7 +211,7 @@ impl Record {
     pub fn retype(&mut self, types: &BTreeMap<String, String>) -> Result<()> {
         use omlet_lang::value::{Kind, Type, convert};
         // Typed on a copy: a field that fails leaves the record as it was.
-        let mut typed = self.fields.clone();
+        let mut typed = self.fields().to_vec();
         for f in &mut typed {
             let Some(ty) = types.get(f.name.as_ref()) else { continue };
             let (name, text) = (f.name.to_string(), f.value.raw_text().into_owned());
@@ -218,7 +238,7 @@ impl Record {
                 return Err(bad(format!("not {}: {text}", kind.name())));
             }
         }
-        self.fields = typed;
+        *self.fields_mut() = typed;
         Ok(())
     }
 
@@ -228,25 +248,64 @@ impl Record {
     }
 
     fn shown(&self) -> impl Iterator<Item = &Field<'static>> + '_ {
-        self.fields.iter().filter(|f| !matches!(f.value, LangValue::Ignore))
+        self.fields().iter().filter(|f| !matches!(f.value, LangValue::Ignore))
     }
 
     /// The evaluator's fields (the wire and the CLI's native runs).
     #[doc(hidden)]
     pub fn fields(&self) -> &[Field<'static>] {
-        &self.fields
+        self.fields.get_or_init(|| match &self.frame {
+            Some(frame) => crate::wire::decode_record(frame).map(Record::into_fields).unwrap_or_else(|e| {
+                // Only `from_json_line` makes these frames, with a `Writer`.
+                debug_assert!(false, "a record's own frame does not read: {e}");
+                Vec::new()
+            }),
+            None => Vec::new(),
+        })
+    }
+
+    /// The fields, to change: the frame, if any, no longer says the same.
+    fn fields_mut(&mut self) -> &mut Vec<Field<'static>> {
+        self.fields();
+        self.frame = None;
+        self.fields.get_mut().expect("the fields were just read")
     }
 
     /// A record of the evaluator's fields.
     #[doc(hidden)]
     pub fn from_fields(fields: Vec<Field<'static>>) -> Record {
-        Record { fields }
+        Record { fields: OnceLock::from(fields), frame: None }
     }
 
     /// The evaluator's fields, taken out.
     #[doc(hidden)]
     pub fn into_fields(self) -> Vec<Field<'static>> {
-        self.fields
+        self.fields();
+        self.fields.into_inner().unwrap_or_default()
+    }
+
+    /// Reads one line of JSONL: [`record::from_json_str`](from_json_str)'s
+    /// record, kept as a one-record frame when the line reads straight into
+    /// one (see `json::frame_from_json_str`), which is what a record read
+    /// only to be evaluated needs. The frame is taken apart into fields only
+    /// if they are asked for.
+    pub(crate) fn from_json_line(text: &str) -> std::result::Result<Record, String> {
+        match json::frame_from_json_str(text) {
+            Some(frame) => Ok(Record { fields: OnceLock::new(), frame: Some(frame.into_boxed_slice()) }),
+            None => from_json_str(text),
+        }
+    }
+
+    /// Appends the record to a frame being written: its own frame's bytes
+    /// when it has one, else its fields (the wire).
+    #[doc(hidden)]
+    pub fn write_frame(&self, w: &mut omlet_lang::frame::Writer) {
+        if let Some(frame) = &self.frame
+            && w.append_frame(frame).is_ok()
+        {
+            return;
+        }
+        w.record(self.fields());
     }
 }
 
@@ -281,7 +340,7 @@ impl serde::Serialize for Record {
 impl<'de> serde::Deserialize<'de> for Record {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
         let TopLevel(fields) = TopLevel::<false>::deserialize(d)?;
-        Ok(Record { fields })
+        Ok(Record::from_fields(fields))
     }
 }
 

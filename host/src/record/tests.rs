@@ -108,6 +108,54 @@ fn wide_records_with_repeated_keys_read_like_small_ones() {
     wide.push_str("\"f0\":\"last\"}");
     let r = from_json_str(&wide).unwrap();
     assert_eq!(r.len(), 200_000);
-    let r = r.fields;
+    let r = r.fields();
     assert_eq!(fields_json(&r[..1]), r#"{"f0":"last"}"#);
+}
+
+/// A JSONL line read straight into a frame is the record `from_json_str`
+/// reads, field for field, and goes into a batch as the same bytes; lines
+/// the direct read leaves alone (escaped or repeated keys, big integers,
+/// wide records, text that is not an object) are read the usual way.
+#[test]
+fn a_line_read_into_a_frame_is_the_record_read_into_fields() {
+    let wide = format!("{{{}}}", (0..40).map(|i| format!("\"k{i}\":{i}")).collect::<Vec<_>>().join(","));
+    let lines: Vec<(String, bool)> = [
+        (r#"{"remote_addr":"10.0.0.7","status":"200","request_time":"0.012","message":"10.0.0.7 - - GET / 200"}"#, true),
+        (r#"{"a":1,"b":-2.5,"c":"x\u00e9\n\"q\"","d":null,"e":true,"f":[1,"two",[3],{"z":1,"a":2}],"g":{"y":{"k":[]},"b":0.0}}"#, true),
+        (r#"{"max":9223372036854775807,"u":18446744073709551615,"min":-9223372036854775808,"exp":1e3,"z":-0,"tiny":5e-324}"#, true),
+        (r#"  {"海":"莲花","":"", "spaced" : [ ] }  "#, true),
+        (r#"{}"#, true),
+        (r#"{"dup":1,"other":2,"dup":3}"#, false),
+        (r#"{"esc\"aped":1}"#, false),
+        (r#"{"past":18446744073709551616}"#, false),
+        (r#"{"f":1e20}"#, false),
+        (&wide, false),
+    ]
+    .into_iter()
+    .map(|(t, direct)| (t.to_string(), direct))
+    .collect();
+    for (text, direct) in &lines {
+        assert_eq!(json::frame_from_json_str(text).is_some(), *direct, "direct read of {text}");
+        let line = Record::from_json_line(text).unwrap();
+        let usual = from_json_str(text).unwrap();
+        assert_eq!(line.fields(), usual.fields(), "{text}");
+        let (mut a, mut b) = (omlet_lang::frame::Writer::new(), omlet_lang::frame::Writer::new());
+        Record::from_json_line(text).unwrap().write_frame(&mut a);
+        b.record(usual.fields());
+        assert_eq!(a.finish(), b.finish(), "frame of {text}");
+    }
+    // What is not a record fails with the usual words.
+    for text in [r#"[1]"#, r#"{"a":1"#, r#"{"a":1} x"#, r#"{"a":1e400}"#, "nope"] {
+        assert!(json::frame_from_json_str(text).is_none(), "{text}");
+        assert_eq!(Record::from_json_line(text).err(), from_json_str(text).err(), "{text}");
+    }
+    // A changed record is its fields: the frame it was read into is dropped.
+    let mut r = Record::from_json_line(r#"{"a":"1"}"#).unwrap();
+    r.insert("b", 2);
+    let mut w = omlet_lang::frame::Writer::new();
+    r.write_frame(&mut w);
+    let mut want = omlet_lang::frame::Writer::new();
+    want.record(from_json_str(r#"{"a":"1","b":2}"#).unwrap().fields());
+    assert_eq!(w.finish(), want.finish());
+    assert_eq!(r, from_json_str(r#"{"a":"1","b":2}"#).unwrap());
 }
