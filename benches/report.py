@@ -951,9 +951,12 @@ def start_section(r):
         lines.append(f"| `omlet run` over {many[0].split(' records')[0]} records against the Python loop | {ratio:.2f}x | "
                      f">= 3x | {'met' if ratio >= 3 else 'missed'} |")
         lines += ["", "With the cache, the start is a few percent of the 200,000-record run: what is left is the run "
-                  "itself (`omlet run` reports its own records/s on standard error), whose profile is about half guest "
-                  "code (the evaluation) and half the host's reading, parsing, framing and rendering. The 3x goal "
-                  "needs that run about twice as fast; the cache alone does not reach it."]
+                  "itself (`omlet run` reports its own records/s on standard error). Both cores are busy, the guest's "
+                  "code about 55 % of the CPU and the host's reading, framing and rendering the rest, with no function "
+                  "above 7 %: the cost is per field, spread over every statement. JSONL lines read straight into "
+                  "frames (session 23) took 6 % of the CPU off. The 3x goal needs about a third less CPU still, from "
+                  "both halves; docs/decisions.md (\"JSONL straight into frames, and what 3× needs\") measures each "
+                  "statement's share and gives the design that would reach it."]
     lines += ["", START_END, ""]
     return lines
 

@@ -159,3 +159,61 @@ fn a_line_read_into_a_frame_is_the_record_read_into_fields() {
     assert_eq!(w.finish(), want.finish());
     assert_eq!(r, from_json_str(r#"{"a":"1","b":2}"#).unwrap());
 }
+
+/// Random JSONL lines (a fixed seed): read straight into a frame or the
+/// usual way, each gives the record `from_json_str` gives, and the same frame.
+#[test]
+fn random_lines_read_into_frames_as_into_fields() {
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    fn text(next: &mut impl FnMut(u64) -> u64) -> String {
+        const PIECES: [&str; 10] = ["a", "status", "é", "海", "\\\"", "\\n", "\\u00e9", " ", "bot", "\\\\"];
+        let mut s = String::from("\"");
+        for _ in 0..next(5) {
+            s.push_str(PIECES[next(PIECES.len() as u64) as usize]);
+        }
+        s.push('"');
+        s
+    }
+    fn value(next: &mut impl FnMut(u64) -> u64, depth: u32) -> String {
+        match next(if depth > 2 { 9 } else { 11 }) {
+            0 => "null".into(),
+            1 => "true".into(),
+            2 => format!("{}", next(1000) as i64 - 500),
+            3 => ["9223372036854775807", "-9223372036854775808", "18446744073709551615", "18446744073709551616", "-0"]
+                [next(5) as usize]
+                .into(),
+            4 => ["0.5", "-1.25e3", "1e20", "5e-324", "123.0"][next(5) as usize].into(),
+            5..=8 => text(next),
+            9 => format!("[{}]", (0..next(4)).map(|_| value(next, depth + 1)).collect::<Vec<_>>().join(",")),
+            _ => format!(
+                "{{{}}}",
+                (0..next(4)).map(|_| format!("{}:{}", text(next), value(next, depth + 1))).collect::<Vec<_>>().join(",")
+            ),
+        }
+    }
+    let (mut direct, mut usual) = (0, 0);
+    for _ in 0..3000 {
+        let n = if next(20) == 0 { 40 } else { next(8) };
+        let members: Vec<String> = (0..n).map(|_| format!("{}:{}", text(&mut next), value(&mut next, 0))).collect();
+        let line = format!("{{{}}}", members.join(","));
+        match json::frame_from_json_str(&line) {
+            Some(_) => direct += 1,
+            None => usual += 1,
+        }
+        let want = from_json_str(&line).unwrap();
+        let got = Record::from_json_line(&line).unwrap();
+        assert_eq!(got.fields(), want.fields(), "{line}");
+        let (mut a, mut b) = (omlet_lang::frame::Writer::new(), omlet_lang::frame::Writer::new());
+        Record::from_json_line(&line).unwrap().write_frame(&mut a);
+        b.record(want.fields());
+        assert_eq!(a.finish(), b.finish(), "frame of {line}");
+    }
+    // Both paths were taken often enough to mean something.
+    assert!(direct > 500 && usual > 500, "{direct} read directly, {usual} the usual way");
+}
