@@ -36,6 +36,22 @@ pub fn from_json_str(text: &str) -> std::result::Result<Record, String> {
     Ok(Record::from_fields(fields))
 }
 
+/// Reads one JSON object as [`from_json_str`] does, into the same record,
+/// kept as the bytes a rule is called with until its fields are asked for:
+/// for records read to be evaluated and dropped (`stream::read`'s JSONL, the
+/// CLI's Kafka worker), one buffer instead of one per field. Reading its
+/// fields afterwards costs a second pass, so a host that reads them anyway is
+/// better served by `from_json_str`. The error is `from_json_str`'s message.
+///
+/// ```
+/// let line = r#"{"status":"200","bytes":512}"#;
+/// let r = omlet::record::from_json_line(line).unwrap();
+/// assert_eq!(r, omlet::record::from_json_str(line).unwrap());
+/// ```
+pub fn from_json_line(text: &str) -> std::result::Result<Record, String> {
+    Record::from_json_line(text)
+}
+
 thread_local! {
     /// The reading thread's writer for [`frame_from_json_str`], reused line after line.
     static LINE_WRITER: std::cell::RefCell<omlet_lang::frame::Writer> = const { std::cell::RefCell::new(omlet_lang::frame::Writer::new()) };

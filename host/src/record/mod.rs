@@ -19,7 +19,7 @@ use crate::{Error, Result};
 mod json;
 
 use json::{JsonValue, TopLevel, write_fields_json};
-pub use json::{fields_json, from_json, from_json_str, to_json_string, value_from_json};
+pub use json::{fields_json, from_json, from_json_line, from_json_str, to_json_string, value_from_json};
 
 /// One record: named fields in order, as a rule reads and writes them.
 ///
@@ -45,7 +45,7 @@ pub struct Record {
     /// The fields: given at once, or read from `frame` when first asked for.
     fields: OnceLock<Vec<Field<'static>>>,
     /// The record as a one-record frame, when it was read straight into one
-    /// (a JSONL line, [`Record::from_json_line`]): a record that is only
+    /// (a JSONL line, [`from_json_line`]): a record that is only
     /// evaluated and dropped is never taken apart into fields, so it costs
     /// one buffer instead of one per field, and goes into a batch frame as
     /// bytes ([`Record::write_frame`]). Any change to the record drops it.
@@ -284,11 +284,8 @@ impl Record {
         self.fields.into_inner().unwrap_or_default()
     }
 
-    /// Reads one line of JSONL: [`record::from_json_str`](from_json_str)'s
-    /// record, kept as a one-record frame when the line reads straight into
-    /// one (see `json::frame_from_json_str`), which is what a record read
-    /// only to be evaluated needs. The frame is taken apart into fields only
-    /// if they are asked for.
+    /// [`from_json_line`]: the record, kept as a one-record frame when the
+    /// text reads straight into one.
     pub(crate) fn from_json_line(text: &str) -> std::result::Result<Record, String> {
         match json::frame_from_json_str(text) {
             Some(frame) => Ok(Record { fields: OnceLock::new(), frame: Some(frame.into_boxed_slice()) }),

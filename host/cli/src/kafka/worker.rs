@@ -323,7 +323,8 @@ pub(super) fn to_input(
     } else {
         match std::str::from_utf8(bytes) {
             Ok(text) => {
-                let record = omlet::record::from_json_str(text).map_err(|m| Error::Input { what: what(), message: m });
+                // Kept as a frame until something reads its fields: the batch takes it as bytes.
+                let record = omlet::record::from_json_line(text).map_err(|m| Error::Input { what: what(), message: m });
                 (text.to_string(), record)
             }
             Err(e) => (
