@@ -502,13 +502,15 @@ mod tests {
         assert!(r.done());
     }
 
+    /// The frame of one record, from a writer of its own.
+    fn fresh(fields: &[Field<'_>]) -> Vec<u8> {
+        let mut w = Writer::default();
+        w.record(fields);
+        w.finish()
+    }
+
     #[test]
     fn a_reused_writer_gives_each_frame_alone_and_lets_huge_buffers_go() {
-        let fresh = |fields: &[Field<'_>]| {
-            let mut w = Writer::default();
-            w.record(fields);
-            w.finish()
-        };
         let mut w = Writer::new();
         w.record(&sample());
         assert_eq!(w.take_frame(), fresh(&sample()));
@@ -523,11 +525,7 @@ mod tests {
 
     #[test]
     fn appended_frames_read_as_if_written_here() {
-        let one = |fields: &[Field<'_>]| {
-            let mut w = Writer::default();
-            w.record(fields);
-            w.finish()
-        };
+        let one = fresh;
         let mut direct = Writer::default();
         let mut appended = Writer::default();
         for fields in [&sample()[..], &[], &sample()[3..]] {
