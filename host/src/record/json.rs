@@ -49,7 +49,10 @@ pub fn from_json_str(text: &str) -> std::result::Result<Record, String> {
 /// assert_eq!(r, omlet::record::from_json_str(line).unwrap());
 /// ```
 pub fn from_json_line(text: &str) -> std::result::Result<Record, String> {
-    Record::from_json_line(text)
+    match frame_from_json_str(text) {
+        Some(frame) => Ok(Record { fields: std::sync::OnceLock::new(), frame: Some(frame.into_boxed_slice()) }),
+        None => from_json_str(text),
+    }
 }
 
 thread_local! {
@@ -76,7 +79,7 @@ pub(crate) fn frame_from_json_str(text: &str) -> Option<Vec<u8>> {
     if !text.trim_start().starts_with('{') {
         return None;
     }
-    let _ = big::seen();
+    big::forget();
     LINE_WRITER.with(|cell| {
         let mut w = cell.try_borrow_mut().ok()?;
         let mark = w.mark();
@@ -102,14 +105,16 @@ impl<'de> serde::de::Visitor<'de> for DirectRecord<'_> {
     }
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> std::result::Result<(), A::Error> {
         use serde::de::Error as _;
-        let mut keys: Vec<&'de str> = Vec::with_capacity(16);
+        // The keys read so far, on the stack: no allocation per line.
+        let (mut keys, mut n) = ([""; DIRECT_FIELDS], 0);
         // A key with escapes is not borrowed from the text: an error here,
         // so that the line is read the usual way.
         while let Some(key) = map.next_key::<&'de str>()? {
-            if keys.len() >= DIRECT_FIELDS || keys.contains(&key) {
+            if n >= DIRECT_FIELDS || keys[..n].contains(&key) {
                 return Err(A::Error::custom("read the usual way"));
             }
-            keys.push(key);
+            keys[n] = key;
+            n += 1;
             map.next_value_seed(DirectValue { w: &mut *self.0, name: crate::wire::names::cow(key) })?;
         }
         Ok(())
@@ -135,30 +140,32 @@ impl<'de> serde::de::DeserializeSeed<'de> for DirectValue<'_> {
     }
 }
 
+/// Every kind but text goes through [`JsonVisitor`], so that a value is
+/// mapped as the usual read maps it; text is written borrowed from the line.
 impl<'de> serde::de::Visitor<'de> for DirectValue<'_> {
     type Value = ();
     fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         f.write_str("a JSON value")
     }
-    fn visit_unit<Er>(self) -> std::result::Result<(), Er> {
-        self.write(LangValue::Null);
+    fn visit_unit<Er: serde::de::Error>(self) -> std::result::Result<(), Er> {
+        self.write(JsonVisitor::<false>.visit_unit()?.0);
         Ok(())
     }
-    fn visit_bool<Er>(self, b: bool) -> std::result::Result<(), Er> {
-        self.write(LangValue::Bool(b));
+    fn visit_bool<Er: serde::de::Error>(self, b: bool) -> std::result::Result<(), Er> {
+        self.write(JsonVisitor::<false>.visit_bool(b)?.0);
         Ok(())
     }
-    fn visit_i64<Er>(self, i: i64) -> std::result::Result<(), Er> {
-        self.write(LangValue::Digit(i));
+    fn visit_i64<Er: serde::de::Error>(self, i: i64) -> std::result::Result<(), Er> {
+        self.write(JsonVisitor::<false>.visit_i64(i)?.0);
         Ok(())
     }
-    fn visit_u64<Er>(self, u: u64) -> std::result::Result<(), Er> {
-        self.write(i64::try_from(u).map(LangValue::Digit).unwrap_or_else(|_| LangValue::BigInt(Cow::Owned(u.to_string()))));
+    fn visit_u64<Er: serde::de::Error>(self, u: u64) -> std::result::Result<(), Er> {
+        self.write(JsonVisitor::<false>.visit_u64(u)?.0);
         Ok(())
     }
-    fn visit_f64<Er>(self, f: f64) -> std::result::Result<(), Er> {
-        // `big::float` notes a float that may have been a big integer.
-        self.write(big::float(f));
+    fn visit_f64<Er: serde::de::Error>(self, f: f64) -> std::result::Result<(), Er> {
+        // Notes a float that may have been a big integer (`big::float`).
+        self.write(JsonVisitor::<false>.visit_f64(f)?.0);
         Ok(())
     }
     fn visit_str<Er>(self, s: &str) -> std::result::Result<(), Er> {
@@ -166,13 +173,11 @@ impl<'de> serde::de::Visitor<'de> for DirectValue<'_> {
         Ok(())
     }
     fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> std::result::Result<(), A::Error> {
-        let JsonValue::<false>(v) = serde::de::Visitor::visit_seq(JsonVisitor::<false>, seq)?;
-        self.write(v);
+        self.write(JsonVisitor::<false>.visit_seq(seq)?.0);
         Ok(())
     }
     fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> std::result::Result<(), A::Error> {
-        let JsonValue::<false>(v) = serde::de::Visitor::visit_map(JsonVisitor::<false>, map)?;
-        self.write(v);
+        self.write(JsonVisitor::<false>.visit_map(map)?.0);
         Ok(())
     }
 }

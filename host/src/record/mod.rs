@@ -284,15 +284,6 @@ impl Record {
         self.fields.into_inner().unwrap_or_default()
     }
 
-    /// [`from_json_line`]: the record, kept as a one-record frame when the
-    /// text reads straight into one.
-    pub(crate) fn from_json_line(text: &str) -> std::result::Result<Record, String> {
-        match json::frame_from_json_str(text) {
-            Some(frame) => Ok(Record { fields: OnceLock::new(), frame: Some(frame.into_boxed_slice()) }),
-            None => from_json_str(text),
-        }
-    }
-
     /// Appends the record to a frame being written: its own frame's bytes
     /// when it has one, else its fields (the wire).
     #[doc(hidden)]

@@ -136,21 +136,21 @@ fn a_line_read_into_a_frame_is_the_record_read_into_fields() {
     .collect();
     for (text, direct) in &lines {
         assert_eq!(json::frame_from_json_str(text).is_some(), *direct, "direct read of {text}");
-        let line = Record::from_json_line(text).unwrap();
+        let line = from_json_line(text).unwrap();
         let usual = from_json_str(text).unwrap();
         assert_eq!(line.fields(), usual.fields(), "{text}");
         let (mut a, mut b) = (omlet_lang::frame::Writer::new(), omlet_lang::frame::Writer::new());
-        Record::from_json_line(text).unwrap().write_frame(&mut a);
+        from_json_line(text).unwrap().write_frame(&mut a);
         b.record(usual.fields());
         assert_eq!(a.finish(), b.finish(), "frame of {text}");
     }
     // What is not a record fails with the usual words.
     for text in [r#"[1]"#, r#"{"a":1"#, r#"{"a":1} x"#, r#"{"a":1e400}"#, "nope"] {
         assert!(json::frame_from_json_str(text).is_none(), "{text}");
-        assert_eq!(Record::from_json_line(text).err(), from_json_str(text).err(), "{text}");
+        assert_eq!(from_json_line(text).err(), from_json_str(text).err(), "{text}");
     }
     // A changed record is its fields: the frame it was read into is dropped.
-    let mut r = Record::from_json_line(r#"{"a":"1"}"#).unwrap();
+    let mut r = from_json_line(r#"{"a":"1"}"#).unwrap();
     r.insert("b", 2);
     let mut w = omlet_lang::frame::Writer::new();
     r.write_frame(&mut w);
@@ -207,10 +207,10 @@ fn random_lines_read_into_frames_as_into_fields() {
             None => usual += 1,
         }
         let want = from_json_str(&line).unwrap();
-        let got = Record::from_json_line(&line).unwrap();
+        let got = from_json_line(&line).unwrap();
         assert_eq!(got.fields(), want.fields(), "{line}");
         let (mut a, mut b) = (omlet_lang::frame::Writer::new(), omlet_lang::frame::Writer::new());
-        Record::from_json_line(&line).unwrap().write_frame(&mut a);
+        from_json_line(&line).unwrap().write_frame(&mut a);
         b.record(want.fields());
         assert_eq!(a.finish(), b.finish(), "frame of {line}");
     }

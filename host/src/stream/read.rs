@@ -9,7 +9,7 @@ use omlet_lang::value::{Field, Value};
 
 use super::Input;
 use crate::error::Limit;
-use crate::record::Record;
+use crate::record::{self, Record};
 use crate::{Error, Result};
 
 /// The text form of the input.
@@ -212,7 +212,7 @@ pub(super) fn jsonl(lines: Lines) -> impl Iterator<Item = Result<Input>> + Send 
         number += 1;
         let record = match line_error(&line, at, max) {
             Some(e) => Err(e),
-            None => Record::from_json_line(line.raw()).map_err(|m| bad_line(at, m)),
+            None => record::from_json_line(line.raw()).map_err(|m| bad_line(at, m)),
         };
         let raw = match line {
             Line::Text(t) | Line::TooLong(_, t) | Line::NotUtf8(_, t) => t,
