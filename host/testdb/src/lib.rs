@@ -126,6 +126,55 @@ impl Postgres {
             "psql",
         );
     }
+
+    /// A psql session kept open, for SQL whose effect must last between
+    /// steps of a test (a transaction holding a lock, say).
+    pub fn session(&self) -> PsqlSession {
+        let mut child = Command::new("psql")
+            .args(["-v", "ON_ERROR_STOP=1", "-q", "-X", "-h", "127.0.0.1", "-U", "postgres", "-d", "postgres", "-p"])
+            .arg(self.port.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("psql starts");
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().map(std::io::BufReader::new);
+        PsqlSession { child, stdin, stdout }
+    }
+}
+
+/// An open psql session ([`Postgres::session`]). Dropping it ends psql,
+/// which rolls back a transaction left open.
+pub struct PsqlSession {
+    child: Child,
+    stdin: Option<std::process::ChildStdin>,
+    stdout: Option<std::io::BufReader<std::process::ChildStdout>>,
+}
+
+impl PsqlSession {
+    /// Runs SQL and returns once psql has carried it out.
+    pub fn run(&mut self, sql: &str) {
+        use std::io::{BufRead, Write};
+        let (Some(stdin), Some(stdout)) = (self.stdin.as_mut(), self.stdout.as_mut()) else { panic!("psql ended") };
+        writeln!(stdin, "{sql}\n\\echo omlet-testdb-done").expect("psql takes SQL");
+        stdin.flush().expect("psql takes SQL");
+        let mut line = String::new();
+        loop {
+            line.clear();
+            let n = stdout.read_line(&mut line).expect("psql answers");
+            assert!(n > 0, "psql ended while running: {sql}");
+            if line.trim_end() == "omlet-testdb-done" {
+                return;
+            }
+        }
+    }
+}
+
+impl Drop for PsqlSession {
+    fn drop(&mut self) {
+        drop(self.stdin.take());
+        let _ = self.child.wait();
+    }
 }
 
 impl Drop for Postgres {

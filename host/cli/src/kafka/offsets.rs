@@ -175,6 +175,11 @@ pub(super) struct Shared {
     /// arrive in order), and whether another was asked for meanwhile.
     pub(super) committing: std::sync::atomic::AtomicBool,
     pub(super) commit_wanted: std::sync::atomic::AtomicBool,
+    /// The worker holds its partitions paused (waiting for room). A
+    /// partition assigned meanwhile is paused or resumed to match: librdkafka
+    /// keeps a partition's pause through its revoke and a later assign, so a
+    /// partition paused when it left would come back paused for good.
+    pub(super) paused: std::sync::atomic::AtomicBool,
 }
 
 impl Shared {
@@ -261,9 +266,17 @@ impl ConsumerContext for Callbacks {
         self.0.release(release);
     }
 
-    fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         let Rebalance::Assign(tpl) = rebalance else { return };
         self.0.stats.rebalances.fetch_add(1, Ordering::Relaxed);
+        // The new partitions take the worker's pause, whatever they had when
+        // this worker last held them (see `Shared::paused`).
+        let pause = self.0.paused.load(Ordering::Acquire);
+        if tpl.count() > 0
+            && let Err(e) = if pause { consumer.pause(tpl) } else { consumer.resume(tpl) }
+        {
+            tracing::warn!("kafka: cannot {} the assigned partitions: {e}", if pause { "pause" } else { "resume" });
+        }
         let parts: Vec<i32> = tpl.elements().iter().filter(|e| e.topic() == self.0.topic).map(|e| e.partition()).collect();
         {
             let mut t = self.0.lock();

@@ -71,6 +71,7 @@ pub async fn run(
         overdraft: std::sync::atomic::AtomicUsize::new(0),
         committing: std::sync::atomic::AtomicBool::new(false),
         commit_wanted: std::sync::atomic::AtomicBool::new(false),
+        paused: std::sync::atomic::AtomicBool::new(false),
         worker: format!(
             "{}-{}",
             std::process::id(),
@@ -147,6 +148,7 @@ pub async fn run(
         blocked_since = if blocked { blocked_since.or_else(|| Some(Instant::now())) } else { None };
         let want_pause = blocked_since.is_some_and(|t| t.elapsed() >= Duration::from_secs(1));
         if want_pause != paused {
+            shared.paused.store(want_pause, Ordering::Release);
             pause_all(&consumer, want_pause);
             paused = want_pause;
             if paused {

@@ -8,7 +8,9 @@
 //! 2. a worker killed with SIGKILL mid-run: nothing missing, duplicates
 //!    bounded by the in-flight limits;
 //! 3. the database stopped mid-run: `absent` and `fail` act as on files, and
-//!    every record still ends in the output or the errors topic;
+//!    every record still ends in the output or the errors topic; the
+//!    database stalled: the worker pauses and resumes, and partitions that
+//!    left it while paused are read again when they come back;
 //! 4. a knowledge row updated in PostgreSQL: every worker reloads (NOTIFY)
 //!    and emits the new value within a second;
 //! 5. records routed by a message header, and messages that are no record
@@ -421,6 +423,63 @@ fn workers_in_a_consumer_group() {
     assert_eq!(ids(&out).len(), 2_000, "a record was repeated");
     assert!(out.iter().all(|o| o.value["v"] == "old"), "a lookup did not wait for the lock");
     assert!(pauses >= 1, "the worker never paused while the database stalled");
+
+    // 3c. Partitions that leave a worker while it is paused, and come back.
+    // librdkafka keeps a partition's pause through its revoke and a later
+    // assign: a worker that resumed only what it held then never read them
+    // again (seen as a stalled partition after a worker was killed). Worker
+    // A stalls on the lock and pauses; B joins and takes some of A's
+    // partitions; B is killed; the lock goes; A resumes; B's partitions come
+    // back to A, and every record still comes out.
+    topics(&kafka, &["in3d", "out3d", "err3d"]);
+    let ports = free_ports(2);
+    let metrics = format!("127.0.0.1:{}", ports[0]);
+    let a = Worker::start(
+        dir.path(),
+        "w3-a",
+        &args(
+            &kafka,
+            &lookup_rule,
+            ["in3d", "g3d", "out3d", "err3d"],
+            &["--knowledge", &slow.display().to_string(), "--metrics", &metrics, "--batch", "16", "--concurrency", "1"],
+        ),
+    );
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while try_metric(ports[0], "omlet_assigned_partitions").as_deref() != Some("6") {
+        assert!(Instant::now() < deadline, "worker A did not take the six partitions");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let mut lock = pg.session();
+    lock.run("begin; lock table kv in access exclusive mode;");
+    produce(&b, "in3d", 0..600);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while try_metric(ports[0], "omlet_pauses_total").is_none_or(|p| p == "0") {
+        assert!(Instant::now() < deadline, "worker A did not pause while its lookups waited");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // B needs no database (and loading a lookup would wait for the lock).
+    let metrics = format!("127.0.0.1:{}", ports[1]);
+    let b_worker = Worker::start(
+        dir.path(),
+        "w3-b",
+        &args(&kafka, &ids_rule, ["in3d", "g3d", "out3d", "err3d"], &["--no-knowledge", "--metrics", &metrics]),
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while try_metric(ports[1], "omlet_assigned_partitions").is_none_or(|p| p == "0") {
+        assert!(Instant::now() < deadline, "worker B was given no partition");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_ne!(metric(ports[0], "omlet_pauses_total"), "0");
+    b_worker.kill();
+    lock.run("commit;");
+    drop(lock);
+    // A resumes what it holds now; B's partitions come back to it after the session timeout.
+    produce(&b, "in3d", 600..1_200);
+    wait_for_ids(&b, &["out3d", "err3d"], 1_200, Duration::from_secs(90));
+    let (status, _, log) = a.stop();
+    assert!(status.success(), "{status}\n{log}");
+    let got: HashSet<u64> = ids(&read_topic(&b, "out3d")).into_iter().collect();
+    assert_eq!(got, (0..1_200).collect::<HashSet<_>>(), "a record is missing");
 
     // 4. A knowledge row changes: every worker's caches follow within a second.
     pg.psql(
