@@ -233,7 +233,7 @@ pub async fn run(
         for (p, o) in last {
             let _ = tpl.add_partition_offset(&shared.topic, p, Offset::Offset(o));
         }
-        consumer.commit(&tpl, CommitMode::Sync).map_err(|e| kafka_error("the last offset commit failed", e))?;
+        last_commit(&consumer, &tpl).await?;
     }
     if let Some(e) = shared.failure.lock().ok().and_then(|mut f| f.take()) {
         return Err(e);
@@ -247,6 +247,56 @@ pub async fn run(
     }
     consumer.unsubscribe();
     Ok(())
+}
+
+/// How long the last commit is made again while the group is between
+/// generations.
+const LAST_COMMIT_PATIENCE: Duration = Duration::from_secs(10);
+
+/// The last commit. A group between generations (another worker left or
+/// joined a moment before: workers stopped one after another, say) refuses
+/// commits until its rebalance ends, which takes the brokers a moment: the
+/// commit is made again until then. If the group still refuses it after
+/// [`LAST_COMMIT_PATIENCE`], the partitions' next owner repeats those
+/// records (nothing is lost), and the worker says so and ends well; any
+/// other failure ends the run with an error.
+async fn last_commit(consumer: &StreamConsumer<Callbacks>, tpl: &TopicPartitionList) -> Result<()> {
+    let deadline = Instant::now() + LAST_COMMIT_PATIENCE;
+    loop {
+        match consumer.commit(tpl, CommitMode::Sync) {
+            Ok(()) => return Ok(()),
+            Err(e) if group_in_flux(&e) && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) if group_in_flux(&e) => {
+                eprintln!(
+                    "omlet run: the last offset commit was refused while the consumer group rebalanced ({e}); \
+                     the next owner of the partitions repeats the records done since the commit before"
+                );
+                return Ok(());
+            }
+            Err(e) => return Err(kafka_error("the last offset commit failed", e)),
+        }
+    }
+}
+
+/// A commit refused because the group's membership is changing, not
+/// because the brokers cannot take it.
+fn group_in_flux(e: &KafkaError) -> bool {
+    use rdkafka::types::RDKafkaErrorCode as C;
+    matches!(
+        e.rdkafka_error_code(),
+        Some(
+            C::RebalanceInProgress
+                | C::IllegalGeneration
+                | C::UnknownMemberId
+                | C::NotCoordinator
+                | C::CoordinatorLoadInProgress
+                | C::CoordinatorNotAvailable
+                | C::AssignmentLost
+                | C::StaleMemberEpoch
+        )
+    )
 }
 
 /// The first evaluation in flight, once done; never, when there is none.
@@ -390,4 +440,20 @@ pub(super) async fn evaluate_routed(rule: &Rule, route: &RouteBy, chunk: Vec<(Me
             (meta, d)
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use rdkafka::error::KafkaError;
+    use rdkafka::types::RDKafkaErrorCode as C;
+
+    #[test]
+    fn a_commit_refused_mid_rebalance_is_told_from_a_failed_one() {
+        for c in [C::RebalanceInProgress, C::IllegalGeneration, C::UnknownMemberId, C::NotCoordinator] {
+            assert!(super::group_in_flux(&KafkaError::ConsumerCommit(c)), "{c:?}");
+        }
+        for c in [C::BrokerTransportFailure, C::AllBrokersDown, C::TopicAuthorizationFailed, C::OffsetMetadataTooLarge] {
+            assert!(!super::group_in_flux(&KafkaError::ConsumerCommit(c)), "{c:?}");
+        }
+    }
 }
