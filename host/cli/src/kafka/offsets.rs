@@ -166,7 +166,7 @@ pub(super) struct Shared {
     /// Woken when acknowledgements arrive.
     pub(super) acked: Notify,
     /// Records read without a place, while the partitions were paused
-    /// (fetched before the pause, or of a partition assigned since).
+    /// (fetched before the pause: a partition assigned meanwhile is paused at once).
     pub(super) overdraft: std::sync::atomic::AtomicUsize,
     /// This worker's name on its outputs (`omlet-worker`), so that its
     /// duplicate count leaves out what it wrote itself.
