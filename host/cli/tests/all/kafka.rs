@@ -397,17 +397,13 @@ fn workers_in_a_consumer_group() {
     .unwrap();
     topics(&kafka, &["in3c", "out3c", "err3c"]);
     let port = free_ports(1)[0];
-    let metrics = format!("127.0.0.1:{port}");
-    let w = Worker::start(
-        dir.path(),
-        "w3-slow",
-        &args(
-            &kafka,
-            &lookup_rule,
-            ["in3c", "g3c", "out3c", "err3c"],
-            &["--knowledge", &slow.display().to_string(), "--metrics", &metrics, "--batch", "16", "--concurrency", "1"],
-        ),
-    );
+    // A worker whose lookups reach the database every time, one small batch at a time.
+    let slow_worker = |name: &str, topics: [&str; 4], port: u16| {
+        let (knowledge, metrics) = (slow.display().to_string(), format!("127.0.0.1:{port}"));
+        let rest = ["--knowledge", &knowledge, "--metrics", &metrics, "--batch", "16", "--concurrency", "1"];
+        Worker::start(dir.path(), name, &args(&kafka, &lookup_rule, topics, &rest))
+    };
+    let w = slow_worker("w3-slow", ["in3c", "g3c", "out3c", "err3c"], port);
     produce(&b, "in3c", 0..1_000);
     wait_for_ids(&b, &["out3c"], 1_000, Duration::from_secs(120));
     std::thread::scope(|scope| {
@@ -433,17 +429,7 @@ fn workers_in_a_consumer_group() {
     // back to A, and every record still comes out.
     topics(&kafka, &["in3d", "out3d", "err3d"]);
     let ports = free_ports(2);
-    let metrics = format!("127.0.0.1:{}", ports[0]);
-    let a = Worker::start(
-        dir.path(),
-        "w3-a",
-        &args(
-            &kafka,
-            &lookup_rule,
-            ["in3d", "g3d", "out3d", "err3d"],
-            &["--knowledge", &slow.display().to_string(), "--metrics", &metrics, "--batch", "16", "--concurrency", "1"],
-        ),
-    );
+    let a = slow_worker("w3-a", ["in3d", "g3d", "out3d", "err3d"], ports[0]);
     let deadline = Instant::now() + Duration::from_secs(90);
     while try_metric(ports[0], "omlet_assigned_partitions").as_deref() != Some("6") {
         assert!(Instant::now() < deadline, "worker A did not take the six partitions");
