@@ -117,26 +117,21 @@ impl Postgres {
 
     /// Runs SQL with psql (stops at the first error).
     pub fn psql(&self, sql: &str) {
-        run(
-            Command::new("psql")
-                .args(["-v", "ON_ERROR_STOP=1", "-q", "-h", "127.0.0.1", "-U", "postgres", "-d", "postgres", "-p"])
-                .arg(self.port.to_string())
-                .arg("-c")
-                .arg(sql),
-            "psql",
-        );
+        run(self.psql_command().arg("-c").arg(sql), "psql");
+    }
+
+    /// psql, connected to this server as `postgres`, stopping at the first error.
+    fn psql_command(&self) -> Command {
+        let mut c = Command::new("psql");
+        c.args(["-v", "ON_ERROR_STOP=1", "-q", "-h", "127.0.0.1", "-U", "postgres", "-d", "postgres", "-p"])
+            .arg(self.port.to_string());
+        c
     }
 
     /// A psql session kept open, for SQL whose effect must last between
     /// steps of a test (a transaction holding a lock, say).
     pub fn session(&self) -> PsqlSession {
-        let mut child = Command::new("psql")
-            .args(["-v", "ON_ERROR_STOP=1", "-q", "-X", "-h", "127.0.0.1", "-U", "postgres", "-d", "postgres", "-p"])
-            .arg(self.port.to_string())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("psql starts");
+        let mut child = self.psql_command().arg("-X").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("psql starts");
         let stdin = child.stdin.take();
         let stdout = child.stdout.take().map(std::io::BufReader::new);
         PsqlSession { child, stdin, stdout }

@@ -132,7 +132,7 @@ pub async fn run(
     // A chunk that is not full goes 2 ms after its first record.
     let linger = Duration::from_millis(2);
     let mut chunk_deadline: Option<tokio::time::Instant> = None;
-    let (mut blocked_since, mut paused): (Option<Instant>, bool) = (None, false);
+    let mut blocked_since: Option<Instant> = None;
 
     loop {
         if shared.failed() {
@@ -146,11 +146,10 @@ pub async fn run(
         // however long a database or sink keeps it waiting.
         let blocked = !stopping && (inflight.len() >= o.concurrency || shared.permits.available_permits() == 0);
         blocked_since = if blocked { blocked_since.or_else(|| Some(Instant::now())) } else { None };
-        let want_pause = blocked_since.is_some_and(|t| t.elapsed() >= Duration::from_secs(1));
-        if want_pause != paused {
-            shared.paused.store(want_pause, Ordering::Release);
-            pause_all(&consumer, want_pause);
-            paused = want_pause;
+        let paused = blocked_since.is_some_and(|t| t.elapsed() >= Duration::from_secs(1));
+        // The pause is held in `shared`, where the assign callback reads it too.
+        if shared.paused.swap(paused, Ordering::AcqRel) != paused {
+            pause_all(&consumer, paused);
             if paused {
                 stats.pauses.fetch_add(1, Ordering::Relaxed);
             }

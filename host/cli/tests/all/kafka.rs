@@ -177,6 +177,15 @@ fn error_ids(outs: &[Out]) -> Vec<u64> {
         .collect()
 }
 
+/// Waits until `ok` holds, asking every 200 ms; fails with `what` after `within`.
+fn wait_until(within: Duration, what: &str, mut ok: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !ok() {
+        assert!(Instant::now() < deadline, "{what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// Waits until `topics` together hold `n` distinct ids.
 fn wait_for_ids(brokers: &str, topics: &[&str], n: usize, within: Duration) {
     let deadline = Instant::now() + within;
@@ -242,11 +251,9 @@ fn workers_in_a_consumer_group() {
         })
         .collect();
     // Each worker holds two of the six partitions before any record is written.
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while !ports.iter().all(|&p| try_metric(p, "omlet_assigned_partitions").as_deref() == Some("2")) {
-        assert!(Instant::now() < deadline, "the group did not settle on 2 partitions per worker");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_until(Duration::from_secs(90), "the group did not settle on 2 partitions per worker", || {
+        ports.iter().all(|&p| try_metric(p, "omlet_assigned_partitions").as_deref() == Some("2"))
+    });
     produce(&b, "in1", 0..100_000);
     let mut workers = workers.into_iter();
     wait_for_ids(&b, &["out1"], 30_000, Duration::from_secs(120));
@@ -430,19 +437,15 @@ fn workers_in_a_consumer_group() {
     topics(&kafka, &["in3d", "out3d", "err3d"]);
     let ports = free_ports(2);
     let a = slow_worker("w3-a", ["in3d", "g3d", "out3d", "err3d"], ports[0]);
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while try_metric(ports[0], "omlet_assigned_partitions").as_deref() != Some("6") {
-        assert!(Instant::now() < deadline, "worker A did not take the six partitions");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_until(Duration::from_secs(90), "worker A did not take the six partitions", || {
+        try_metric(ports[0], "omlet_assigned_partitions").as_deref() == Some("6")
+    });
     let mut lock = pg.session();
     lock.run("begin; lock table kv in access exclusive mode;");
     produce(&b, "in3d", 0..600);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while try_metric(ports[0], "omlet_pauses_total").is_none_or(|p| p == "0") {
-        assert!(Instant::now() < deadline, "worker A did not pause while its lookups waited");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_until(Duration::from_secs(60), "worker A did not pause while its lookups waited", || {
+        try_metric(ports[0], "omlet_pauses_total").is_some_and(|p| p != "0")
+    });
     // B needs no database (and loading a lookup would wait for the lock).
     let metrics = format!("127.0.0.1:{}", ports[1]);
     let b_worker = Worker::start(
@@ -450,11 +453,9 @@ fn workers_in_a_consumer_group() {
         "w3-b",
         &args(&kafka, &ids_rule, ["in3d", "g3d", "out3d", "err3d"], &["--no-knowledge", "--metrics", &metrics]),
     );
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while try_metric(ports[1], "omlet_assigned_partitions").is_none_or(|p| p == "0") {
-        assert!(Instant::now() < deadline, "worker B was given no partition");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_until(Duration::from_secs(60), "worker B was given no partition", || {
+        try_metric(ports[1], "omlet_assigned_partitions").is_some_and(|p| p != "0")
+    });
     assert_ne!(metric(ports[0], "omlet_pauses_total"), "0");
     b_worker.kill();
     lock.run("commit;");
