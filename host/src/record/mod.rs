@@ -210,6 +210,11 @@ impl Record {
     /// ```
     pub fn retype(&mut self, types: &BTreeMap<String, String>) -> Result<()> {
         use omlet_lang::value::{Kind, Type, convert};
+        // A record that has none of the fields keeps its frame (and is not
+        // copied): it is written into a batch as its bytes.
+        if !self.fields().iter().any(|f| types.contains_key(f.name.as_ref())) {
+            return Ok(());
+        }
         // Typed on a copy: a field that fails leaves the record as it was.
         let mut typed = self.fields().to_vec();
         for f in &mut typed {

@@ -160,6 +160,20 @@ fn a_line_read_into_a_frame_is_the_record_read_into_fields() {
     assert_eq!(r, from_json_str(r#"{"a":"1","b":2}"#).unwrap());
 }
 
+/// `--input-types` naming no field of a record changes nothing, and the
+/// record keeps the frame it was read into; one that types a field drops it.
+#[test]
+fn a_retype_that_changes_nothing_keeps_the_frame() {
+    let types: BTreeMap<String, String> = [("src".to_string(), "ip".to_string())].into();
+    let mut r = from_json_line(r#"{"a":"1"}"#).unwrap();
+    r.retype(&types).unwrap();
+    assert!(r.frame.is_some(), "no field to type: the frame stays");
+    let mut r = from_json_line(r#"{"a":"1","src":"10.0.0.1"}"#).unwrap();
+    r.retype(&types).unwrap();
+    assert!(r.frame.is_none(), "a typed field: the frame no longer says the record");
+    assert_eq!(r.get("src"), Some(Value::Ip("10.0.0.1".parse().unwrap())));
+}
+
 /// Random JSONL lines (a fixed seed): read straight into a frame or the
 /// usual way, each gives the record `from_json_str` gives, and the same frame.
 #[test]
