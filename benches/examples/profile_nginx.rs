@@ -1,7 +1,19 @@
 //! Profiling aid for the real rule (`perf record`): examples/nginx/nginx.oml
 //! on the example's records, natively with the zone lookup answered from an
 //! in-memory table (`native`), or in wasm, batches of 256 (`wasm`).
-//! Usage: profile_nginx native|wasm [RECORDS]
+//! Usage: profile_nginx native|wasm [RECORDS] [RUNS]
+//!
+//! It is also the A/B tool for a change to the guest: the rule is loaded
+//! before the clock starts, each of RUNS passes over RECORDS records is timed
+//! on its own, and the fastest and the median pass are printed. One thread,
+//! no input to read or output to write: steadier than `omlet run` end to
+//! end, whose CPU time swings by 10 % run to run on a 2-core VM. Alternate
+//! the two builds a few times: the VM itself drifts by several percent over
+//! minutes, so that only a difference seen in every pair counts. The guest
+//! under test comes from `OMLET_GUEST` (the benches build with the
+//! `test-guest` feature):
+//!
+//!     OMLET_GUEST=/tmp/new.wasm cargo run --release -p omlet-benches --example profile_nginx wasm 51200 9
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -33,23 +45,38 @@ fn main() {
     let sizes = omlet_benches::Sizes { rows: 0, hot: 0, ops: 1024 };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let (text, knowledge, records) = rt.block_on(omlet_benches::nginx(&sizes));
-    let t = Instant::now();
+    let runs: usize = std::env::args().nth(3).and_then(|s| s.parse().ok()).unwrap_or(1).max(1);
+    let mut passes: Vec<f64> = Vec::with_capacity(runs);
     if mode == "native" {
         let program =
             omlet::build::compile(&[omlet::build::RuleSource { file: "nginx.oml".into(), text }]).expect("the example compiles");
         let mut host = ZoneHost(Arc::new(Zones::example()));
-        for i in 0..n {
-            let fields = records[i % records.len()].clone().into_fields();
-            std::hint::black_box(omlet_lang::evaluate(&program, 0, fields, &mut host).unwrap());
+        for _ in 0..runs {
+            let t = Instant::now();
+            for i in 0..n {
+                let fields = records[i % records.len()].clone().into_fields();
+                std::hint::black_box(omlet_lang::evaluate(&program, 0, fields, &mut host).unwrap());
+            }
+            passes.push(t.elapsed().as_secs_f64() * 1e6 / n as f64);
         }
     } else {
         let engine = omlet::Engine::new().unwrap();
         let rule = rt.block_on(engine.load_source("nginx.oml", &text, &omlet::LoadOptions::new().knowledge(knowledge))).unwrap();
-        for i in 0..n / 256 {
-            let chunk = &records[(i * 256) % records.len()..][..256];
-            std::hint::black_box(rt.block_on(rule.evaluate_batch(chunk)).unwrap());
+        for _ in 0..runs {
+            let t = Instant::now();
+            for i in 0..n / 256 {
+                let chunk = &records[(i * 256) % records.len()..][..256];
+                std::hint::black_box(rt.block_on(rule.evaluate_batch(chunk)).unwrap());
+            }
+            passes.push(t.elapsed().as_secs_f64() * 1e6 / (n / 256 * 256).max(1) as f64);
         }
     }
-    let d = t.elapsed();
-    println!("{mode}: {n} records in {d:?}: {:.2} µs/record", d.as_secs_f64() * 1e6 / n as f64);
+    let shown: Vec<String> = passes.iter().map(|p| format!("{p:.3}")).collect();
+    passes.sort_by(f64::total_cmp);
+    println!(
+        "{mode}: {n} records, {runs} passes: fastest {:.3} µs/record, median {:.3} (every pass: {})",
+        passes[0],
+        passes[passes.len() / 2],
+        shown.join(", ")
+    );
 }
