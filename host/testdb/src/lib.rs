@@ -3,7 +3,7 @@
 //! loopback port, stopped and removed on drop. Nothing is left running.
 
 use std::net::TcpListener;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -441,6 +441,17 @@ pub struct Kafka {
     child: Option<Child>,
 }
 
+/// `scripts/kafka-jars.sh` of the checkout under test: found from the
+/// package that cargo runs the test for (`CARGO_MANIFEST_DIR` at run time),
+/// else from where this crate was built. Not the build path alone: a target
+/// folder shared with a clone elsewhere keeps that clone's path in this crate
+/// (cargo does not rebuild it for a move), and the clone may be gone.
+fn kafka_jars_script() -> PathBuf {
+    let built = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/kafka-jars.sh");
+    let Some(package) = std::env::var_os("CARGO_MANIFEST_DIR") else { return built };
+    Path::new(&package).ancestors().map(|dir| dir.join("scripts/kafka-jars.sh")).find(|script| script.is_file()).unwrap_or(built)
+}
+
 impl Kafka {
     pub fn start() -> Kafka {
         Kafka::start_with("")
@@ -448,8 +459,8 @@ impl Kafka {
 
     /// [`start`](Self::start), with more lines of `server.properties`.
     pub fn start_with(extra: &str) -> Kafka {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/kafka-jars.sh");
-        let out = Command::new(script).stderr(Stdio::inherit()).output().expect("scripts/kafka-jars.sh runs");
+        let script = kafka_jars_script();
+        let out = Command::new(&script).stderr(Stdio::inherit()).output().expect("scripts/kafka-jars.sh runs");
         assert!(out.status.success(), "scripts/kafka-jars.sh failed");
         let libs = String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or("").trim().to_string();
         let dir = tempfile::Builder::new().prefix("omlet-kafka-").tempdir().unwrap().keep();
