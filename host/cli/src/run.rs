@@ -56,6 +56,12 @@ pub(crate) struct RunArgs {
     /// (sooner when half of --max-in-flight waits for a commit).
     #[arg(long, default_value_t = 100)]
     commit_interval_ms: u64,
+    /// Kafka input: fail the run (exit status 1) when the consumer group
+    /// still refuses the last offset commit after 10 s of rebalancing,
+    /// instead of saying so and leaving the partitions' next owner to repeat
+    /// the records done since the commit before.
+    #[arg(long)]
+    strict_last_commit: bool,
     /// Kafka input: serve the worker's counters in Prometheus' text format on
     /// this address (`127.0.0.1:9464`), at any path.
     #[arg(long)]
@@ -219,6 +225,7 @@ impl RunArgs {
             route_header: self.route_header,
             max_in_flight: self.max_in_flight,
             commit_interval_ms: self.commit_interval_ms,
+            strict_last_commit: self.strict_last_commit,
             metrics: self.metrics,
             route,
             pass_unrouted: self.unrouted == Unrouted::Pass,
@@ -249,6 +256,8 @@ pub(crate) struct RunOptions {
     pub(crate) max_in_flight: usize,
     #[cfg_attr(not(feature = "kafka"), expect(dead_code, reason = "read by the Kafka worker only"))]
     pub(crate) commit_interval_ms: u64,
+    #[cfg_attr(not(feature = "kafka"), expect(dead_code, reason = "read by the Kafka worker only"))]
+    pub(crate) strict_last_commit: bool,
     #[cfg_attr(not(feature = "kafka"), expect(dead_code, reason = "read by the Kafka worker only"))]
     pub(crate) metrics: Option<String>,
     pub(crate) route: RouteBy,

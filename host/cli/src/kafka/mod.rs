@@ -80,6 +80,7 @@ pub(crate) async fn run(
     options.concurrency = o.concurrency;
     options.max_in_flight = o.max_in_flight;
     options.commit_interval = std::time::Duration::from_millis(o.commit_interval_ms);
+    options.strict_last_commit = o.strict_last_commit;
     options.on_error_line = Some(Arc::new(|line: &str| eprintln!("{line}")));
     let topic = options.from.topic.clone();
     let stats = Arc::new(KafkaStats::default());

@@ -53,6 +53,11 @@ pub struct KafkaOptions {
     /// Where error lines go when there is no errors topic (default: dropped
     /// after counting).
     pub on_error_line: Option<ErrorLineSink>,
+    /// Fail the run when the consumer group still refuses the last offset
+    /// commit after 10 s of rebalancing (default false: the worker says so
+    /// and ends well, and the partitions' next owner repeats the records done
+    /// since the commit before).
+    pub strict_last_commit: bool,
 }
 
 impl KafkaOptions {
@@ -72,6 +77,7 @@ impl KafkaOptions {
             commit_interval: Duration::from_millis(100),
             drain_timeout: Duration::from_secs(60),
             on_error_line: None,
+            strict_last_commit: false,
         }
     }
 }

@@ -232,7 +232,21 @@ pub async fn run(
         for (p, o) in last {
             let _ = tpl.add_partition_offset(&shared.topic, p, Offset::Offset(o));
         }
-        last_commit(&consumer, &tpl).await?;
+        let patience = Patience { wait: LAST_COMMIT_PATIENCE, pause: Duration::from_millis(200) };
+        match commit_patiently(|| consumer.commit(&tpl, CommitMode::Sync), patience).await {
+            Ok(LastCommit::Made) => {}
+            Ok(LastCommit::Refused(e)) if o.strict_last_commit => {
+                return Err(kafka_error(
+                    "the last offset commit was still refused after the consumer group's rebalance (--strict-last-commit)",
+                    e,
+                ));
+            }
+            Ok(LastCommit::Refused(e)) => eprintln!(
+                "omlet run: the last offset commit was refused while the consumer group rebalanced ({e}); \
+                 the next owner of the partitions repeats the records done since the commit before"
+            ),
+            Err(e) => return Err(kafka_error("the last offset commit failed", e)),
+        }
     }
     if let Some(e) = shared.failure.lock().ok().and_then(|mut f| f.take()) {
         return Err(e);
@@ -252,29 +266,43 @@ pub async fn run(
 /// generations.
 const LAST_COMMIT_PATIENCE: Duration = Duration::from_secs(10);
 
-/// The last commit. A group between generations (another worker left or
-/// joined a moment before: workers stopped one after another, say) refuses
-/// commits until its rebalance ends, which takes the brokers a moment: the
-/// commit is made again until then. If the group still refuses it after
-/// [`LAST_COMMIT_PATIENCE`], the partitions' next owner repeats those
-/// records (nothing is lost), and the worker says so and ends well; any
-/// other failure ends the run with an error.
-async fn last_commit(consumer: &StreamConsumer<Callbacks>, tpl: &TopicPartitionList) -> Result<()> {
-    let deadline = Instant::now() + LAST_COMMIT_PATIENCE;
+/// How the last commit is made again while the group refuses it.
+#[derive(Clone, Copy)]
+struct Patience {
+    /// How long, in all, before giving up.
+    wait: Duration,
+    /// The pause between two tries.
+    pause: Duration,
+}
+
+/// How the last commit ended, when nothing failed for good.
+#[derive(Debug)]
+enum LastCommit {
+    /// The brokers stored it.
+    Made,
+    /// The group was still between generations after [`Patience::wait`]: the
+    /// partitions' next owner repeats the records done since the commit
+    /// before (nothing is lost). `--strict-last-commit` makes this the run's
+    /// error; by default the worker says so and ends well.
+    Refused(KafkaError),
+}
+
+/// The last commit, made with `commit`. A group between generations
+/// (another worker left or joined a moment before: workers stopped one after
+/// another, say) refuses commits until its rebalance ends, which takes the
+/// brokers a moment: the commit is made again until then, for
+/// `patience.wait` at most. Any other failure is returned at once.
+async fn commit_patiently(
+    mut commit: impl FnMut() -> std::result::Result<(), KafkaError>,
+    patience: Patience,
+) -> std::result::Result<LastCommit, KafkaError> {
+    let deadline = Instant::now() + patience.wait;
     loop {
-        match consumer.commit(tpl, CommitMode::Sync) {
-            Ok(()) => return Ok(()),
-            Err(e) if group_in_flux(&e) && Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            Err(e) if group_in_flux(&e) => {
-                eprintln!(
-                    "omlet run: the last offset commit was refused while the consumer group rebalanced ({e}); \
-                     the next owner of the partitions repeats the records done since the commit before"
-                );
-                return Ok(());
-            }
-            Err(e) => return Err(kafka_error("the last offset commit failed", e)),
+        match commit() {
+            Ok(()) => return Ok(LastCommit::Made),
+            Err(e) if group_in_flux(&e) && Instant::now() < deadline => tokio::time::sleep(patience.pause).await,
+            Err(e) if group_in_flux(&e) => return Ok(LastCommit::Refused(e)),
+            Err(e) => return Err(e),
         }
     }
 }
@@ -443,8 +471,56 @@ pub(super) async fn evaluate_routed(rule: &Rule, route: &RouteBy, chunk: Vec<(Me
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use rdkafka::error::KafkaError;
     use rdkafka::types::RDKafkaErrorCode as C;
+
+    use super::{LastCommit, Patience, commit_patiently};
+
+    const QUICK: Patience = Patience { wait: Duration::from_millis(300), pause: Duration::from_millis(5) };
+
+    /// A commit that the brokers answer with `answers`, in turn (the last one
+    /// from then on), counting the tries.
+    fn brokers(answers: Vec<Option<C>>, tries: &std::cell::Cell<usize>) -> impl FnMut() -> Result<(), KafkaError> + '_ {
+        move || {
+            let n = tries.get();
+            tries.set(n + 1);
+            match answers[n.min(answers.len() - 1)] {
+                None => Ok(()),
+                Some(code) => Err(KafkaError::ConsumerCommit(code)),
+            }
+        }
+    }
+
+    // The race of workers stopped one after another (session 24): the group
+    // refuses the last commit while it rebalances, then takes it.
+    #[tokio::test]
+    async fn a_last_commit_refused_mid_rebalance_is_made_again_until_taken() {
+        let tries = std::cell::Cell::new(0);
+        let answers = vec![Some(C::RebalanceInProgress), Some(C::IllegalGeneration), None];
+        let r = commit_patiently(brokers(answers, &tries), QUICK).await;
+        assert!(matches!(r, Ok(LastCommit::Made)), "{r:?}");
+        assert_eq!(tries.get(), 3);
+    }
+
+    #[tokio::test]
+    async fn a_last_commit_refused_past_the_patience_is_told_apart_from_a_failure() {
+        let tries = std::cell::Cell::new(0);
+        let started = std::time::Instant::now();
+        let r = commit_patiently(brokers(vec![Some(C::RebalanceInProgress)], &tries), QUICK).await;
+        assert!(matches!(&r, Ok(LastCommit::Refused(e)) if super::group_in_flux(e)), "{r:?}");
+        assert!(started.elapsed() >= QUICK.wait, "gave up after {:?}", started.elapsed());
+        assert!(tries.get() > 2, "tried {} times", tries.get());
+    }
+
+    #[tokio::test]
+    async fn a_last_commit_that_fails_otherwise_is_not_made_again() {
+        let tries = std::cell::Cell::new(0);
+        let r = commit_patiently(brokers(vec![Some(C::AllBrokersDown), None], &tries), QUICK).await;
+        assert!(matches!(r, Err(KafkaError::ConsumerCommit(C::AllBrokersDown))), "{r:?}");
+        assert_eq!(tries.get(), 1);
+    }
 
     #[test]
     fn a_commit_refused_mid_rebalance_is_told_from_a_failed_one() {
