@@ -14,6 +14,9 @@
 //! `test-guest` feature):
 //!
 //!     OMLET_GUEST=/tmp/new.wasm cargo run --release -p omlet-benches --example profile_nginx wasm 51200 9
+//!
+//! With `OMLET_PERFMAP=1` the engine writes a perf map, so that `perf report`
+//! names the guest's functions.
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -60,7 +63,10 @@ fn main() {
             passes.push(t.elapsed().as_secs_f64() * 1e6 / n as f64);
         }
     } else {
-        let engine = omlet::Engine::new().unwrap();
+        // OMLET_PERFMAP=1: the guest's functions named for `perf report`
+        // (build the guest with CARGO_PROFILE_WASM_STRIP=false to keep names).
+        let perf_map = std::env::var_os("OMLET_PERFMAP").is_some();
+        let engine = omlet::Engine::with_config(&omlet::EngineConfig { perf_map, ..Default::default() }).unwrap();
         let rule = rt.block_on(engine.load_source("nginx.oml", &text, &omlet::LoadOptions::new().knowledge(knowledge))).unwrap();
         for _ in 0..runs {
             let t = Instant::now();
