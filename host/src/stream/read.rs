@@ -147,7 +147,7 @@ impl Iterator for Lines {
                 break;
             }
             any = true;
-            let (len, end) = match avail.iter().position(|&b| b == b'\n') {
+            let (len, end) = match memchr::memchr(b'\n', avail) {
                 Some(i) => (i, true),
                 None => (avail.len(), false),
             };
