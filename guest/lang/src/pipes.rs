@@ -647,9 +647,7 @@ pub fn write_json(v: &Value<'_>, out: &mut String, in_array: bool) {
             json_escape_into(s, out);
             out.push('"');
         }
-        Value::Digit(d) => {
-            let _ = write!(out, "{d}");
-        }
+        Value::Digit(d) => crate::value::push_digit(out, *d),
         // All its digits, as a JSON integer (delta §8; a consumer that reads
         // JSON numbers as doubles should compare the digit strings).
         Value::BigInt(s) => out.push_str(s),

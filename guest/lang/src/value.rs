@@ -206,14 +206,10 @@ impl<'a> Value<'a> {
     pub fn write_raw(&self, out: &mut String) {
         match self {
             Value::Chars(s) => out.push_str(s),
-            Value::Digit(d) => {
-                let _ = write!(out, "{d}");
-            }
+            Value::Digit(d) => push_digit(out, *d),
             Value::Float(f) => write_float_raw(*f, out),
             Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-            Value::Ip(ip) => {
-                let _ = write!(out, "{ip}");
-            }
+            Value::Ip(ip) => push_ip(out, ip),
             Value::Time(t) => time::write_time(*t, out),
             Value::BigInt(s) => out.push_str(s),
             Value::Array(items) => {
@@ -481,9 +477,63 @@ pub fn obj_from<'a>(mut members: Vec<Field<'a>>) -> Vec<Field<'a>> {
     members
 }
 
+/// `d` in decimal, as `{d}` writes it, without `core::fmt`: rendering a
+/// record's integers through a `Formatter` was most of what they cost the
+/// host's JSON lines.
+pub fn push_digit(out: &mut String, d: i64) {
+    out.push_str(itoa::Buffer::new().format(d));
+}
+
+/// `ip` as `{ip}` writes it; an IPv4 address without `core::fmt` (the usual
+/// case, rendered in every line that holds one).
+pub fn push_ip(out: &mut String, ip: &IpAddr) {
+    match ip {
+        IpAddr::V4(v4) => {
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    out.push('.');
+                }
+                if octet >= 100 {
+                    out.push(char::from(b'0' + octet / 100));
+                }
+                if octet >= 10 {
+                    out.push(char::from(b'0' + octet / 10 % 10));
+                }
+                out.push(char::from(b'0' + octet % 10));
+            }
+        }
+        IpAddr::V6(_) => {
+            let _ = write!(out, "{ip}");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn digits_and_addresses_are_written_as_display_writes_them() {
+        for d in [0, 1, -1, 9, 10, 99, 100, 255, 256, -1000, 123_456_789, i64::MAX, i64::MIN] {
+            let mut out = String::from("x");
+            push_digit(&mut out, d);
+            assert_eq!(out, alloc::format!("x{d}"));
+        }
+        let mut octets: Vec<u8> = (0..=255).collect();
+        octets.extend([0, 9, 10, 99, 100, 199, 200, 255]);
+        for w in octets.windows(4).step_by(3) {
+            let ip = IpAddr::V4(Ipv4Addr::new(w[0], w[1], w[2], w[3]));
+            let mut out = String::new();
+            push_ip(&mut out, &ip);
+            assert_eq!(out, alloc::format!("{ip}"));
+        }
+        for text in ["::", "::1", "2001:db8::7", "::ffff:10.0.0.1", "fe80::1:2:3:4"] {
+            let ip: IpAddr = text.parse().unwrap();
+            let mut out = String::new();
+            push_ip(&mut out, &ip);
+            assert_eq!(out, alloc::format!("{ip}"));
+        }
+    }
 
     #[test]
     fn big_integers_are_canonical_and_ordered_by_value() {

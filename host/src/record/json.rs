@@ -110,7 +110,7 @@ impl<'de> serde::de::Visitor<'de> for DirectRecord<'_> {
         // A key with escapes is not borrowed from the text: an error here,
         // so that the line is read the usual way.
         while let Some(key) = map.next_key::<&'de str>()? {
-            if n >= DIRECT_FIELDS || keys[..n].contains(&key) {
+            if n >= DIRECT_FIELDS || repeated(&keys[..n], key) {
                 return Err(A::Error::custom("read the usual way"));
             }
             keys[n] = key;
@@ -119,6 +119,14 @@ impl<'de> serde::de::Visitor<'de> for DirectRecord<'_> {
         }
         Ok(())
     }
+}
+
+/// Whether `key` is among `keys`. Lengths and first bytes are compared
+/// before the text: keys of one length are common (`status`, `method`), and
+/// a `memcmp` call for each pair was most of this check's cost.
+fn repeated(keys: &[&str], key: &str) -> bool {
+    let first = key.as_bytes().first();
+    keys.iter().any(|k| k.len() == key.len() && k.as_bytes().first() == first && *k == key)
 }
 
 /// One member's value, written as a field of the record.
