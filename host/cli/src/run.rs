@@ -567,8 +567,15 @@ fn open_input(o: &RunOptions) -> omlet::Result<Source> {
     let stop = omlet::stream::Stop::new();
     let stopped = stop_on_signals(stop.clone())?;
     let (source, read_bytes) = Counting::new(source);
-    let pipe = omlet::stream::Pipe::spawn(source, stop, omlet::stream::DEFAULT_IDLE)?;
-    let mut reader: Box<dyn BufRead + Send> = Box::new(std::io::BufReader::with_capacity(1 << 16, pipe));
+    // A regular file never stalls: read where the records are read. Any
+    // other source (standard input, a FIFO, a device) may, and goes through
+    // a pipe thread that hands over a partial chunk when it waits.
+    let source: Box<dyn Read + Send> = if total.is_some() {
+        Box::new(omlet::stream::Stoppable::new(source, stop))
+    } else {
+        Box::new(omlet::stream::Pipe::spawn(source, stop, omlet::stream::DEFAULT_IDLE)?)
+    };
+    let mut reader: Box<dyn BufRead + Send> = Box::new(std::io::BufReader::with_capacity(1 << 16, source));
     if o.format == Format::Jsonl && !o.format_given {
         // CSV read as JSONL would give an error line per record: one hint instead.
         let head = reader.fill_buf().map_err(|e| Error::Io { path: o.input.clone().into(), source: e })?;

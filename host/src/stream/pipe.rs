@@ -125,6 +125,34 @@ impl Read for Pipe {
     }
 }
 
+/// A source read where it is called, that ends once its [`Stop`] is asked
+/// for: for a source that never stalls (a regular file), which needs no
+/// [`Pipe`]. A read already made is given out; the next one gives the end,
+/// as a [`Pipe`] gives out what its thread read and then ends. Going through
+/// a [`Pipe`] cost a file's bytes a thread hop and a copy more, and a fresh
+/// 64 KiB buffer each (`omlet run` over 200,000 nginx records: about 2 % of
+/// its CPU).
+pub struct Stoppable<R> {
+    inner: R,
+    stop: Stop,
+}
+
+impl<R> Stoppable<R> {
+    /// Wraps `inner`, which reads until `stop` is asked for.
+    pub fn new(inner: R, stop: Stop) -> Stoppable<R> {
+        Stoppable { inner, stop }
+    }
+}
+
+impl<R: Read> Read for Stoppable<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.stop.is_stopped() {
+            return Ok(0);
+        }
+        self.inner.read(buf)
+    }
+}
+
 /// A reader that counts the bytes read through it (for progress).
 pub struct Counting<R> {
     inner: R,

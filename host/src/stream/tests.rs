@@ -172,6 +172,21 @@ fn a_stop_ends_a_stalled_pipe_after_the_bytes_it_read() {
 }
 
 #[test]
+fn a_stop_ends_a_file_where_its_records_are_read() {
+    let stop = Stop::new();
+    let text = b"{\"a\":1}\n{\"a\":2}\n{\"a\":3}\n".to_vec();
+    // A buffer of one line, so that the stop comes between two reads.
+    let source = Stoppable::new(std::io::Cursor::new(text), stop.clone());
+    let mut inputs = read(Box::new(std::io::BufReader::with_capacity(8, source)), Format::Jsonl);
+    assert_eq!(json_of(&inputs.next().unwrap().unwrap()), r#"{"a":1}"#);
+    stop.stop();
+    assert!(inputs.next().is_none(), "the file ends at the stop");
+    // Without a stop, every line is read.
+    let source = Stoppable::new(std::io::Cursor::new(b"{\"a\":1}\n{\"a\":2}\n".to_vec()), Stop::new());
+    assert_eq!(read(Box::new(std::io::BufReader::with_capacity(8, source)), Format::Jsonl).count(), 2);
+}
+
+#[test]
 fn a_stalled_pipe_hands_over_the_records_read_so_far() {
     let (tx, go) = std::sync::mpsc::channel();
     let stop = Stop::new();
