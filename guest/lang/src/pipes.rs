@@ -13,7 +13,7 @@ use core::net::{IpAddr, Ipv4Addr};
 use crate::cell::Cell;
 use crate::ir::{Helper, PathPart, PipeFn, UrlPart, const_value};
 use crate::time;
-use crate::value::{JsonFloat, Value};
+use crate::value::Value;
 
 pub fn apply<'a>(f: &'a PipeFn, v: Value<'a>) -> Value<'a> {
     if matches!(v, Value::Ignore) {
@@ -657,7 +657,7 @@ pub fn write_json(v: &Value<'_>, out: &mut String, in_array: bool) {
             } else if f.is_infinite() {
                 out.push_str(if *f > 0.0 { "\"Infinity\"" } else { "\"-Infinity\"" });
             } else {
-                let _ = write!(out, "{}", JsonFloat(*f));
+                crate::value::push_json_float(out, *f);
             }
         }
         Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
