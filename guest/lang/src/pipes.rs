@@ -515,8 +515,9 @@ pub fn json_escape_into(s: &str, out: &mut String) {
 
 /// How many leading bytes of `b` need no JSON escape: none is `"`, `\\` or
 /// below 0x20. Eight bytes at a time (SWAR): a byte `x` of a word is flagged
-/// when `x ^ '"'`, `x ^ '\\'` or `x & 0xe0` is zero.
-fn clean_prefix(b: &[u8]) -> usize {
+/// when `x ^ '"'`, `x ^ '\\'` or `x & 0xe0` is zero. (The same bytes end a
+/// JSON string's plain run, so the host's JSONL reader finds strings with it.)
+pub fn clean_prefix(b: &[u8]) -> usize {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGHS: u64 = 0x8080_8080_8080_8080;
     // High bit of each byte of `v` that is zero (exact for the first such byte).

@@ -160,6 +160,52 @@ fn a_line_read_into_a_frame_is_the_record_read_into_fields() {
     assert_eq!(r, from_json_str(r#"{"a":"1","b":2}"#).unwrap());
 }
 
+/// The flat read (no serde) takes the simple lines and gives up on the
+/// others, and where it reads a line it writes the frame serde's read does.
+#[test]
+fn the_flat_read_writes_what_serde_writes_and_leaves_the_rest() {
+    use json::{Read, read_frame};
+    let flat = [
+        r#"{"remote_addr":"10.0.0.7","status":"200","body_bytes_sent":"5120","method":"GET","user_agent":"Mozilla/5.0"}"#,
+        r#"{"a":1,"b":-2,"c":0,"d":true,"e":false,"f":null,"g":"","h":"é海 x"}"#,
+        r#" { "max" : 9223372036854775807 ,	"min":-9223372036854775808 }  "#,
+        r#"{}"#,
+        "{ }",
+    ];
+    for text in flat {
+        let got = read_frame(text, Read::Flat);
+        assert!(got.is_some(), "the flat read takes {text}");
+        assert_eq!(got, read_frame(text, Read::Serde), "{text}");
+    }
+    let not_flat = [
+        r#"{"a":1.5}"#,
+        r#"{"a":1e3}"#,
+        r#"{"a":-0}"#,
+        r#"{"a":01}"#,
+        r#"{"a":9223372036854775808}"#,
+        r#"{"a":-9223372036854775809}"#,
+        r#"{"a":"x"y"}"#,
+        r#"{"a
+":1}"#,
+        r#"{"a":[1]}"#,
+        r#"{"a":{}}"#,
+        r#"{"a":1,"a":2}"#,
+        r#"{"a":tru}"#,
+        r#"{"a":truex}"#,
+        r#"{"a":1,}"#,
+        r#"{"a" 1}"#,
+        r#"{"a":1} x"#,
+        r#"{"a":1"#,
+        "{\"a\":\"tab\there\"}",
+    ];
+    for text in not_flat {
+        assert!(read_frame(text, Read::Flat).is_none(), "the flat read leaves {text}");
+        assert_eq!(read_frame(text, Read::Any), read_frame(text, Read::Serde), "{text}");
+    }
+    let wide = format!("{{{}}}", (0..=json::INDEX_FROM).map(|i| format!("\"k{i}\":{i}")).collect::<Vec<_>>().join(","));
+    assert!(read_frame(&wide, Read::Flat).is_none(), "past {} members", json::INDEX_FROM);
+}
+
 /// `--input-types` naming no field of a record changes nothing, and the
 /// record keeps the frame it was read into; one that types a field drops it.
 #[test]
