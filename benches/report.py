@@ -952,13 +952,14 @@ def start_section(r):
                      f">= 3x | {'met' if ratio >= 3 else 'missed'} |")
         lines += ["", "With the cache, the start is a few percent of the 200,000-record run: what is left is the run "
                   "itself (`omlet run` reports its own records/s on standard error). Both cores are busy, the guest's "
-                  "code about 55 % of the CPU and the host's reading, framing and rendering the rest, with no function "
-                  "above about 9 %: the cost is per field, spread over every statement. JSONL lines read straight into "
-                  "frames (session 23) took 6 % of the CPU off. The ratio moves with the CPU: session 23's run on an "
-                  "Intel Xeon VM gave 1.79x (15106de, the same reading code as now); the table is this run's machine. "
-                  "The 3x goal needs about a third less CPU still, from "
-                  "both halves; docs/decisions.md (\"JSONL straight into frames, and what 3× needs\") measures each "
-                  "statement's share and gives the design that would reach it."]
+                  "code about 65 % of the CPU and the host's reading, framing and rendering the rest: the cost is per "
+                  "field, spread over every statement. JSONL lines read straight into frames (session 23) took 6 % of "
+                  "the CPU off, and session 26's cuts to the host's reading and rendering 8 % more. The ratio moves "
+                  "with the CPU and the hour: session 23's run on an Intel Xeon VM gave 1.79x, and the Python loop "
+                  "alone swings between 0.86 and 0.98 s on this VM; the table is this run's machine. The 3x goal needs "
+                  "about a fifth less CPU still, from both halves; docs/decisions.md (\"The host's share of `omlet "
+                  "run`\" and the sections before it) measures where the time goes and gives the design that would "
+                  "reach it."]
     lines += ["", START_END, ""]
     return lines
 
