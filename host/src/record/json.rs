@@ -171,7 +171,8 @@ mod flat {
                 i = space(b, at);
                 (b.get(i) == Some(&b':')).then_some(())?;
                 let (value, at) = scalar(text, space(b, i + 1))?;
-                w.push_field(&Field::new(crate::wire::names::cow(key), value));
+                // The name is only written into the frame: borrowed, not interned.
+                w.push_field(&Field::new(key, value));
                 i = space(b, at);
                 match b.get(i) {
                     Some(b',') => i = space(b, i + 1),
@@ -256,7 +257,7 @@ impl<'de> serde::de::Visitor<'de> for DirectRecord<'_> {
             }
             keys[n] = key;
             n += 1;
-            map.next_value_seed(DirectValue { w: &mut *self.0, name: crate::wire::names::cow(key) })?;
+            map.next_value_seed(DirectValue { w: &mut *self.0, name: key })?;
         }
         Ok(())
     }
@@ -271,18 +272,19 @@ fn repeated(keys: &[&str], key: &str) -> bool {
 }
 
 /// One member's value, written as a field of the record.
-struct DirectValue<'w> {
+struct DirectValue<'w, 'n> {
     w: &'w mut omlet_lang::frame::Writer,
-    name: Cow<'static, str>,
+    /// Only written into the frame: borrowed from the line, not interned.
+    name: &'n str,
 }
 
-impl DirectValue<'_> {
+impl DirectValue<'_, '_> {
     fn write(self, value: LangValue<'_>) {
         self.w.push_field(&Field::new(self.name, value));
     }
 }
 
-impl<'de> serde::de::DeserializeSeed<'de> for DirectValue<'_> {
+impl<'de> serde::de::DeserializeSeed<'de> for DirectValue<'_, '_> {
     type Value = ();
     fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> std::result::Result<(), D::Error> {
         d.deserialize_any(self)
@@ -291,7 +293,7 @@ impl<'de> serde::de::DeserializeSeed<'de> for DirectValue<'_> {
 
 /// Every kind but text goes through [`JsonVisitor`], so that a value is
 /// mapped as the usual read maps it; text is written borrowed from the line.
-impl<'de> serde::de::Visitor<'de> for DirectValue<'_> {
+impl<'de> serde::de::Visitor<'de> for DirectValue<'_, '_> {
     type Value = ();
     fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         f.write_str("a JSON value")
