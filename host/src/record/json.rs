@@ -83,9 +83,7 @@ pub(crate) fn frame_from_json_str(text: &str) -> Option<Vec<u8>> {
 #[derive(Clone, Copy, PartialEq)]
 pub(super) enum Read {
     Any,
-    #[cfg(test)]
     Flat,
-    #[cfg(test)]
     Serde,
 }
 
@@ -100,20 +98,12 @@ pub(super) fn read_frame(text: &str, how: Read) -> Option<Vec<u8>> {
     LINE_WRITER.with(|cell| {
         let mut w = cell.try_borrow_mut().ok()?;
         let mark = w.mark();
-        #[cfg(test)]
-        let serde_too = how != Read::Flat;
-        #[cfg(not(test))]
-        let serde_too = true;
-        #[cfg(test)]
-        let flat_too = how != Read::Serde;
-        #[cfg(not(test))]
-        let flat_too = how == Read::Any;
-        if flat_too && flat::read(text, &mut w) {
+        if how != Read::Serde && flat::read(text, &mut w).is_some() {
             w.end_record();
             return Some(w.take_frame());
         }
         w.truncate(mark);
-        if !serde_too {
+        if how == Read::Flat {
             return None;
         }
         let mut de = serde_json::Deserializer::from_str(text);
@@ -146,13 +136,9 @@ mod flat {
 
     use super::{DIRECT_FIELDS, repeated};
 
-    /// Writes the members of `text` into `w`; false when the line is not of
-    /// the simple kind (the caller then drops what was written).
-    pub(super) fn read(text: &str, w: &mut Writer) -> bool {
-        read_members(text, w).is_some()
-    }
-
-    fn read_members(text: &str, w: &mut Writer) -> Option<()> {
+    /// Writes the members of `text` into `w`; `None` when the line is not
+    /// of the simple kind (the caller then drops what was written).
+    pub(super) fn read(text: &str, w: &mut Writer) -> Option<()> {
         let b = text.as_bytes();
         let mut i = space(b, 0);
         (b.get(i) == Some(&b'{')).then_some(())?;

@@ -232,8 +232,7 @@ pub async fn run(
         for (p, o) in last {
             let _ = tpl.add_partition_offset(&shared.topic, p, Offset::Offset(o));
         }
-        let patience = Patience { wait: LAST_COMMIT_PATIENCE, pause: Duration::from_millis(200) };
-        match commit_patiently(|| consumer.commit(&tpl, CommitMode::Sync), patience).await {
+        match commit_patiently(|| consumer.commit(&tpl, CommitMode::Sync), LAST_COMMIT).await {
             Ok(LastCommit::Made) => {}
             Ok(LastCommit::Refused(e)) if o.strict_last_commit => {
                 return Err(kafka_error(
@@ -262,9 +261,9 @@ pub async fn run(
     Ok(())
 }
 
-/// How long the last commit is made again while the group is between
-/// generations.
-const LAST_COMMIT_PATIENCE: Duration = Duration::from_secs(10);
+/// How the last commit is made again while the group is between
+/// generations: every 200 ms, for 10 s.
+const LAST_COMMIT: Patience = Patience { wait: Duration::from_secs(10), pause: Duration::from_millis(200) };
 
 /// How the last commit is made again while the group refuses it.
 #[derive(Clone, Copy)]
