@@ -25,6 +25,8 @@ use omlet_lang::intranet::Net;
 use omlet_lang::ir::{IR_VERSION, Program};
 use omlet_lang::{Route, RouteError};
 
+#[cfg(feature = "by-hand-nginx")]
+mod by_hand;
 #[cfg(target_arch = "wasm32")]
 mod mem;
 
@@ -363,7 +365,16 @@ impl exports::omlet::rule::evaluator::Guest for Guest {
                     break;
                 }
             };
-            match eval::evaluate_with(prog, model, fields, &mut host, &mut spare) {
+            #[cfg(not(feature = "by-hand-nginx"))]
+            let result = eval::evaluate_with(prog, model, fields, &mut host, &mut spare);
+            #[cfg(feature = "by-hand-nginx")]
+            let result = {
+                let _ = (prog, model);
+                let mut out = spare.fields();
+                by_hand::nginx(fields, &mut host, &mut out);
+                Ok(out)
+            };
+            match result {
                 Ok(out) => {
                     w.record(&out);
                     spare.give_back(out);
