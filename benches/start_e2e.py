@@ -10,6 +10,16 @@ Runs, 5 times each, and keeps the medians:
 - the same over 200,000 nginx records (the example's lines, repeated), to /dev/null;
 - a Python loop that only parses each line with `json.loads` and writes it back with
   `json.dumps`: the floor a script would have.
+With OMLET_BY_HAND_CLI set to a release CLI whose embedded guest is the instrument of
+guest/component/src/by_hand.rs (nginx.oml written by hand, never a shipped guest), it also
+times that CLI over the 200,000 records: the bound a faster evaluator could reach. Make it
+from a checkout with:
+
+    OMLET_GUEST_FEATURES=by-hand-nginx scripts/build-guest.sh /tmp/by-hand.wasm
+    cp host/guest/omlet_guest.wasm /tmp/shipped.wasm && cp /tmp/by-hand.wasm host/guest/omlet_guest.wasm
+    cargo build --release -p omlet-cli && cp target/release/omlet /tmp/omlet-by-hand
+    cp /tmp/shipped.wasm host/guest/omlet_guest.wasm && cargo build --release -p omlet-cli
+
 Writes target/criterion/omlet-start.json for `benches/report.py --only start`.
 """
 import json, os, platform, shutil, statistics, subprocess, sys, tempfile, time
@@ -46,8 +56,8 @@ def main():
         cached = dict(os.environ, OMLET_CODE_CACHE=os.path.join(work, "code"))
         off = dict(os.environ, OMLET_CODE_CACHE="off")
 
-        def run(inp, env):
-            return timed([CLI, "run", os.path.join(nginx, "nginx.oml"), "--knowdb",
+        def run(inp, env, cli=CLI):
+            return timed([cli, "run", os.path.join(nginx, "nginx.oml"), "--knowdb",
                           os.path.join(nginx, "knowdb/knowdb.toml"), "-i", inp, "-o", "/dev/null",
                           "--errors", "/dev/null"], env)
 
@@ -59,6 +69,10 @@ def main():
             f"{N:,} records, compiled": [run(many, off) for _ in range(RUNS)],
             f"{N:,} records, Python json loop": [timed([sys.executable, loop, many]) for _ in range(RUNS)],
         }
+        by_hand = os.environ.get("OMLET_BY_HAND_CLI")
+        if by_hand:
+            run(one, cached, by_hand)  # its guest differs: fills its own cache entry
+            cells[f"{N:,} records, cached, the rule by hand (instrument)"] = [run(many, cached, by_hand) for _ in range(RUNS)]
         out = {
             "machine": f"{os.cpu_count()} cores, {platform.processor() or platform.machine()}, {platform.system()} {platform.release()}",
             "runs": RUNS,
