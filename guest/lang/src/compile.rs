@@ -434,6 +434,7 @@ impl Checker<'_> {
             options: a.options,
             keys: a.keys,
             default,
+            fresh: false,
         })
     }
 
@@ -448,6 +449,7 @@ impl Checker<'_> {
                 options: Vec::new(),
                 keys: Vec::new(),
                 default: None,
+                fresh: false,
             }),
             ast::Expr::Access(a) => self.access(a, key_of),
             other => self.err("expected `read(…)`, `take(…)` or `@name`", other.span()),
@@ -630,7 +632,7 @@ impl Checker<'_> {
                 i
             }
         };
-        Ok(Lookup { statement: id as u32, params: b.params })
+        Ok(Lookup { statement: id as u32, params: b.params, repeats: Vec::new() })
     }
 
     fn sql_cond(&mut self, c: SqlCond, b: &mut SqlBuilder) -> CResult<()> {

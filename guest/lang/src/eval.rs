@@ -417,7 +417,35 @@ impl<'a, 'h> Ctx<'a, 'h> {
     /// and returns dst's, or else src's. With `skip_empty` (an `option:`
     /// name) an empty field is neither returned nor removed. Names the
     /// program knows compare by slot.
-    fn find(&mut self, take: bool, name: &str, sym: u32, skip_empty: bool) -> Option<Field<'a>> {
+    ///
+    /// `fresh` says that no field of that name can be in dst yet
+    /// ([`crate::ir::Access::fresh`]): dst is not searched.
+    #[inline]
+    fn find(&mut self, take: bool, name: &str, sym: u32, skip_empty: bool, fresh: bool) -> Option<Field<'a>> {
+        // The common case, small enough to inline into its callers: a name
+        // the program knows, not an `option:`, in a record too small for the
+        // index. The same rules as below, without the index's branches.
+        if sym != NO_SYM && !skip_empty && self.index.is_none() && self.src.len() + self.dst.len() <= INDEX_FROM {
+            let in_dst = if fresh { None } else { self.dst.iter().position(|f| f.sym == sym) };
+            if !take {
+                return match in_dst {
+                    Some(i) => Some(self.dst[i].clone()),
+                    None => self.src.iter().flatten().find(|f| f.sym == sym).cloned(),
+                };
+            }
+            let from_src = self.src.iter_mut().find(|f| matches!(f, Some(f) if f.sym == sym)).and_then(Option::take);
+            return match in_dst {
+                Some(i) => Some(self.dst.remove(i)),
+                None => from_src,
+            };
+        }
+        self.find_slow(take, name, sym, skip_empty)
+    }
+
+    /// [`Self::find`] in general: with the index, names without a slot, and
+    /// `option:` names.
+    #[inline(never)]
+    fn find_slow(&mut self, take: bool, name: &str, sym: u32, skip_empty: bool) -> Option<Field<'a>> {
         self.ensure_index();
         let hit = |f: &Field<'_>| if sym != NO_SYM { f.sym == sym } else { f.name == name };
         // With an index, the slot's row; names without a slot are scanned.
@@ -466,12 +494,12 @@ impl<'a, 'h> Ctx<'a, 'h> {
         if self.trace.is_some() {
             return self.access_traced(a);
         }
-        if let Some(f) = self.find(a.take, &a.key, a.key_sym, false) {
+        if let Some(f) = self.find(a.take, &a.key, a.key_sym, false, a.fresh) {
             return Some(f);
         }
         for (i, opt) in a.options.iter().enumerate() {
             let sym = a.option_syms.get(i).copied().unwrap_or(NO_SYM);
-            if let Some(f) = self.find(a.take, opt, sym, true) {
+            if let Some(f) = self.find(a.take, opt, sym, true, false) {
                 return Some(f);
             }
         }
@@ -491,7 +519,7 @@ impl<'a, 'h> Ctx<'a, 'h> {
         };
         let in_output = |ctx: &Self, key: &str| ctx.dst.iter().any(|f| f.name == key);
         let out = in_output(self, &a.key);
-        if let Some(f) = self.find(a.take, &a.key, a.key_sym, false) {
+        if let Some(f) = self.find(a.take, &a.key, a.key_sym, false, a.fresh) {
             self.note(|| read(&a.key, if out { "output" } else { "input" }, Some(&f.value)));
             if a.take
                 && let Some(t) = self.trace.as_deref_mut()
@@ -502,7 +530,7 @@ impl<'a, 'h> Ctx<'a, 'h> {
         }
         for (i, opt) in a.options.iter().enumerate() {
             let sym = a.option_syms.get(i).copied().unwrap_or(NO_SYM);
-            if let Some(f) = self.find(a.take, opt, sym, true) {
+            if let Some(f) = self.find(a.take, opt, sym, true, false) {
                 self.note(|| read(&a.key, &alloc::format!("option {opt}"), Some(&f.value)));
                 if a.take
                     && let Some(t) = self.trace.as_deref_mut()
@@ -859,7 +887,17 @@ impl<'a, 'h> Ctx<'a, 'h> {
 
     /// A SQL lookup statement (spec §8.11.3).
     fn lookup(&mut self, targets: &'a [Target], l: &'a Lookup) {
-        let params: Vec<Cell> = l.params.iter().map(|p| self.param(p)).collect();
+        let mut params: Vec<Cell> = Vec::with_capacity(l.params.len());
+        for (i, p) in l.params.iter().enumerate() {
+            // A parameter that repeats an earlier one is that one's value
+            // (a trace notes each read, so it evaluates them all).
+            let earlier = l.repeats.get(i).map(|&j| j as usize).filter(|&j| j < params.len() && self.trace.is_none());
+            let cell = match earlier {
+                Some(j) => params[j].clone(),
+                None => self.param(p),
+            };
+            params.push(cell);
+        }
         // Delta §13.5: when every parameter read from the record is null, the
         // query is not sent. Literals and built-ins are text of the
         // statement in the reference, not parameters, so they do not count.
@@ -1128,6 +1166,7 @@ fn glob<T: Copy + PartialEq>(p: &[T], n: &[T], any_seq: T, any_one: T) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ir::NO_REPEAT;
     use crate::{Source, compile};
     use alloc::format;
     use alloc::vec;
@@ -1232,6 +1271,104 @@ mod tests {
 
     /// The same rules over small records (scanned) and large ones (indexed)
     /// give the same fields.
+    /// Every read and take of `program`, in order.
+    fn accesses(program: &mut Program) -> Vec<&mut crate::ir::Access> {
+        fn expr<'p>(e: &'p mut Expr, out: &mut Vec<&'p mut crate::ir::Access>) {
+            match e {
+                Expr::Access(a) | Expr::Pipe { source: a, .. } => out.push(a),
+                Expr::Match(m) => {
+                    for a in &mut m.sources {
+                        out.push(a);
+                    }
+                    for arm in &mut m.arms {
+                        expr(&mut arm.result, out);
+                    }
+                }
+                Expr::Object(members) => members.iter_mut().for_each(|m| expr(&mut m.expr, out)),
+                _ => {}
+            }
+        }
+        let mut out = Vec::new();
+        for m in &mut program.models {
+            for s in &mut m.stmts {
+                if let Stmt::Assign { expr: e, .. } = s {
+                    expr(e, &mut out);
+                }
+            }
+        }
+        out
+    }
+
+    /// An access is `fresh` (the output is not searched) only where no
+    /// earlier statement can have written its name, and what fresh accesses
+    /// give is what searching both gives.
+    #[test]
+    fn fresh_accesses_are_those_no_earlier_statement_writes_and_change_nothing() {
+        let src = "name : t\n---\na = read(x) ;\nx = chars(1) ;\nb = read(x) ;\nc = take(y) ;\nd = read(c) ;\n\
+                   g* = take() ;\ne = read(gz) ;\nf = object { m = read(q) ; } ;\nq = read(x) ;\n";
+        let mut program = compile(&[Source { file: "t.oml", text: src }], (0, 0)).unwrap();
+        let fresh: Vec<(String, bool)> = accesses(&mut program).into_iter().map(|a| (a.key.clone(), a.fresh)).collect();
+        let want = [("x", true), ("x", false), ("y", true), ("c", false), ("gz", false), ("q", true), ("x", false)];
+        assert_eq!(fresh, want.map(|(k, f)| (String::from(k), f)));
+        let record = || {
+            vec![
+                Field::new("x", Value::Digit(7)),
+                Field::new("y", Value::chars("why")),
+                Field::new("c", Value::chars("in")),
+                Field::new("gz", Value::Digit(1)),
+                Field::new("q", Value::Digit(2)),
+            ]
+        };
+        let mut plain = program.clone();
+        for a in accesses(&mut plain) {
+            a.fresh = false;
+        }
+        let with = run(&program, record());
+        assert_eq!(with, run(&plain, record()));
+        assert_eq!(with.iter().find(|(n, _)| n == "b").map(|(_, v)| v), Some(&Value::chars("1")));
+    }
+
+    /// Answers a lookup with the sum of its integer parameters, and keeps
+    /// the parameters it was given.
+    struct Sums(Vec<Vec<Cell>>);
+
+    impl Host for Sums {
+        fn query(&mut self, _: u32, params: &[Cell]) -> Result<Option<Vec<Cell>>, QueryError> {
+            self.0.push(params.to_vec());
+            let sum = params.iter().map(|c| if let Cell::Integer(i) = c { *i } else { 0 }).sum();
+            Ok(Some(vec![Cell::Integer(sum)]))
+        }
+        fn columns(&mut self, _: u32) -> Result<Vec<String>, QueryError> {
+            Ok(vec!["s".into()])
+        }
+        fn now(&mut self) -> (i64, i32) {
+            (0, 0)
+        }
+    }
+
+    /// A parameter that reads what an earlier one read takes its value;
+    /// with a take among them, each is read in turn.
+    #[test]
+    fn a_lookups_repeated_reads_are_read_once_and_bind_the_same() {
+        let lookup = |params: &str| {
+            let src = format!("name : t\n---\ns = select s from t where lo <= {params} ;\n");
+            let mut program = compile(&[Source { file: "t.oml", text: &src }], (0, 0)).unwrap();
+            let Stmt::Lookup { lookup, .. } = &mut program.models[0].stmts[0] else { panic!("not a lookup") };
+            let repeats = lookup.repeats.clone();
+            let mut host = Sums(Vec::new());
+            let input = vec![Field::new("ip", Value::chars("10.0.0.1")), Field::new("ip", Value::chars("10.0.0.2"))];
+            evaluate(&program, 0, input, &mut host).unwrap();
+            (repeats, host.0)
+        };
+        let ip = |last: i64| Cell::Integer((10 << 24) + last);
+        let (repeats, sent) = lookup("ip4_int(read(ip)) and hi >= ip4_int(read(ip))");
+        assert_eq!(repeats, vec![NO_REPEAT, 0]);
+        assert_eq!(sent, vec![vec![ip(1), ip(1)]]);
+        let (repeats, sent) = lookup("ip4_int(take(ip)) and hi >= ip4_int(read(ip))");
+        assert!(repeats.is_empty());
+        assert_eq!(sent, vec![vec![ip(1), ip(2)]]);
+    }
+
     #[test]
     fn lookups_agree_with_and_without_the_index() {
         let src = "name : t\n---\na = read(k) ;\nb = take(k) ;\nc = take(k) ;\nd = read(option:[e, k]) ;\n\

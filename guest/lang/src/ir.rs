@@ -83,7 +83,7 @@ impl NameIndex {
             if s == Self::EMPTY {
                 return Some(crate::value::NO_SYM);
             }
-            if names.get(s as usize).is_some_and(|n| n == name) {
+            if names.get(s as usize).is_some_and(|n| crate::value::same_bytes(n.as_bytes(), name.as_bytes())) {
                 return Some(s);
             }
             h = (h + 1) & mask;
@@ -247,6 +247,13 @@ pub struct Access {
     /// `keys:[…]` patterns (for `collect`).
     pub keys: Vec<String>,
     pub default: Option<alloc::boxed::Box<Expr>>,
+    /// No earlier statement of the model can have written a field named
+    /// `key` to the output when this access runs, so the evaluator looks for
+    /// it in the input only. Worked out when the program is linked or
+    /// decoded ([`prepare`]), not stored; `false` (look in both) is
+    /// always correct.
+    #[serde(skip)]
+    pub fresh: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -429,6 +436,54 @@ pub enum PipeFn {
 pub struct Lookup {
     pub statement: u32,
     pub params: Vec<Param>,
+    /// For each parameter, an earlier one that reads the same fields
+    /// through the same helpers (`ip4_int(read(ip))` twice), whose value it
+    /// takes instead of reading again, or [`NO_REPEAT`]. Worked out when the
+    /// program is linked or decoded ([`prepare`]), not stored; empty for
+    /// none, and always empty when a parameter takes a field.
+    #[serde(skip)]
+    pub repeats: Vec<u32>,
+}
+
+/// No earlier parameter of the lookup is the same.
+pub const NO_REPEAT: u32 = u32::MAX;
+
+/// Whether two parameters surely give the same value: the same helpers over
+/// reads (no take, no default) of the same names.
+fn same_reads(a: &Param, b: &Param) -> bool {
+    match (a, b) {
+        (Param::Access(x), Param::Access(y)) => {
+            !x.take && !y.take && x.default.is_none() && y.default.is_none() && x.key == y.key && x.options == y.options
+        }
+        (Param::Helper(h, xs), Param::Helper(k, ys)) => {
+            h == k && xs.len() == ys.len() && xs.iter().zip(ys).all(|(x, y)| same_reads(x, y))
+        }
+        _ => false,
+    }
+}
+
+/// Whether computing `p` takes a field (and so may change what a read finds).
+fn takes(p: &Param) -> bool {
+    match p {
+        Param::Access(a) => a.take || a.default.is_some(),
+        Param::Helper(_, args) => args.iter().any(takes),
+        Param::Now(_) | Param::Const(_) => false,
+    }
+}
+
+impl Lookup {
+    fn mark_repeats(&mut self) {
+        self.repeats.clear();
+        if self.params.iter().any(takes) {
+            return;
+        }
+        let repeats: Vec<u32> = (0..self.params.len())
+            .map(|i| (0..i).find(|&j| same_reads(&self.params[j], &self.params[i])).map_or(NO_REPEAT, |j| j as u32))
+            .collect();
+        if repeats.iter().any(|&r| r != NO_REPEAT) {
+            self.repeats = repeats;
+        }
+    }
 }
 
 impl Lookup {
@@ -593,21 +648,60 @@ impl Named<'_> {
 
 fn visit_model(m: &mut Model, f: &mut dyn FnMut(&mut Named<'_>)) {
     for s in &mut m.stmts {
+        visit_stmt(s, f);
+    }
+}
+
+/// What the evaluator works out once per model instead of once per record,
+/// when the program is linked or decoded: [`Lookup::repeats`], and
+/// [`Access::fresh`] on every read and take whose name no earlier statement
+/// can have put in the output (a statement's targets are written after it
+/// has run, a batch statement moves names that match its pattern, and a
+/// lookup's `_` targets take names known only when it runs: after one, no
+/// access is fresh).
+pub fn prepare(m: &mut Model) {
+    let mut written = alloc::collections::BTreeSet::new();
+    let mut patterns: Vec<String> = Vec::new();
+    let mut unknown = false;
+    for s in &mut m.stmts {
+        visit_stmt(s, &mut |n: &mut Named<'_>| {
+            if let Named::Key(a) = n {
+                a.fresh = !unknown
+                    && !written.contains(a.key.as_str())
+                    && !patterns.iter().any(|p| crate::eval::wildcard(p, a.key.trim()));
+            }
+        });
         match s {
-            Stmt::Assign { target, expr } => {
-                f(&mut Named::Target(target));
-                visit_expr(expr, f);
+            Stmt::Assign { target, .. } => {
+                written.insert(target.name.clone());
             }
             Stmt::Lookup { targets, lookup } => {
-                for t in targets {
-                    f(&mut Named::Target(t));
-                }
-                for p in &mut lookup.params {
-                    visit_param(p, f);
+                lookup.mark_repeats();
+                for t in targets.iter() {
+                    unknown |= t.name == "_";
+                    written.insert(t.name.clone());
                 }
             }
-            Stmt::Batch { .. } => {}
+            Stmt::Batch { pattern, .. } => patterns.push(pattern.clone()),
         }
+    }
+}
+
+fn visit_stmt(s: &mut Stmt, f: &mut dyn FnMut(&mut Named<'_>)) {
+    match s {
+        Stmt::Assign { target, expr } => {
+            f(&mut Named::Target(target));
+            visit_expr(expr, f);
+        }
+        Stmt::Lookup { targets, lookup } => {
+            for t in targets {
+                f(&mut Named::Target(t));
+            }
+            for p in &mut lookup.params {
+                visit_param(p, f);
+            }
+        }
+        Stmt::Batch { .. } => {}
     }
 }
 
@@ -714,6 +808,7 @@ impl Program {
         }
         let mut program: Program = postcard::from_bytes(&bytes[10..]).map_err(|e| IrError::Corrupt(alloc::format!("{e}")))?;
         program.name_index = NameIndex::build(&program.names);
+        program.models.iter_mut().for_each(prepare);
         Ok(program)
     }
 
@@ -752,6 +847,7 @@ impl Program {
         }
         self.name_index = NameIndex::build(&table);
         self.names = table;
+        self.models.iter_mut().for_each(prepare);
     }
 
     pub fn uses_clock(&self) -> bool {

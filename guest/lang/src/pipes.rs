@@ -209,6 +209,8 @@ fn path_part<'a>(s: Cow<'a, str>, part: Option<PathPart>) -> Value<'a> {
 /// of the text parsed, so that a part of borrowed text needs no copy.
 struct Url<'s> {
     host: &'s str,
+    /// The host and its port as written (`host` alone when there is none).
+    hostport: &'s str,
     port: Option<u16>,
     /// Empty for a URL without a path (whose path is then `/`).
     path: &'s str,
@@ -265,7 +267,7 @@ fn parse_url(s: &str) -> Option<Url<'_>> {
         Some((p, q)) => (p, Some(q)),
         None => (before_frag, None),
     };
-    Some(Url { host, port, path, query, tail })
+    Some(Url { host, hostport, port, path, query, tail })
 }
 
 /// `part`, a slice of `s`'s text, as a value: borrowed when `s` is.
@@ -283,12 +285,13 @@ fn url_part<'a>(s: Cow<'a, str>, part: Option<UrlPart>) -> Value<'a> {
     let Some(part) = part else { return Value::Chars(s) };
     let Some(u) = parse_url(&s) else { return Value::Chars(s) };
     // Hosts compare without case: an ASCII host in lower case already stays a slice.
-    let host = || -> Cow<'a, str> {
-        if u.host.is_ascii() && !u.host.bytes().any(|b| b.is_ascii_uppercase()) {
-            slice_of(&s, u.host)
-        } else {
-            Cow::Owned(u.host.to_lowercase())
-        }
+    let lower = u.host.is_ascii() && !u.host.bytes().any(|b| b.is_ascii_uppercase());
+    let host = || -> Cow<'a, str> { if lower { slice_of(&s, u.host) } else { Cow::Owned(u.host.to_lowercase()) } };
+    // A port written as its decimal digits (no sign, no leading zero) is
+    // written as it would be formatted.
+    let port_as_formatted = || {
+        let digits = u.hostport.get(u.host.len()..).and_then(|r| r.strip_prefix(':')).unwrap_or("");
+        !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) && (digits.len() == 1 || !digits.starts_with('0'))
     };
     let out: Cow<'a, str> = match part {
         UrlPart::Domain => {
@@ -299,6 +302,7 @@ fn url_part<'a>(s: Cow<'a, str>, part: Option<UrlPart>) -> Value<'a> {
             host()
         }
         UrlPart::Host => match u.port {
+            Some(_) if lower && port_as_formatted() => slice_of(&s, u.hostport),
             Some(p) => Cow::Owned(alloc::format!("{}:{p}", host())),
             None => host(),
         },
@@ -793,7 +797,12 @@ mod tests {
     fn url_parts_of_borrowed_text_are_borrowed_where_they_can_be() {
         use UrlPart::*;
         let cases: &[(&str, UrlPart, &str, bool)] = &[
-            ("https://shop.example.com:8443/cart?x=1#top", Host, "shop.example.com:8443", false),
+            ("https://shop.example.com:8443/cart?x=1#top", Host, "shop.example.com:8443", true),
+            ("https://shop.example.com:08443/cart", Host, "shop.example.com:8443", false),
+            ("https://shop.example.com:+8443/cart", Host, "shop.example.com:8443", false),
+            ("https://Shop.example.com:8443/cart", Host, "shop.example.com:8443", false),
+            ("http://[::1]:8080/x", Host, "[::1]:8080", true),
+            ("http://u:p@h.example:0/x", Host, "h.example:0", true),
             ("https://shop.example.com:443/cart", Host, "shop.example.com", true),
             ("HTTP://Example.COM/a", Host, "example.com", false),
             ("http://example.com", Domain, "example.com", true),

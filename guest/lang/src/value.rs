@@ -52,6 +52,35 @@ pub struct Field<'a> {
     pub sym: u32,
 }
 
+/// Whether `a` and `b` are the same bytes: up to 16 bytes by two
+/// overlapping loads of a word each, compared in place, and longer ones with
+/// `==`. In wasm, `==` on slices is a call to `memcmp` (LLVM has no inline
+/// compare there), which costs its prologue and the deadline's check; names
+/// are compared like this once per input field and record.
+#[inline]
+pub fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    fn word<const N: usize>(s: &[u8], at: usize) -> [u8; N] {
+        let mut w = [0; N];
+        w.copy_from_slice(&s[at..at + N]);
+        w
+    }
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    match n {
+        0 => true,
+        1 => a[0] == b[0],
+        2..=3 => word::<2>(a, 0) == word::<2>(b, 0) && word::<2>(a, n - 2) == word::<2>(b, n - 2),
+        4..=7 => word::<4>(a, 0) == word::<4>(b, 0) && word::<4>(a, n - 4) == word::<4>(b, n - 4),
+        8..=16 => {
+            u64::from_ne_bytes(word(a, 0)) == u64::from_ne_bytes(word(b, 0))
+                && u64::from_ne_bytes(word(a, n - 8)) == u64::from_ne_bytes(word(b, n - 8))
+        }
+        _ => a == b,
+    }
+}
+
 /// The slot of a name the program does not know.
 pub const NO_SYM: u32 = u32::MAX;
 
