@@ -371,7 +371,7 @@ impl<'a, 'h> Ctx<'a, 'h> {
     fn stmt(&mut self, stmt: &'a Stmt) {
         match stmt {
             Stmt::Assign { target, expr } => {
-                let Some(v) = self.expr(expr, &target.name) else {
+                let Some(v) = self.value_of(expr, &target.name) else {
                     self.note(|| Event::NotWritten { target: target.name.clone(), why: "the value is absent".into() });
                     return;
                 };
@@ -553,6 +553,19 @@ impl<'a, 'h> Ctx<'a, 'h> {
 
     // ----- expressions -------------------------------------------------------
 
+    /// [`Self::expr`], with its two commonest forms (a field read or taken,
+    /// a constant) evaluated in place: `expr` is large, and in wasm its
+    /// prologue (the deadline's check, a big frame) is a good part of
+    /// evaluating either.
+    #[inline(always)]
+    fn value_of(&mut self, e: &'a Expr, target: &'a str) -> Option<Value<'a>> {
+        match e {
+            Expr::Access(a) => self.access(a).map(|f| f.value),
+            Expr::Const(c) => Some(const_value(c)),
+            _ => self.expr(e, target),
+        }
+    }
+
     /// Evaluates a single-valued expression; `None` is absent.
     pub fn expr(&mut self, e: &'a Expr, target: &'a str) -> Option<Value<'a>> {
         match e {
@@ -576,7 +589,7 @@ impl<'a, 'h> Ctx<'a, 'h> {
             Expr::Object(members) => {
                 let mut out = Vec::with_capacity(members.len());
                 for m in members {
-                    if let Some(v) = self.expr(&m.expr, &m.name) {
+                    if let Some(v) = self.value_of(&m.expr, &m.name) {
                         out.push(Field::new(m.name.as_str(), convert(v, &m.ty)));
                     }
                 }
@@ -704,7 +717,7 @@ impl<'a, 'h> Ctx<'a, 'h> {
                     arms: m.arms.len() as u32,
                     default: false,
                 });
-                return self.expr(&arm.result, target);
+                return self.value_of(&arm.result, target);
             }
         }
         self.match_default(m, values, target)
@@ -719,7 +732,7 @@ impl<'a, 'h> Ctx<'a, 'h> {
             arms: m.arms.len() as u32,
             default: m.default.is_some(),
         });
-        self.expr(m.default.as_ref()?, target)
+        self.value_of(m.default.as_ref()?, target)
     }
 
     /// A `calc` expression (delta §11), or `None` on any error.

@@ -559,6 +559,25 @@ pub fn push_ip(out: &mut String, ip: &IpAddr) {
 mod tests {
     use super::*;
 
+    /// `same_bytes` agrees with `==` on every pair of a set of texts made
+    /// to hit its edges: each length up to past 16, near-misses at the start
+    /// and at the end, non-ASCII.
+    #[test]
+    fn same_bytes_agrees_with_eq() {
+        let mut texts: Vec<alloc::string::String> =
+            ["", "a", "b", "é", "aé"].iter().map(|s| alloc::string::String::from(*s)).collect();
+        for n in 1..=20 {
+            texts.push("x".repeat(n));
+            texts.push("x".repeat(n - 1) + "y");
+            texts.push(alloc::string::String::from("y") + &"x".repeat(n - 1));
+        }
+        for a in &texts {
+            for b in &texts {
+                assert_eq!(same_bytes(a.as_bytes(), b.as_bytes()), a == b, "{a:?} == {b:?}");
+            }
+        }
+    }
+
     #[test]
     fn json_floats_are_written_as_json_float_writes_them() {
         let mut values = alloc::vec![
