@@ -565,7 +565,7 @@ impl Checker<'_> {
                 for a in args {
                     accs.push(self.var_access(a, key_of)?);
                 }
-                Expr::Fmt { pieces: fmt_pieces(&format), args: accs }
+                Expr::Fmt { pieces: fmt_pieces(&format), args: accs, index: Vec::new() }
             }
             ast::Expr::Sql(q) => return self.err("a SQL lookup must be a whole statement", q.span),
         })

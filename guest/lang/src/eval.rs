@@ -628,7 +628,7 @@ impl<'a, 'h> Ctx<'a, 'h> {
                 }
             }
             Expr::Collect(a) => self.collect(a),
-            Expr::Fmt { pieces, args } => Some(self.fmt(pieces, args)),
+            Expr::Fmt { pieces, args, index } => Some(self.fmt(pieces, args, index)),
         }
     }
 
@@ -800,15 +800,45 @@ impl<'a, 'h> Ctx<'a, 'h> {
         if items.is_empty() { None } else { Some(Value::Array(Box::new(items))) }
     }
 
-    /// `fmt("…{name}…", args)` (spec §8.10); always chars.
-    fn fmt(&mut self, pieces: &'a [FmtPiece], args: &'a [Access]) -> Value<'a> {
+    /// `fmt("…{name}…", args)` (spec §8.10); always chars. A piece writes
+    /// the first argument read or taken under its name. With `index` (see
+    /// [`Expr::Fmt`]) the arguments' values are kept by position, on the
+    /// stack for up to eight, and each piece knows its own.
+    fn fmt(&mut self, pieces: &'a [FmtPiece], args: &'a [Access], index: &[u32]) -> Value<'a> {
+        const ON_STACK: usize = 8;
+        if index.len() != pieces.len() || args.len() > ON_STACK {
+            return self.fmt_by_name(pieces, args);
+        }
+        let mut values: [Option<Value<'a>>; ON_STACK] = Default::default();
+        for (a, v) in args.iter().zip(values.iter_mut()) {
+            *v = self.access(a).map(|f| f.value);
+        }
+        // Sized once for the usual case, instead of growing piece by piece.
+        let text: usize = pieces.iter().map(|p| if let FmtPiece::Text(t) = p { t.len() } else { 16 }).sum();
+        let mut out = String::with_capacity(text);
+        for (p, &i) in pieces.iter().zip(index) {
+            match p {
+                FmtPiece::Text(t) => out.push_str(t),
+                FmtPiece::Var(_) => match values.get(i as usize).and_then(Option::as_ref) {
+                    Some(v) => v.write_raw(&mut out),
+                    None => return Value::Chars(Cow::Borrowed("")),
+                },
+                FmtPiece::Invalid => return Value::Chars(Cow::Borrowed("")),
+            }
+        }
+        Value::Chars(Cow::Owned(out))
+    }
+
+    /// [`Self::fmt`] with each piece's argument found by the name of the
+    /// field it read.
+    #[inline(never)]
+    fn fmt_by_name(&mut self, pieces: &'a [FmtPiece], args: &'a [Access]) -> Value<'a> {
         let mut vars: Vec<Field<'a>> = Vec::with_capacity(args.len());
         for a in args {
             if let Some(f) = self.access(a) {
                 vars.push(f);
             }
         }
-        // Sized once for the usual case, instead of growing piece by piece.
         let text: usize = pieces.iter().map(|p| if let FmtPiece::Text(t) = p { t.len() } else { 16 }).sum();
         let mut out = String::with_capacity(text);
         for p in pieces {
@@ -1339,6 +1369,42 @@ mod tests {
         let with = run(&program, record());
         assert_eq!(with, run(&plain, record()));
         assert_eq!(with.iter().find(|(n, _)| n == "b").map(|(_, v)| v), Some(&Value::chars("1")));
+    }
+
+    /// `fmt` with its pieces' arguments known by position writes what
+    /// finding them by name writes: absent arguments, names no argument
+    /// has, takes; with `option:` names or a repeated key it finds them by
+    /// name.
+    #[test]
+    fn fmt_by_position_writes_what_fmt_by_name_writes() {
+        let src = "name : t\n---\na = fmt(\"{x}-{y}\", @x, @y) ;\nb = fmt(\"{x}-{z}\", @x, @z) ;\n\
+                   c = fmt(\"{x}{x}\", take(x), read(x)) ;\nd = fmt(\"{y}/{q}\", read(option:[q, y]), @q) ;\n\
+                   e = fmt(\"<{w}>\", @w) ;\nf = fmt(\"{x}:{nope}\", @x) ;\n\
+                   g = fmt(\"{y}+{x}\", take(y), @x) ;\nh = fmt(\"{y}\", @y) ;\n";
+        let program = compile(&[Source { file: "t.oml", text: src }], (0, 0)).unwrap();
+        let mut by_name = program.clone();
+        let mut indexed = Vec::new();
+        for s in &mut by_name.models[0].stmts {
+            if let Stmt::Assign { target, expr: Expr::Fmt { index, .. } } = s {
+                indexed.push((target.name.clone(), !index.is_empty()));
+                index.clear();
+            }
+        }
+        let want = [("a", true), ("b", true), ("c", false), ("d", false), ("e", true), ("f", true), ("g", true), ("h", true)];
+        assert_eq!(indexed, want.map(|(n, i)| (String::from(n), i)));
+        let records = [
+            vec![Field::new("x", Value::Digit(1)), Field::new("y", Value::chars("why")), Field::new("q", Value::Bool(true))],
+            vec![Field::new("x", Value::Digit(1))],
+            vec![Field::new("y", Value::chars("y1")), Field::new("y", Value::chars("y2")), Field::new("w", Value::Digit(3))],
+            vec![],
+        ];
+        for r in records {
+            let got = run(&program, r.clone());
+            assert_eq!(got, run(&by_name, r.clone()), "{r:?}");
+            if r.len() == 3 && r[0].name == "x" {
+                assert_eq!(got[0], (String::from("a"), Value::chars("1-why")));
+            }
+        }
     }
 
     /// Answers a lookup with the sum of its integer parameters, and keeps

@@ -180,6 +180,15 @@ pub enum Expr {
     Fmt {
         pieces: Vec<FmtPiece>,
         args: Vec<Access>,
+        /// For each piece, the argument that a `{name}` piece writes (the
+        /// one whose key is the name), [`NO_ARG`] for a name no argument
+        /// has. Worked out when the program is linked or decoded
+        /// ([`prepare`]), not stored. Empty, so that pieces find their
+        /// argument by the name of the field it read, when an argument has
+        /// `option:` names (that name is known only once it is read) or two
+        /// have the same key (the first present one is written).
+        #[serde(skip)]
+        index: Vec<u32>,
     },
     /// `array { … }` (delta §1); last, so that older IR still reads.
     Array(Vec<Expr>),
@@ -445,6 +454,44 @@ pub struct Lookup {
     pub repeats: Vec<u32>,
 }
 
+/// No argument of a `fmt` has the piece's name.
+pub const NO_ARG: u32 = u32::MAX;
+
+/// Sets the `index` of every `fmt` under `e`.
+fn index_fmts(e: &mut Expr) {
+    match e {
+        Expr::Fmt { pieces, args, index } => {
+            index.clear();
+            let unique = args.iter().enumerate().all(|(i, a)| args[..i].iter().all(|b| b.key != a.key));
+            if unique && args.iter().all(|a| a.options.is_empty()) {
+                index.extend(pieces.iter().map(|p| match p {
+                    FmtPiece::Var(name) => args.iter().position(|a| a.key == *name).map_or(NO_ARG, |i| i as u32),
+                    _ => NO_ARG,
+                }));
+            }
+        }
+        Expr::Match(m) => {
+            m.arms.iter_mut().for_each(|a| index_fmts(&mut a.result));
+            if let Some(d) = &mut m.default {
+                index_fmts(d);
+            }
+        }
+        Expr::Object(members) => members.iter_mut().for_each(|m| index_fmts(&mut m.expr)),
+        Expr::Array(items) => items.iter_mut().for_each(index_fmts),
+        Expr::LookupNocase { key, default, .. } => {
+            index_fmts(key);
+            index_fmts(default);
+        }
+        Expr::Fail(msg) => index_fmts(msg),
+        Expr::Access(a) | Expr::Collect(a) | Expr::Pipe { source: a, .. } => {
+            if let Some(d) = &mut a.default {
+                index_fmts(d);
+            }
+        }
+        Expr::Const(_) | Expr::Now(_) | Expr::Calc(_) | Expr::AccessDirect { .. } => {}
+    }
+}
+
 /// No earlier parameter of the lookup is the same.
 pub const NO_REPEAT: u32 = u32::MAX;
 
@@ -653,7 +700,8 @@ fn visit_model(m: &mut Model, f: &mut dyn FnMut(&mut Named<'_>)) {
 }
 
 /// What the evaluator works out once per model instead of once per record,
-/// when the program is linked or decoded: [`Lookup::repeats`], and
+/// when the program is linked or decoded: [`Lookup::repeats`], the `index`
+/// of each [`Expr::Fmt`], and
 /// [`Access::fresh`] on every read and take whose name no earlier statement
 /// can have put in the output (a statement's targets are written after it
 /// has run, a batch statement moves names that match its pattern, and a
@@ -672,7 +720,8 @@ pub fn prepare(m: &mut Model) {
             }
         });
         match s {
-            Stmt::Assign { target, .. } => {
+            Stmt::Assign { target, expr } => {
+                index_fmts(expr);
                 written.insert(target.name.clone());
             }
             Stmt::Lookup { targets, lookup } => {
