@@ -1130,8 +1130,22 @@ fn to_integer(f: CalcFn, x: f64) -> Option<i64> {
     }
 }
 
-/// Does a match condition hold for a value (spec §8.7.3–4)?
+/// Does a match condition hold for a value (spec §8.7.3–4)? Ranges and
+/// equalities of digits and of text are decided here, inlined into the
+/// match; the rest (which builds the constants as values and compares them
+/// as [`Value::compare`] does) out of line.
+#[inline(always)]
 fn cond_holds(c: &Cond, v: &Value<'_>) -> bool {
+    match (c, v) {
+        (Cond::In(Const::Digit(lo), Const::Digit(hi)), Value::Digit(x)) => lo <= x && x <= hi,
+        (Cond::Eq(Const::Digit(k)), Value::Digit(x)) => k == x,
+        (Cond::Eq(Const::Chars(k)), Value::Chars(x)) => value::same_bytes(k.as_bytes(), x.as_bytes()),
+        _ => cond_holds_slow(c, v),
+    }
+}
+
+#[inline(never)]
+fn cond_holds_slow(c: &Cond, v: &Value<'_>) -> bool {
     let chars = || match v {
         Value::Chars(s) => Some(&**s),
         _ => None,
