@@ -16,7 +16,8 @@
 //!     OMLET_GUEST=/tmp/new.wasm cargo run --release -p omlet-benches --example profile_nginx wasm 51200 9
 //!
 //! With `OMLET_PERFMAP=1` the engine writes a perf map, so that `perf report`
-//! names the guest's functions.
+//! names the guest's functions. `OMLET_PROFILE_RULE=path.oml` evaluates
+//! that rule instead of the example's, over the same records.
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -48,6 +49,12 @@ fn main() {
     let sizes = omlet_benches::Sizes { rows: 0, hot: 0, ops: 1024 };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let (text, knowledge, records) = rt.block_on(omlet_benches::nginx(&sizes));
+    // Another rule over the same records and knowledge, to profile one kind
+    // of statement (say forty of them) in place of the example's.
+    let text = match std::env::var_os("OMLET_PROFILE_RULE") {
+        Some(path) => std::fs::read_to_string(&path).expect("OMLET_PROFILE_RULE names a readable rule"),
+        None => text,
+    };
     let runs: usize = std::env::args().nth(3).and_then(|s| s.parse().ok()).unwrap_or(1).max(1);
     let mut passes: Vec<f64> = Vec::with_capacity(runs);
     if mode == "native" {
@@ -66,7 +73,10 @@ fn main() {
         // OMLET_PERFMAP=1: the guest's functions named for `perf report`
         // (build the guest with CARGO_PROFILE_WASM_STRIP=false to keep names).
         let perf_map = std::env::var_os("OMLET_PERFMAP").is_some();
-        let engine = omlet::Engine::with_config(&omlet::EngineConfig { perf_map, ..Default::default() }).unwrap();
+        // OMLET_CODE_CACHE=dir: the compiled guest kept there (whose ELF
+        // objdump can disassemble, for the samples perf took in it).
+        let code_cache = std::env::var_os("OMLET_CODE_CACHE").map(std::path::PathBuf::from);
+        let engine = omlet::Engine::with_config(&omlet::EngineConfig { perf_map, code_cache, ..Default::default() }).unwrap();
         let rule = rt.block_on(engine.load_source("nginx.oml", &text, &omlet::LoadOptions::new().knowledge(knowledge))).unwrap();
         for _ in 0..runs {
             let t = Instant::now();

@@ -1385,6 +1385,38 @@ mod tests {
         assert_eq!(with.iter().find(|(n, _)| n == "b").map(|(_, v)| v), Some(&Value::chars("1")));
     }
 
+    /// A batch statement moves the first input field of each name that the
+    /// output does not hold yet, names the program knows or not, with the
+    /// index or without it.
+    #[test]
+    fn a_batch_moves_each_name_once_and_not_over_the_output() {
+        // Narrow, with the index (padded past INDEX_FROM), and wide (many
+        // input fields and many output fields) under INDEX_FROM.
+        for (pad, consts) in [(0, 0), (INDEX_FROM + 1, 0), (16, 20)] {
+            assert!(pad == INDEX_FROM + 1 || pad + 6 + consts + 2 <= INDEX_FROM);
+            let filler: String = (0..consts).map(|i| format!("c{i} = chars(c) ;\n")).collect();
+            let src = format!("name : t\n---\n{filler}a = chars(1) ;\nq = read(b) ;\n* = take() ;\n");
+            let program = compile(&[Source { file: "t.oml", text: &src }], (0, 0)).unwrap();
+            let mut input = vec![
+                Field::new("a", Value::chars("x")),
+                Field::new("b", Value::Digit(1)),
+                Field::new("zz", Value::Digit(3)),
+                Field::new("b", Value::Digit(2)),
+                Field::new("zz", Value::Digit(4)),
+                Field::new("a", Value::chars("y")),
+            ];
+            input.extend((0..pad).map(|_| Field::new("pad", Value::Null)));
+            let out: Vec<_> = run(&program, input).into_iter().filter(|(n, _)| n != "pad" && !n.starts_with('c')).collect();
+            let want = vec![
+                ("a".into(), Value::chars("1")),
+                ("q".into(), Value::Digit(1)),
+                ("b".into(), Value::Digit(1)),
+                ("zz".into(), Value::Digit(3)),
+            ];
+            assert_eq!(out, want, "padding {pad}, {consts} statements before");
+        }
+    }
+
     /// `fmt` with its pieces' arguments known by position writes what
     /// finding them by name writes: absent arguments, names no argument
     /// has, takes; with `option:` names or a repeated key it finds them by
