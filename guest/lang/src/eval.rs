@@ -277,6 +277,10 @@ pub struct Ctx<'a, 'h> {
     unindexable: bool,
     /// Set by [`explain`]: what happens is noted here.
     trace: Option<Box<Trace>>,
+    /// How many fields of dst have no slot ([`NO_SYM`]): while none has, a
+    /// batch statement moves a field without a slot without comparing its
+    /// name with every output field's.
+    dst_unnamed: usize,
 }
 
 /// Up to this many fields (input and output together), lookups scan: a scan
@@ -314,6 +318,7 @@ impl<'a, 'h> Ctx<'a, 'h> {
             index: None,
             unindexable: false,
             trace: None,
+            dst_unnamed: 0,
         }
     }
 
@@ -357,6 +362,7 @@ impl<'a, 'h> Ctx<'a, 'h> {
 
     /// Appends a field to the output, keeping the index.
     fn push_dst(&mut self, f: Field<'a>) {
+        self.dst_unnamed += usize::from(f.sym == NO_SYM);
         if let Some(ix) = &mut self.index {
             if f.sym != NO_SYM && f.sym as usize >= ix.dst_first.len() {
                 self.index = None;
@@ -366,6 +372,13 @@ impl<'a, 'h> Ctx<'a, 'h> {
             }
         }
         self.dst.push(f);
+    }
+
+    /// Removes dst's field `i`, keeping the count of fields without a slot.
+    fn take_dst(&mut self, i: usize) -> Field<'a> {
+        let f = self.dst.remove(i);
+        self.dst_unnamed -= usize::from(f.sym == NO_SYM);
+        f
     }
 
     fn stmt(&mut self, stmt: &'a Stmt) {
@@ -435,7 +448,7 @@ impl<'a, 'h> Ctx<'a, 'h> {
             }
             let from_src = self.src.iter_mut().find(|f| matches!(f, Some(f) if f.sym == sym)).and_then(Option::take);
             return match in_dst {
-                Some(i) => Some(self.dst.remove(i)),
+                Some(i) => Some(self.take_dst(i)),
                 None => from_src,
             };
         }
@@ -483,7 +496,7 @@ impl<'a, 'h> Ctx<'a, 'h> {
                 // next needed. Taking from the output is rare (a rule moving
                 // its own field), so the O(fields) rebuild is too.
                 self.index = None;
-                Some(self.dst.remove(i))
+                Some(self.take_dst(i))
             }
             None => from_src,
         }
@@ -875,6 +888,8 @@ impl<'a, 'h> Ctx<'a, 'h> {
                 // Every slot is in the table once the index exists.
                 Some(ix) if f.sym != NO_SYM => ix.dst_first[f.sym as usize] != NONE,
                 Some(ix) => ix.dst_names.contains(&f.name),
+                // A name without a slot matches only a name without one.
+                None if f.sym == NO_SYM && self.dst_unnamed == 0 => false,
                 None => self.dst.iter().any(|d| d.same_name(f)),
             };
             if in_dst {
