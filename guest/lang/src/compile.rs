@@ -521,7 +521,7 @@ impl Checker<'_> {
                         };
                         if let Some(e) = e {
                             let expr = self.expr(e, &name, false)?;
-                            out.push(Member { name, ty: ty.clone(), expr });
+                            out.push(Member { name, ty: ty.clone(), expr, rank: crate::ir::NO_RANK });
                         }
                     }
                 }

@@ -600,13 +600,28 @@ impl<'a, 'h> Ctx<'a, 'h> {
             Expr::Fail(msg) => self.fail(msg, target),
             Expr::Match(m) => self.match_expr(m, target),
             Expr::Object(members) => {
+                // Members of different names, ranked when the program was
+                // prepared, are put in order as they come, by their ranks;
+                // others are sorted by name afterwards.
+                const RANKED: usize = 16;
+                let ranked = members.len() <= RANKED && members.first().is_some_and(|m| m.rank != NO_RANK);
+                let mut ranks = [0u32; RANKED];
                 let mut out = Vec::with_capacity(members.len());
                 for m in members {
                     if let Some(v) = self.value_of(&m.expr, &m.name) {
-                        out.push(Field::new(m.name.as_str(), convert(v, &m.ty)));
+                        let f = Field::new(m.name.as_str(), convert(v, &m.ty));
+                        if ranked {
+                            let n = out.len();
+                            let at = ranks[..n].iter().position(|&r| r > m.rank).unwrap_or(n);
+                            ranks.copy_within(at..n, at + 1);
+                            ranks[at] = m.rank;
+                            out.insert(at, f);
+                        } else {
+                            out.push(f);
+                        }
                     }
                 }
-                Some(Value::Obj(Box::new(obj_from(out))))
+                Some(Value::Obj(Box::new(if ranked { out } else { obj_from(out) })))
             }
             Expr::Array(items) => {
                 // Delta §1.3: absent, null and ignore items are skipped; an
@@ -1429,6 +1444,36 @@ mod tests {
                 ("zz".into(), Value::Digit(3)),
             ];
             assert_eq!(out, want, "padding {pad}, {consts} statements before");
+        }
+    }
+
+    /// An object whose members all have different names is put in name
+    /// order by the members' ranks, as sorting by name puts it, whichever
+    /// members are absent; with a name twice it is sorted by name.
+    #[test]
+    fn objects_in_rank_order_are_objects_in_name_order() {
+        let src = "name : t\n---\no = object { u = read(u) ; b = read(b) ; m = read(m) ; a2 = read(a) ; } ;\n\
+                   p = object { z = read(u) ; z = read(b) ; a = read(m) ; } ;\n";
+        let program = compile(&[Source { file: "t.oml", text: src }], (0, 0)).unwrap();
+        let mut by_name = program.clone();
+        let mut ranked = Vec::new();
+        for s in &mut by_name.models[0].stmts {
+            if let Stmt::Assign { target, expr: Expr::Object(members) } = s {
+                ranked.push((target.name.clone(), members.iter().map(|m| m.rank).collect::<Vec<_>>()));
+                members.iter_mut().for_each(|m| m.rank = crate::ir::NO_RANK);
+            }
+        }
+        let no = crate::ir::NO_RANK;
+        assert_eq!(ranked, vec![(String::from("o"), vec![3, 1, 2, 0]), (String::from("p"), vec![no, no, no])]);
+        let all = ["u", "b", "m", "a"];
+        for mask in 0..16u32 {
+            let input: Vec<Field> = all
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| mask & 1 << i != 0)
+                .map(|(i, n)| Field::new(*n, Value::Digit(i as i64)))
+                .collect();
+            assert_eq!(run(&program, input.clone()), run(&by_name, input), "fields {mask:04b}");
         }
     }
 

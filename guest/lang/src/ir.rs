@@ -270,6 +270,25 @@ pub struct Member {
     pub name: String,
     pub ty: Type,
     pub expr: Expr,
+    /// The member's place among its object's members in name order, when
+    /// their names are all different ([`NO_RANK`] otherwise): the object is
+    /// then put in order by these numbers, not by comparing names. Worked
+    /// out when the program is linked or decoded ([`prepare`]), not stored.
+    #[serde(skip)]
+    pub rank: u32,
+}
+
+/// The members of the object do not all have different names.
+pub const NO_RANK: u32 = u32::MAX;
+
+/// Sets the rank of each member of `members` (see [`Member::rank`]).
+fn rank_members(members: &mut [Member]) {
+    let mut order: Vec<usize> = (0..members.len()).collect();
+    order.sort_by(|&a, &b| members[a].name.as_bytes().cmp(members[b].name.as_bytes()));
+    let unique = order.windows(2).all(|w| members[w[0]].name != members[w[1]].name);
+    for (rank, &i) in order.iter().enumerate() {
+        members[i].rank = if unique { rank as u32 } else { NO_RANK };
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -457,7 +476,8 @@ pub struct Lookup {
 /// No argument of a `fmt` has the piece's name.
 pub const NO_ARG: u32 = u32::MAX;
 
-/// Sets the `index` of every `fmt` under `e`.
+/// Sets the `index` of every `fmt` and the ranks of every object's members
+/// under `e`.
 fn index_fmts(e: &mut Expr) {
     match e {
         Expr::Fmt { pieces, args, index } => {
@@ -476,7 +496,10 @@ fn index_fmts(e: &mut Expr) {
                 index_fmts(d);
             }
         }
-        Expr::Object(members) => members.iter_mut().for_each(|m| index_fmts(&mut m.expr)),
+        Expr::Object(members) => {
+            rank_members(members);
+            members.iter_mut().for_each(|m| index_fmts(&mut m.expr));
+        }
         Expr::Array(items) => items.iter_mut().for_each(index_fmts),
         Expr::LookupNocase { key, default, .. } => {
             index_fmts(key);
@@ -701,7 +724,7 @@ fn visit_model(m: &mut Model, f: &mut dyn FnMut(&mut Named<'_>)) {
 
 /// What the evaluator works out once per model instead of once per record,
 /// when the program is linked or decoded: [`Lookup::repeats`], the `index`
-/// of each [`Expr::Fmt`], and
+/// of each [`Expr::Fmt`], each object's [`Member::rank`]s, and
 /// [`Access::fresh`] on every read and take whose name no earlier statement
 /// can have put in the output (a statement's targets are written after it
 /// has run, a batch statement moves names that match its pattern, and a
