@@ -476,9 +476,9 @@ pub struct Lookup {
 /// No argument of a `fmt` has the piece's name.
 pub const NO_ARG: u32 = u32::MAX;
 
-/// Sets the `index` of every `fmt` and the ranks of every object's members
-/// under `e`.
-fn index_fmts(e: &mut Expr) {
+/// [`prepare`] of the expressions under `e`: the `index` of every `fmt`, the
+/// ranks of every object's members.
+fn prepare_expr(e: &mut Expr) {
     match e {
         Expr::Fmt { pieces, args, index } => {
             index.clear();
@@ -491,24 +491,24 @@ fn index_fmts(e: &mut Expr) {
             }
         }
         Expr::Match(m) => {
-            m.arms.iter_mut().for_each(|a| index_fmts(&mut a.result));
+            m.arms.iter_mut().for_each(|a| prepare_expr(&mut a.result));
             if let Some(d) = &mut m.default {
-                index_fmts(d);
+                prepare_expr(d);
             }
         }
         Expr::Object(members) => {
             rank_members(members);
-            members.iter_mut().for_each(|m| index_fmts(&mut m.expr));
+            members.iter_mut().for_each(|m| prepare_expr(&mut m.expr));
         }
-        Expr::Array(items) => items.iter_mut().for_each(index_fmts),
+        Expr::Array(items) => items.iter_mut().for_each(prepare_expr),
         Expr::LookupNocase { key, default, .. } => {
-            index_fmts(key);
-            index_fmts(default);
+            prepare_expr(key);
+            prepare_expr(default);
         }
-        Expr::Fail(msg) => index_fmts(msg),
+        Expr::Fail(msg) => prepare_expr(msg),
         Expr::Access(a) | Expr::Collect(a) | Expr::Pipe { source: a, .. } => {
             if let Some(d) = &mut a.default {
-                index_fmts(d);
+                prepare_expr(d);
             }
         }
         Expr::Const(_) | Expr::Now(_) | Expr::Calc(_) | Expr::AccessDirect { .. } => {}
@@ -542,6 +542,7 @@ fn takes(p: &Param) -> bool {
 }
 
 impl Lookup {
+    /// Sets [`Lookup::repeats`].
     fn mark_repeats(&mut self) {
         self.repeats.clear();
         if self.params.iter().any(takes) {
@@ -744,7 +745,7 @@ pub fn prepare(m: &mut Model) {
         });
         match s {
             Stmt::Assign { target, expr } => {
-                index_fmts(expr);
+                prepare_expr(expr);
                 written.insert(target.name.clone());
             }
             Stmt::Lookup { targets, lookup } => {
