@@ -701,7 +701,7 @@ pub struct SqlStatement {
 }
 
 /// A name-bearing item, as `Program::link` visits it.
-enum Named<'p> {
+pub(crate) enum Named<'p> {
     Target(&'p mut Target),
     Key(&'p mut Access),
     Option(&'p mut Access, usize),
@@ -717,7 +717,7 @@ impl Named<'_> {
     }
 }
 
-fn visit_model(m: &mut Model, f: &mut dyn FnMut(&mut Named<'_>)) {
+pub(crate) fn visit_model(m: &mut Model, f: &mut dyn FnMut(&mut Named<'_>)) {
     for s in &mut m.stmts {
         visit_stmt(s, f);
     }
