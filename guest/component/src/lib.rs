@@ -293,8 +293,8 @@ impl exports::omlet::rule::evaluator::Guest for Guest {
                 return Err(failed("`evaluate` takes a frame of exactly one record".to_string()));
             }
             let fields = reader.size(0).and_then(|n| reader.fields_in(n, spare.fields())).map_err(|e| failed(e.to_string()))?;
-            let out = eval::evaluate_with(prog, model, fields, &mut host, &mut spare).map_err(eval_error)?;
-            w.record(&out);
+            let out = eval::evaluate_for_frame(prog, model, fields, &mut host, &mut spare).map_err(eval_error)?;
+            w.record_hiding(&out);
             spare.give_back(out);
             Ok(w.take_frame())
         })();
@@ -366,7 +366,7 @@ impl exports::omlet::rule::evaluator::Guest for Guest {
                 }
             };
             #[cfg(not(feature = "by-hand-nginx"))]
-            let result = eval::evaluate_with(prog, model, fields, &mut host, &mut spare);
+            let result = eval::evaluate_for_frame(prog, model, fields, &mut host, &mut spare);
             #[cfg(feature = "by-hand-nginx")]
             let result = {
                 let _ = (prog, model);
@@ -376,7 +376,7 @@ impl exports::omlet::rule::evaluator::Guest for Guest {
             };
             match result {
                 Ok(out) => {
-                    w.record(&out);
+                    w.record_hiding(&out);
                     spare.give_back(out);
                 }
                 Err(e) => errors.push(RecordError { index: index as u32, error: eval_error(e) }),

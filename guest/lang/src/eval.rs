@@ -135,6 +135,10 @@ pub fn evaluate<'a>(
 pub struct Spare {
     src: Vec<Option<Field<'static>>>,
     dst: Vec<Field<'static>>,
+    at: Positions,
+    /// Tests evaluate with and without [`Positions`], to compare.
+    #[cfg(test)]
+    scan: bool,
 }
 
 impl Spare {
@@ -142,7 +146,13 @@ impl Spare {
     pub const KEEP_FIELDS: usize = 4096;
 
     pub const fn new() -> Spare {
-        Spare { src: Vec::new(), dst: Vec::new() }
+        Spare {
+            src: Vec::new(),
+            dst: Vec::new(),
+            at: Positions::new(),
+            #[cfg(test)]
+            scan: false,
+        }
     }
 
     /// An empty vector for the next record's input fields: the buffer the
@@ -179,7 +189,21 @@ pub fn evaluate_with<'a>(
     host: &mut dyn Host,
     spare: &mut Spare,
 ) -> Result<Vec<Field<'a>>, EvalError> {
-    run(program, model, input, host, spare, None)
+    run(program, model, input, host, spare, None, true)
+}
+
+/// [`evaluate_with`] for a caller that writes the output with
+/// [`crate::frame::Writer::record_hiding`]: fields whose names start with
+/// `__` keep their values here, and the writer writes them as ignored.
+/// (The guest's batch loop: it spares a pass over every output field.)
+pub fn evaluate_for_frame<'a>(
+    program: &'a Program,
+    model: usize,
+    input: Vec<Field<'a>>,
+    host: &mut dyn Host,
+    spare: &mut Spare,
+) -> Result<Vec<Field<'a>>, EvalError> {
+    run(program, model, input, host, spare, None, false)
 }
 
 /// [`evaluate`] with a [`Trace`] of how: what each statement read, converted,
@@ -198,7 +222,7 @@ pub fn explain<'a>(
         return (Err(e), trace);
     };
     let mut trace = Some(Box::new(Trace::new(&m.name, &m.file)));
-    let out = run(program, model, input, host, &mut Spare::new(), Some(&mut trace));
+    let out = run(program, model, input, host, &mut Spare::new(), Some(&mut trace), true);
     let mut trace = trace.map(|t| *t).unwrap_or_default();
     if let Err(e) = &out {
         trace.error = Some(alloc::format!("{e}"));
@@ -214,13 +238,22 @@ fn run<'a>(
     host: &mut dyn Host,
     spare: &mut Spare,
     trace: Option<&mut Option<Box<Trace>>>,
+    hide: bool,
 ) -> Result<Vec<Field<'a>>, EvalError> {
     let m = program.models.get(model).ok_or(EvalError::NoSuchModel(model))?;
     let mut input = input;
-    for f in &mut input {
+    let mut at = core::mem::take(&mut spare.at);
+    at.start(program.names.len());
+    for (i, f) in input.iter_mut().enumerate() {
         f.sym = program.resolve(&f.name);
+        at.note_src(f.sym, i);
+    }
+    #[cfg(test)]
+    if spare.scan {
+        at.valid = false;
     }
     let mut ctx = Ctx::new(program, input, host);
+    ctx.at = at;
     ctx.dst = recycle(core::mem::take(&mut spare.dst));
     // Most statements write one field: one allocation for the output.
     ctx.dst.reserve(m.stmts.len());
@@ -244,10 +277,13 @@ fn run<'a>(
         return Err(e);
     }
     spare.src = recycle(core::mem::take(&mut ctx.src));
+    spare.at = core::mem::take(&mut ctx.at);
     let mut out = ctx.dst;
-    for f in &mut out {
-        if f.name.starts_with("__") {
-            f.value = Value::Ignore;
+    if hide {
+        for f in &mut out {
+            if f.name.starts_with("__") {
+                f.value = Value::Ignore;
+            }
         }
     }
     Ok(out)
@@ -281,6 +317,92 @@ pub struct Ctx<'a, 'h> {
     /// batch statement moves a field without a slot without comparing its
     /// name with every output field's.
     dst_unnamed: usize,
+    /// Where each name slot's field is in `src` and `dst`, while that is
+    /// known (see [`Positions`]).
+    at: Positions,
+}
+
+/// Per name slot, the position of its field in the input (`src`) and in
+/// the output (`dst`) of the record being evaluated, so that `read` and
+/// `take` of a name the program knows index instead of scanning.
+///
+/// Why: in wasm a scan of even ten fields for a slot (each an `Option` of
+/// a 40-byte field in linear memory) was the evaluator's largest single
+/// cost on the nginx rule (about 250 ns of a record's 3.4 µs in
+/// `profile_nginx`, 19 reads and takes a record). What it replaces: the
+/// scan in `Ctx::find`, which stays for the records this does not cover.
+/// What it costs: two tables of the program's name count, kept between
+/// records in [`Spare`], and a write per input field and per output field.
+/// Entries carry the record's generation, so a new record clears nothing:
+/// a rule set of thousands of names pays nothing per record for them.
+///
+/// It covers records whose input has at most one field per slot, until a
+/// field is taken back out of the output (`take` of a name a statement
+/// wrote), which moves the positions after it; then `valid` is false and
+/// the evaluator scans, as it did before, for the rest of that record.
+#[derive(Default)]
+struct Positions {
+    /// Per slot: the generation of the record that set it, and the position.
+    src: Vec<(u32, u32)>,
+    dst: Vec<(u32, u32)>,
+    generation: u32,
+    valid: bool,
+}
+
+impl Positions {
+    const fn new() -> Positions {
+        Positions { src: Vec::new(), dst: Vec::new(), generation: 0, valid: false }
+    }
+
+    /// Starts a record of a program with `slots` names.
+    fn start(&mut self, slots: usize) {
+        self.generation = self.generation.wrapping_add(1);
+        if self.generation == 0 || self.src.len() != slots {
+            // A new table, or the generations went round: nothing old may
+            // pass for this record's.
+            self.src.clear();
+            self.src.resize(slots, (0, 0));
+            self.dst.clear();
+            self.dst.resize(slots, (0, 0));
+            self.generation = 1;
+        }
+        self.valid = true;
+    }
+
+    /// Input field `i` has slot `sym`.
+    #[inline]
+    fn note_src(&mut self, sym: u32, i: usize) {
+        if sym == NO_SYM || !self.valid {
+            return;
+        }
+        match self.src.get_mut(sym as usize) {
+            Some(e) if e.0 != self.generation => *e = (self.generation, i as u32),
+            // Two input fields of one name (or a slot outside the table).
+            _ => self.valid = false,
+        }
+    }
+
+    /// Output field `i` (the last) has slot `sym`.
+    #[inline]
+    fn note_dst(&mut self, sym: u32, i: usize) {
+        if sym == NO_SYM || !self.valid {
+            return;
+        }
+        match self.dst.get_mut(sym as usize) {
+            Some(e) if e.0 != self.generation => *e = (self.generation, i as u32),
+            Some(_) => {}
+            None => self.valid = false,
+        }
+    }
+
+    /// The position of slot `sym`'s field in `table`, or [`NONE`].
+    #[inline]
+    fn of(&self, table: &[(u32, u32)], sym: u32) -> u32 {
+        match table.get(sym as usize) {
+            Some(&(g, i)) if g == self.generation => i,
+            _ => NONE,
+        }
+    }
 }
 
 /// Up to this many fields (input and output together), lookups scan: a scan
@@ -319,6 +441,7 @@ impl<'a, 'h> Ctx<'a, 'h> {
             unindexable: false,
             trace: None,
             dst_unnamed: 0,
+            at: Positions::new(),
         }
     }
 
@@ -361,8 +484,10 @@ impl<'a, 'h> Ctx<'a, 'h> {
     }
 
     /// Appends a field to the output, keeping the index.
+    #[inline(always)]
     fn push_dst(&mut self, f: Field<'a>) {
         self.dst_unnamed += usize::from(f.sym == NO_SYM);
+        self.at.note_dst(f.sym, self.dst.len());
         if let Some(ix) = &mut self.index {
             if f.sym != NO_SYM && f.sym as usize >= ix.dst_first.len() {
                 self.index = None;
@@ -378,18 +503,25 @@ impl<'a, 'h> Ctx<'a, 'h> {
     fn take_dst(&mut self, i: usize) -> Field<'a> {
         let f = self.dst.remove(i);
         self.dst_unnamed -= usize::from(f.sym == NO_SYM);
+        // The positions after `i` moved down.
+        self.at.valid = false;
         f
     }
 
     fn stmt(&mut self, stmt: &'a Stmt) {
         match stmt {
             Stmt::Assign { target, expr } => {
+                if let Expr::Access(a) = expr
+                    && self.moved(target, a)
+                {
+                    return;
+                }
                 let Some(v) = self.value_of(expr, &target.name) else {
                     self.note(|| Event::NotWritten { target: target.name.clone(), why: "the value is absent".into() });
                     return;
                 };
                 let before = self.trace.as_ref().filter(|_| !matches!(target.ty, Type::Auto)).map(|_| describe(&v));
-                let v = convert(v, &target.ty);
+                let v = converted(v, &target.ty);
                 if let Some(input) = before {
                     self.note(|| Event::Convert { to: type_name(&target.ty), input, output: describe(&v) });
                 }
@@ -412,6 +544,33 @@ impl<'a, 'h> Ctx<'a, 'h> {
         }
     }
 
+    /// `target = take(key)` of a field in the input that no statement has
+    /// written yet, untraced: the field is moved from the input to the
+    /// output, renamed and converted where it lies, instead of passing
+    /// through the copies of a value returned by [`Self::value_of`] (in
+    /// wasm each is a 40-byte copy through linear memory). False, having
+    /// done nothing, when that is not the case or the field is absent.
+    #[inline(always)]
+    fn moved(&mut self, target: &'a Target, a: &'a Access) -> bool {
+        if !(a.take && a.fresh && a.key_sym != NO_SYM && self.at.valid && self.trace.is_none()) {
+            return false;
+        }
+        let at = self.at.of(&self.at.src, a.key_sym) as usize;
+        let Some(mut f) = self.src.get_mut(at).and_then(Option::take) else { return false };
+        f.name = Cow::Borrowed(&target.name);
+        f.sym = target.sym;
+        if let Type::Kind(k) = &target.ty
+            && f.value.kind() != *k
+        {
+            f.value = convert(core::mem::replace(&mut f.value, Value::Null), &target.ty);
+        }
+        // Delta §4: a null value stores no field.
+        if !matches!(f.value, Value::Null) {
+            self.push_dst(f);
+        }
+        true
+    }
+
     fn local_now(&mut self) -> i64 {
         if let Some(t) = self.now {
             return t;
@@ -424,24 +583,41 @@ impl<'a, 'h> Ctx<'a, 'h> {
 
     // ----- field lookup ------------------------------------------------------
 
-    /// Finds `name` (slot `sym`) for `read` or `take`. Both look at the
-    /// first field of that name in dst, then at the first one left in src.
-    /// `read` returns the first it finds. `take` (delta §3) removes both,
-    /// and returns dst's, or else src's. With `skip_empty` (an `option:`
-    /// name) an empty field is neither returned nor removed. Names the
-    /// program knows compare by slot.
+    /// Finds `a`'s key for `read` or `take`. Both look at the first field
+    /// of that name in dst, then at the first one left in src. `read`
+    /// returns the first it finds. `take` (delta §3) removes both, and
+    /// returns dst's, or else src's. Names the program knows compare by
+    /// slot. (An `option:` name goes to [`Self::find_slow`] directly.)
     ///
-    /// `fresh` says that no field of that name can be in dst yet
+    /// `a.fresh` says that no field of that name can be in dst yet
     /// ([`crate::ir::Access::fresh`]): dst is not searched.
+    ///
+    /// It takes the access itself, not its parts: in wasm a call passes
+    /// six words in registers and the rest through the stack, whose stores
+    /// and reloads cost more than the fast path's scan.
     #[inline]
-    fn find(&mut self, take: bool, name: &str, sym: u32, skip_empty: bool, fresh: bool) -> Option<Field<'a>> {
+    fn find(&mut self, a: &Access) -> Option<Field<'a>> {
         // The common case, small enough to inline into its callers: a name
-        // the program knows, not an `option:`, in a record too small for the
-        // index. The same rules as below, without the index's branches
-        // (`fresh` applied in `find_slow` alone instead: 1.5 % slower on the
-        // nginx rule, in 4 of 4 alternated pairs of profile_nginx).
-        if sym != NO_SYM && !skip_empty && self.index.is_none() && self.src.len() + self.dst.len() <= INDEX_FROM {
-            let in_dst = if fresh { None } else { self.dst.iter().position(|f| f.sym == sym) };
+        // the program knows in a record too small for the index. The same
+        // rules as below, without the index's branches (`fresh` applied in
+        // `find_slow` alone instead: 1.5 % slower on the nginx rule, in 4 of
+        // 4 alternated pairs of profile_nginx).
+        let (take, sym) = (a.take, a.key_sym);
+        if sym != NO_SYM && self.at.valid {
+            let in_dst = if a.fresh { NONE } else { self.at.of(&self.at.dst, sym) };
+            let in_src = self.at.of(&self.at.src, sym);
+            if !take {
+                return match (self.dst.get(in_dst as usize), self.src.get(in_src as usize)) {
+                    (Some(f), _) => Some(f.clone()),
+                    (None, Some(f)) => f.clone(),
+                    (None, None) => None,
+                };
+            }
+            let from_src = self.src.get_mut(in_src as usize).and_then(Option::take);
+            return if (in_dst as usize) < self.dst.len() { Some(self.take_dst(in_dst as usize)) } else { from_src };
+        }
+        if sym != NO_SYM && self.index.is_none() && self.src.len() + self.dst.len() <= INDEX_FROM {
+            let in_dst = if a.fresh { None } else { self.dst.iter().position(|f| f.sym == sym) };
             if !take {
                 return match in_dst {
                     Some(i) => Some(self.dst[i].clone()),
@@ -454,11 +630,12 @@ impl<'a, 'h> Ctx<'a, 'h> {
                 None => from_src,
             };
         }
-        self.find_slow(take, name, sym, skip_empty)
+        self.find_slow(take, &a.key, sym, false)
     }
 
     /// [`Self::find`] in general: with the index, names without a slot, and
-    /// `option:` names.
+    /// `option:` names (`skip_empty`: an empty field is neither returned
+    /// nor removed).
     #[inline(never)]
     fn find_slow(&mut self, take: bool, name: &str, sym: u32, skip_empty: bool) -> Option<Field<'a>> {
         self.ensure_index();
@@ -509,12 +686,12 @@ impl<'a, 'h> Ctx<'a, 'h> {
         if self.trace.is_some() {
             return self.access_traced(a);
         }
-        if let Some(f) = self.find(a.take, &a.key, a.key_sym, false, a.fresh) {
+        if let Some(f) = self.find(a) {
             return Some(f);
         }
         for (i, opt) in a.options.iter().enumerate() {
             let sym = a.option_syms.get(i).copied().unwrap_or(NO_SYM);
-            if let Some(f) = self.find(a.take, opt, sym, true, false) {
+            if let Some(f) = self.find_slow(a.take, opt, sym, true) {
                 return Some(f);
             }
         }
@@ -534,7 +711,7 @@ impl<'a, 'h> Ctx<'a, 'h> {
         };
         let in_output = |ctx: &Self, key: &str| ctx.dst.iter().any(|f| f.name == key);
         let out = in_output(self, &a.key);
-        if let Some(f) = self.find(a.take, &a.key, a.key_sym, false, a.fresh) {
+        if let Some(f) = self.find(a) {
             self.note(|| read(&a.key, if out { "output" } else { "input" }, Some(&f.value)));
             if a.take
                 && let Some(t) = self.trace.as_deref_mut()
@@ -545,7 +722,7 @@ impl<'a, 'h> Ctx<'a, 'h> {
         }
         for (i, opt) in a.options.iter().enumerate() {
             let sym = a.option_syms.get(i).copied().unwrap_or(NO_SYM);
-            if let Some(f) = self.find(a.take, opt, sym, true, false) {
+            if let Some(f) = self.find_slow(a.take, opt, sym, true) {
                 self.note(|| read(&a.key, &alloc::format!("option {opt}"), Some(&f.value)));
                 if a.take
                     && let Some(t) = self.trace.as_deref_mut()
@@ -575,10 +752,57 @@ impl<'a, 'h> Ctx<'a, 'h> {
     #[inline(always)]
     fn value_of(&mut self, e: &'a Expr, target: &'a str) -> Option<Value<'a>> {
         match e {
-            Expr::Access(a) => self.access(a).map(|f| f.value),
+            Expr::Access(a) => self.access_value(a),
+            Expr::Const(Const::Chars(s)) => Some(Value::Chars(Cow::Borrowed(s))),
+            Expr::Const(Const::Bool(b)) => Some(Value::Bool(*b)),
+            Expr::Const(Const::Digit(d)) => Some(Value::Digit(*d)),
             Expr::Const(c) => Some(const_value(c)),
+            // Straight to their own functions, past `expr`'s prologue.
+            Expr::Match(m) => self.match_expr(m, target),
+            Expr::Pipe { source, fns } => self.piped(source, fns),
+            Expr::Fmt { pieces, args, index } => Some(self.fmt(pieces, args, index)),
+            Expr::Object(members) => Some(self.object(members)),
             _ => self.expr(e, target),
         }
+    }
+
+    /// `read(…) | fns` or `take(…) | fns`.
+    #[inline(never)]
+    fn piped(&mut self, source: &'a Access, fns: &'a [PipeFn]) -> Option<Value<'a>> {
+        let v = self.access_value(source)?;
+        Some(self.pipe(v, fns))
+    }
+
+    /// Whether [`Self::peek`] finds what [`Self::access`] would: a plain
+    /// `read` (no options, no default) of a name the program knows, while
+    /// [`Positions`] hold and no trace is kept.
+    #[inline(always)]
+    fn peekable(&self, a: &Access) -> bool {
+        !a.take && a.key_sym != NO_SYM && a.options.is_empty() && a.default.is_none() && self.at.valid && self.trace.is_none()
+    }
+
+    /// The value a [`Self::peekable`] access reads, where it is.
+    #[inline(always)]
+    fn peek(&self, a: &Access) -> Option<&Value<'a>> {
+        let in_dst = if a.fresh { NONE } else { self.at.of(&self.at.dst, a.key_sym) };
+        if let Some(f) = self.dst.get(in_dst as usize) {
+            return Some(&f.value);
+        }
+        match self.src.get(self.at.of(&self.at.src, a.key_sym) as usize) {
+            Some(Some(f)) => Some(&f.value),
+            _ => None,
+        }
+    }
+
+    /// The value of `read(…)` or `take(…)`: a plain `read` of a name the
+    /// program knows, found by [`Positions`], clones the value alone, not
+    /// the field around it; the rest goes through [`Self::access`].
+    #[inline(always)]
+    fn access_value(&mut self, a: &'a Access) -> Option<Value<'a>> {
+        if self.peekable(a) {
+            return self.peek(a).cloned();
+        }
+        self.access(a).map(|f| f.value)
     }
 
     /// Evaluates a single-valued expression; `None` is absent.
@@ -594,37 +818,11 @@ impl<'a, 'h> Ctx<'a, 'h> {
                     NowFn::Hour => Value::Digit(time::hour_digit(t)),
                 })
             }
-            Expr::Pipe { source, fns } => {
-                let v = self.access(source)?.value;
-                Some(self.pipe(v, fns))
-            }
+            Expr::Pipe { source, fns } => self.piped(source, fns),
             Expr::AccessDirect { src, dst, fns } => Some(self.access_direct(src, dst, fns)),
             Expr::Fail(msg) => self.fail(msg, target),
             Expr::Match(m) => self.match_expr(m, target),
-            Expr::Object(members) => {
-                // Members of different names, ranked when the program was
-                // prepared, are put in order as they come, by their ranks;
-                // others are sorted by name afterwards.
-                const RANKED: usize = 16;
-                let ranked = members.len() <= RANKED && members.first().is_some_and(|m| m.rank != NO_RANK);
-                let mut ranks = [0u32; RANKED];
-                let mut out = Vec::with_capacity(members.len());
-                for m in members {
-                    if let Some(v) = self.value_of(&m.expr, &m.name) {
-                        let f = Field::new(m.name.as_str(), convert(v, &m.ty));
-                        if ranked {
-                            let n = out.len();
-                            let at = ranks[..n].iter().position(|&r| r > m.rank).unwrap_or(n);
-                            ranks.copy_within(at..n, at + 1);
-                            ranks[at] = m.rank;
-                            out.insert(at, f);
-                        } else {
-                            out.push(f);
-                        }
-                    }
-                }
-                Some(Value::Obj(Box::new(if ranked { out } else { obj_from(out) })))
-            }
+            Expr::Object(members) => Some(self.object(members)),
             Expr::Array(items) => {
                 // Delta §1.3: absent, null and ignore items are skipped; an
                 // array with none left is absent.
@@ -660,6 +858,33 @@ impl<'a, 'h> Ctx<'a, 'h> {
             Expr::Collect(a) => self.collect(a),
             Expr::Fmt { pieces, args, index } => Some(self.fmt(pieces, args, index)),
         }
+    }
+
+    /// `object { … }`.
+    #[inline(never)]
+    fn object(&mut self, members: &'a [Member]) -> Value<'a> {
+        // Members of different names, ranked when the program was
+        // prepared, are put in order as they come, by their ranks;
+        // others are sorted by name afterwards.
+        const RANKED: usize = 16;
+        let ranked = members.len() <= RANKED && members.first().is_some_and(|m| m.rank != NO_RANK);
+        let mut ranks = [0u32; RANKED];
+        let mut out = Vec::with_capacity(members.len());
+        for m in members {
+            if let Some(v) = self.value_of(&m.expr, &m.name) {
+                let f = Field::new(m.name.as_str(), converted(v, &m.ty));
+                if ranked {
+                    let n = out.len();
+                    let at = ranks[..n].iter().position(|&r| r > m.rank).unwrap_or(n);
+                    ranks.copy_within(at..n, at + 1);
+                    ranks[at] = m.rank;
+                    out.insert(at, f);
+                } else {
+                    out.push(f);
+                }
+            }
+        }
+        Value::Obj(Box::new(if ranked { out } else { obj_from(out) }))
     }
 
     /// `fail(msg)`: marks the record failed (the first `fail` wins); the
@@ -722,6 +947,7 @@ impl<'a, 'h> Ctx<'a, 'h> {
         }))
     }
 
+    #[inline(never)]
     fn match_expr(&mut self, m: &'a Match, target: &'a str) -> Option<Value<'a>> {
         // Most matches read one field: its value needs no vector.
         let (one, mut many);
@@ -834,10 +1060,16 @@ impl<'a, 'h> Ctx<'a, 'h> {
     /// the first argument read or taken under its name. With `index` (see
     /// [`Expr::Fmt`]) the arguments' values are kept by position, on the
     /// stack for up to eight, and each piece knows its own.
+    #[inline(never)]
     fn fmt(&mut self, pieces: &'a [FmtPiece], args: &'a [Access], index: &[u32]) -> Value<'a> {
         const ON_STACK: usize = 8;
         if index.len() != pieces.len() || args.len() > ON_STACK {
             return self.fmt_by_name(pieces, args);
+        }
+        // Plain reads (the usual `@name`s) are looked at where they are,
+        // neither cloned nor dropped.
+        if args.iter().all(|a| self.peekable(a)) {
+            return fmt_text(pieces, |i, _| index.get(i).and_then(|&j| args.get(j as usize)).and_then(|a| self.peek(a)));
         }
         let mut values: [Option<Value<'a>>; ON_STACK] = Default::default();
         for (a, v) in args.iter().zip(values.iter_mut()) {
@@ -868,7 +1100,7 @@ impl<'a, 'h> Ctx<'a, 'h> {
         let before = self.dst.len();
         for i in 0..self.src.len() {
             let Some(f) = &self.src[i] else { continue };
-            if !wildcard(pattern, f.name.trim()) {
+            if pattern != "*" && !wildcard(pattern, f.name.trim()) {
                 continue;
             }
             if let Type::Kind(k) = ty
@@ -877,6 +1109,7 @@ impl<'a, 'h> Ctx<'a, 'h> {
                 continue;
             }
             let in_dst = match &self.index {
+                _ if f.sym != NO_SYM && self.at.valid => self.at.of(&self.at.dst, f.sym) != NONE,
                 // Every slot is in the table once the index exists.
                 Some(ix) if f.sym != NO_SYM => ix.dst_first[f.sym as usize] != NONE,
                 Some(ix) => ix.dst_names.contains(&f.name),
@@ -898,8 +1131,8 @@ impl<'a, 'h> Ctx<'a, 'h> {
 
     fn param(&mut self, p: &'a Param) -> Cell {
         match p {
-            Param::Access(a) => match self.access(a) {
-                Some(f) => cell_of(&f.value),
+            Param::Access(a) => match self.access_value(a) {
+                Some(v) => cell_of(&v),
                 None => Cell::Null,
             },
             Param::Now(f) => {
@@ -924,11 +1157,9 @@ impl<'a, 'h> Ctx<'a, 'h> {
     fn helper_arg(&mut self, h: Helper, i: usize, a: &'a Param) -> Cell {
         let address = matches!(h, Helper::Ip4Int | Helper::Ip4Between) || (h == Helper::Cidr4Contains && i == 0);
         match (address, a) {
-            (true, Param::Access(acc)) => match self.access(acc) {
-                Some(f) => match &f.value {
-                    Value::Ip(IpAddr::V4(v4)) => Cell::Integer(i64::from(u32::from(*v4))),
-                    other => cell_of(other),
-                },
+            (true, Param::Access(acc)) => match self.access_value(acc) {
+                Some(Value::Ip(IpAddr::V4(v4))) => Cell::Integer(i64::from(u32::from(v4))),
+                Some(other) => cell_of(&other),
                 None => Cell::Null,
             },
             _ => self.param(a),
@@ -937,33 +1168,42 @@ impl<'a, 'h> Ctx<'a, 'h> {
 
     /// A SQL lookup statement (spec §8.11.3).
     fn lookup(&mut self, targets: &'a [Target], l: &'a Lookup) {
-        let mut params: Vec<Cell> = Vec::with_capacity(l.params.len());
+        // Up to four parameters on the stack, not in a vector of their own.
+        const ON_STACK: usize = 4;
+        let mut stack = [Cell::Null, Cell::Null, Cell::Null, Cell::Null];
+        let mut heap;
+        let params: &mut [Cell] = if l.params.len() <= ON_STACK {
+            &mut stack[..l.params.len()]
+        } else {
+            heap = alloc::vec![Cell::Null; l.params.len()];
+            &mut heap
+        };
         for (i, p) in l.params.iter().enumerate() {
             // A parameter that repeats an earlier one is that one's value
             // (a trace notes each read, so it evaluates them all).
-            let earlier = l.repeats.get(i).map(|&j| j as usize).filter(|&j| j < params.len() && self.trace.is_none());
-            let cell = match earlier {
+            let earlier = l.repeats.get(i).map(|&j| j as usize).filter(|&j| j < i && self.trace.is_none());
+            params[i] = match earlier {
                 Some(j) => params[j].clone(),
                 None => self.param(p),
             };
-            params.push(cell);
         }
+        let params: &[Cell] = params;
         // Delta §13.5: when every parameter read from the record is null, the
         // query is not sent. Literals and built-ins are text of the
         // statement in the reference, not parameters, so they do not count.
-        let mut read = l.params.iter().zip(&params).filter(|(p, _)| matches!(p, Param::Access(_) | Param::Helper(..)));
+        let mut read = l.params.iter().zip(params).filter(|(p, _)| matches!(p, Param::Access(_) | Param::Helper(..)));
         if read.clone().next().is_some() && read.all(|(_, c)| matches!(c, Cell::Null)) {
             self.note_lookup(
                 targets,
                 l,
-                &params,
+                params,
                 "not sent",
                 Ok(None),
                 "every parameter read from the record is null, so the lookup was not sent",
             );
             return;
         }
-        let answer = self.host.query(l.statement, &params);
+        let answer = self.host.query(l.statement, params);
         if self.trace.is_some() {
             let layer = self.host.last_layer();
             let shown = match &answer {
@@ -975,7 +1215,7 @@ impl<'a, 'h> Ctx<'a, 'h> {
                 Err(e) if e.fatal => "the lookup failed, and the host's policy fails the record",
                 _ => "the lookup failed",
             };
-            self.note_lookup(targets, l, &params, layer, shown, why);
+            self.note_lookup(targets, l, params, layer, shown, why);
         }
         let row = match answer {
             Ok(Some(row)) => row,
@@ -1100,6 +1340,17 @@ impl<'a> Index<'a> {
     }
 }
 
+/// `v` converted to `ty` (spec §7): the common case, a value already of
+/// that kind or no type asked for, decided here without a call to
+/// [`convert`].
+#[inline(always)]
+fn converted<'a>(v: Value<'a>, ty: &Type) -> Value<'a> {
+    match ty {
+        Type::Kind(k) if v.kind() != *k => convert(v, ty),
+        _ => v,
+    }
+}
+
 /// A number of `calc`: integer arithmetic stays integer (checked), any
 /// float makes the operation a float one.
 #[derive(Clone, Copy)]
@@ -1167,6 +1418,8 @@ fn cond_holds(c: &Cond, v: &Value<'_>) -> bool {
         (Cond::In(Const::Digit(lo), Const::Digit(hi)), Value::Digit(x)) => lo <= x && x <= hi,
         (Cond::Eq(Const::Digit(k)), Value::Digit(x)) => k == x,
         (Cond::Eq(Const::Chars(k)), Value::Chars(x)) => value::same_bytes(k.as_bytes(), x.as_bytes()),
+        (Cond::Gt(n), Value::Float(x)) => x > n,
+        (Cond::Lt(n), Value::Float(x)) => x < n,
         _ => cond_holds_slow(c, v),
     }
 }
@@ -1355,6 +1608,83 @@ mod tests {
 
     /// The key and `fresh` flag of every read and take of `program`, in the
     /// order `ir::prepare` visits them; with `clear`, each flag set to false.
+    /// Reads and takes found by [`Positions`] find what scanning finds:
+    /// names read from the input and from the output, takes of both,
+    /// typed takes whose conversion fails or meets a null, two input
+    /// fields of one name (the table gives up for the record), a take of
+    /// a field a statement wrote (positions move; the table gives up from
+    /// there), options, defaults, `fmt` of present and absent names,
+    /// objects, batch statements over names the output has, and the
+    /// lookup's parameters.
+    #[test]
+    fn positions_find_what_scans_find() {
+        let src = "name : t\n---\n\
+                   a : digit = take(n) ;\nb = read(s) ;\nc = take(option:[zz, s]) ;\nd = read(s) { _ : chars(none) } ;\n\
+                   e : ip = take(ip) ;\nf = take(dup) ;\ng = take(dup) ;\nh = read(a) ;\na = take(a) ;\ni = read(a) ;\n\
+                   j = fmt(\"{b}/{e}/{q}\", @b, @e, @q) ;\nk = object { x = read(b) ; y = read(nul) ; z = read(w) ; } ;\n\
+                   l : digit = take(nul) ;\nm = match read(n2) { in (digit(1), digit(5)) => chars(low) ; _ => chars(high) ; } ;\n\
+                   o, p = select x, y from t where k = ip4_int(read(e)) ;\nw = read(w) ;\n* = take() ;\n";
+        // The same without the take of a written field, so that the batch
+        // statement runs with the table.
+        let kept = "name : t\n---\nb = read(s) ;\nw = read(w) ;\nc = take(s) ;\nv : digit = take(n) ;\n* = take() ;\n";
+        let records: Vec<Vec<Field<'static>>> = vec![
+            vec![
+                Field::new("n", Value::chars("42")),
+                Field::new("s", Value::chars("text")),
+                Field::new("ip", Value::chars("10.1.2.3")),
+                Field::new("dup", Value::Digit(1)),
+                Field::new("w", Value::Bool(true)),
+                Field::new("n2", Value::Digit(3)),
+                Field::new("nul", Value::Null),
+                Field::new("other", Value::Digit(9)),
+            ],
+            vec![
+                Field::new("n", Value::chars("not a number")),
+                Field::new("dup", Value::Digit(1)),
+                Field::new("dup", Value::Digit(2)),
+                Field::new("ip", Value::chars("nope")),
+                Field::new("n2", Value::Digit(30)),
+            ],
+            vec![Field::new("s", Value::chars("")), Field::new("zz", Value::chars("")), Field::new("a", Value::Digit(5))],
+            vec![],
+        ];
+        for text in [src, kept] {
+            let program = compile(&[Source { file: "t.oml", text }], (0, 0)).unwrap();
+            for (i, record) in records.iter().enumerate() {
+                let mut outs = Vec::new();
+                for scan in [false, true] {
+                    let mut spare = Spare::new();
+                    spare.scan = scan;
+                    let out = evaluate_with(&program, 0, record.clone(), &mut Offline::at((0, 0)), &mut spare).unwrap();
+                    outs.push(out);
+                }
+                assert_eq!(outs[0], outs[1], "record {i} of {text}");
+            }
+        }
+    }
+
+    /// The guest's path (`evaluate_for_frame`, then `Writer::record_hiding`)
+    /// writes the frame that `evaluate_with` and `Writer::record` write.
+    #[test]
+    fn hiding_while_writing_writes_what_hiding_first_writes() {
+        let src = "name : t\n---\n__a = read(x) ;\nb = read(__a) ;\n__c = object { d = chars(1) ; } ;\n* = take() ;\n";
+        let program = compile(&[Source { file: "t.oml", text: src }], (0, 0)).unwrap();
+        let record =
+            || vec![Field::new("x", Value::chars("v")), Field::new("__in", Value::Digit(1)), Field::new("y", Value::Digit(2))];
+        let (mut first, mut writing) = (crate::frame::Writer::new(), crate::frame::Writer::new());
+        let out = evaluate_with(&program, 0, record(), &mut Offline::at((0, 0)), &mut Spare::new()).unwrap();
+        first.record(&out);
+        let out = evaluate_for_frame(&program, 0, record(), &mut Offline::at((0, 0)), &mut Spare::new()).unwrap();
+        assert!(out.iter().any(|f| f.name == "__a" && f.value == Value::chars("v")));
+        writing.record_hiding(&out);
+        let (first, writing) = (first.take_frame(), writing.take_frame());
+        assert_eq!(first, writing);
+        let mut r = crate::frame::Reader::new(&writing).unwrap();
+        let fields = r.fields(r.size(0).unwrap()).unwrap();
+        let ignored: Vec<&str> = fields.iter().filter(|f| f.value == Value::Ignore).map(|f| &*f.name).collect();
+        assert_eq!(ignored, ["__a", "__c", "__in"]);
+    }
+
     fn fresh_flags(program: &mut Program, clear: bool) -> Vec<(String, bool)> {
         let mut out = Vec::new();
         for m in &mut program.models {

@@ -86,6 +86,21 @@ impl Writer {
         self.end_record();
     }
 
+    /// [`Writer::record`] of an output that [`crate::eval::evaluate_for_frame`]
+    /// made: a field whose name starts with `__` is written as ignored (its
+    /// name kept), as [`crate::eval::evaluate_with`] would have left it.
+    pub fn record_hiding(&mut self, fields: &[Field<'_>]) {
+        self.count = 0;
+        for f in fields {
+            if f.name.starts_with("__") {
+                self.head(IGNORE, &f.name);
+            } else {
+                self.field(f);
+            }
+        }
+        self.end_record();
+    }
+
     /// Appends one field of a record written field by field; [`Writer::end_record`]
     /// ends the record. For a writer that reads its fields as it goes (a
     /// JSON line read straight into a frame), so that they need not be
