@@ -486,17 +486,26 @@ impl<'a, 'h> Ctx<'a, 'h> {
     /// Appends a field to the output, keeping the index.
     #[inline(always)]
     fn push_dst(&mut self, f: Field<'a>) {
+        let at = self.dst.len();
+        self.dst.push(f);
+        self.note_pushed(at);
+    }
+
+    /// Keeps the count, the positions and the index of `dst[at]`, just
+    /// appended.
+    #[inline(always)]
+    fn note_pushed(&mut self, at: usize) {
+        let Some(f) = self.dst.get(at) else { return };
         self.dst_unnamed += usize::from(f.sym == NO_SYM);
-        self.at.note_dst(f.sym, self.dst.len());
+        self.at.note_dst(f.sym, at);
         if let Some(ix) = &mut self.index {
             if f.sym != NO_SYM && f.sym as usize >= ix.dst_first.len() {
                 self.index = None;
                 self.unindexable = true;
             } else {
-                ix.note_dst(&f, self.dst.len());
+                ix.note_dst(f, at);
             }
         }
-        self.dst.push(f);
     }
 
     /// Removes dst's field `i`, keeping the count of fields without a slot.
@@ -514,6 +523,12 @@ impl<'a, 'h> Ctx<'a, 'h> {
                 if let Expr::Access(a) = expr
                     && self.moved(target, a)
                 {
+                    return;
+                }
+                if self.trace.is_none() {
+                    if let Some(v) = self.value_of(expr, &target.name) {
+                        self.push_converted(Field { name: Cow::Borrowed(&target.name), value: v, sym: target.sym }, &target.ty);
+                    }
                     return;
                 }
                 let Some(v) = self.value_of(expr, &target.name) else {
@@ -559,16 +574,24 @@ impl<'a, 'h> Ctx<'a, 'h> {
         let Some(mut f) = self.src.get_mut(at).and_then(Option::take) else { return false };
         f.name = Cow::Borrowed(&target.name);
         f.sym = target.sym;
-        if let Type::Kind(k) = &target.ty
-            && f.value.kind() != *k
-        {
-            f.value = convert(core::mem::replace(&mut f.value, Value::Null), &target.ty);
-        }
-        // Delta §4: a null value stores no field.
-        if !matches!(f.value, Value::Null) {
-            self.push_dst(f);
-        }
+        self.push_converted(f, &target.ty);
         true
+    }
+
+    /// Appends `f` to the output converted to `ty` where it lies there
+    /// ([`value::convert_in_place`]), unless it is, or converts to, null,
+    /// which stores no field (delta §4).
+    #[inline(always)]
+    fn push_converted(&mut self, f: Field<'a>, ty: &Type) {
+        let at = self.dst.len();
+        self.dst.push(f);
+        let Some(last) = self.dst.last_mut() else { return };
+        value::convert_in_place(&mut last.value, ty);
+        if matches!(last.value, Value::Null) {
+            self.dst.pop();
+        } else {
+            self.note_pushed(at);
+        }
     }
 
     fn local_now(&mut self) -> i64 {
@@ -1098,9 +1121,10 @@ impl<'a, 'h> Ctx<'a, 'h> {
     fn batch(&mut self, pattern: &str, ty: &Type) {
         self.ensure_index();
         let before = self.dst.len();
+        let every = pattern == "*";
         for i in 0..self.src.len() {
             let Some(f) = &self.src[i] else { continue };
-            if pattern != "*" && !wildcard(pattern, f.name.trim()) {
+            if !every && !wildcard(pattern, f.name.trim()) {
                 continue;
             }
             if let Type::Kind(k) = ty
@@ -1249,6 +1273,11 @@ impl<'a, 'h> Ctx<'a, 'h> {
             let v = match cell {
                 Cell::Null => {
                     self.note(|| Event::NotWritten { target: String::from(&*name), why: "the column is NULL".into() });
+                    continue;
+                }
+                cell if self.trace.is_none() => {
+                    let sym = if t.name == "_" { self.program.resolve(&name) } else { t.sym };
+                    self.push_converted(Field { name, value: value_of_cell(cell), sym }, &t.ty);
                     continue;
                 }
                 cell => convert(value_of_cell(cell), &t.ty),

@@ -498,6 +498,46 @@ pub fn convert<'a>(value: Value<'a>, ty: &Type) -> Value<'a> {
     }
 }
 
+/// [`convert`] of the value in `slot`, written there. The commonest
+/// conversions (text to a digit, a float or an address) store their result
+/// straight into the slot: in wasm a value handed back from `convert` is
+/// written to the stack and copied again, and an address (a 17-byte `IpAddr`
+/// one byte into the value) copied right after being written stalls the
+/// copy's wide loads on the narrow stores before them.
+#[inline]
+pub fn convert_in_place(slot: &mut Value<'_>, ty: &Type) {
+    let Type::Kind(kind) = ty else { return };
+    if slot.kind() == *kind {
+        return;
+    }
+    match (kind, &*slot) {
+        (Kind::Digit, Value::Chars(s)) => {
+            if let Some(d) = parse_digit(s) {
+                *slot = Value::Digit(d);
+            }
+        }
+        (Kind::Float, Value::Chars(s)) => {
+            if let Some(f) = parse_float(s) {
+                *slot = Value::Float(f);
+            }
+        }
+        (Kind::Ip, Value::Chars(s)) => match parse_ip(s) {
+            // Rebuilt from its bits, so that the address is written into
+            // the slot, not copied there from `parse_ip`'s result.
+            Some(IpAddr::V4(a)) => {
+                let bits = u32::from(a);
+                *slot = Value::Ip(IpAddr::V4(Ipv4Addr::from(bits)));
+            }
+            Some(ip) => *slot = Value::Ip(ip),
+            None => *slot = Value::Null,
+        },
+        _ => {
+            let v = core::mem::replace(slot, Value::Null);
+            *slot = convert(v, ty);
+        }
+    }
+}
+
 /// Inserts a member into a sorted object, replacing one of the same name.
 pub fn obj_insert<'a>(members: &mut Vec<Field<'a>>, field: Field<'a>) {
     match members.binary_search_by(|m| m.name.as_bytes().cmp(field.name.as_bytes())) {
@@ -558,6 +598,56 @@ pub fn push_ip(out: &mut String, ip: &IpAddr) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `convert_in_place` leaves in its slot what `convert` returns, for
+    /// every kind asked of values of every kind (texts that convert and
+    /// texts that do not).
+    #[test]
+    fn converting_in_place_is_converting() {
+        use alloc::vec;
+        let values = vec![
+            Value::chars("42"),
+            Value::chars(" 7 "),
+            Value::chars("4.5"),
+            Value::chars("true"),
+            Value::chars("10.0.0.1"),
+            Value::chars(" 2001:db8::1 "),
+            Value::chars("no"),
+            Value::chars(""),
+            Value::Digit(-3),
+            Value::Float(2.5),
+            Value::Bool(false),
+            Value::Ip("10.1.2.3".parse().unwrap()),
+            Value::Time(1_700_000_000_000_000_000),
+            Value::BigInt("123456789012345678901234567890".into()),
+            Value::BigInt("12".into()),
+            Value::Null,
+            Value::Ignore,
+            Value::Obj(Box::new(vec![Field::new("a", Value::Digit(1))])),
+            Value::Array(Box::new(vec![Field::new("", Value::Digit(1))])),
+        ];
+        let kinds = [
+            Kind::Chars,
+            Kind::Digit,
+            Kind::Float,
+            Kind::Bool,
+            Kind::Ip,
+            Kind::Time,
+            Kind::Obj,
+            Kind::Array,
+            Kind::Null,
+            Kind::Ignore,
+            Kind::BigInt,
+        ];
+        let types = kinds.iter().map(|k| Type::Kind(*k)).chain([Type::Auto]);
+        for ty in types {
+            for v in &values {
+                let mut slot = v.clone();
+                convert_in_place(&mut slot, &ty);
+                assert_eq!(slot, convert(v.clone(), &ty), "{v:?} to {ty:?}");
+            }
+        }
+    }
 
     /// `same_bytes` agrees with `==` on every pair of a set of texts made
     /// to hit its edges: each length up to past 16, near-misses at the start
