@@ -1182,6 +1182,15 @@ impl<'a, 'h> Ctx<'a, 'h> {
                 }
             }
             Param::Const(c) => cell_of(&const_value(c)),
+            // Up to three arguments (every helper's) on the stack, not in a
+            // vector of their own.
+            Param::Helper(h, args) if args.len() <= 3 => {
+                let mut cells = [Cell::Null, Cell::Null, Cell::Null];
+                for (i, a) in args.iter().enumerate() {
+                    cells[i] = self.helper_arg(*h, i, a);
+                }
+                pipes::helper(*h, &cells[..args.len()])
+            }
             Param::Helper(h, args) => {
                 let args: Vec<Cell> = args.iter().enumerate().map(|(i, a)| self.helper_arg(*h, i, a)).collect();
                 pipes::helper(*h, &args)
