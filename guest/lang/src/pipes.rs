@@ -185,7 +185,7 @@ fn get_path<'a>(v: Value<'a>, path: &[String]) -> Value<'a> {
 }
 
 fn path_part<'a>(s: Cow<'a, str>, part: Option<PathPart>) -> Value<'a> {
-    let norm: Cow<'a, str> = if s.contains('\\') { Cow::Owned(s.replace('\\', "/")) } else { s };
+    let norm: Cow<'a, str> = if s.bytes().any(|b| b == b'\\') { Cow::Owned(s.replace('\\', "/")) } else { s };
     let Some(part) = part else { return Value::Chars(norm) };
     let trimmed = norm.trim_end_matches('/');
     if trimmed.is_empty() {
@@ -193,7 +193,7 @@ fn path_part<'a>(s: Cow<'a, str>, part: Option<PathPart>) -> Value<'a> {
     }
     // Each part is a range of `trimmed`, a prefix of `norm`: a part of
     // borrowed text stays borrowed, with no copy per record.
-    let slash = trimmed.rfind('/');
+    let slash = trimmed.bytes().rposition(|b| b == b'/');
     let range = match (part, slash) {
         (PathPart::Name, Some(i)) => i + 1..trimmed.len(),
         (PathPart::Name, None) => 0..trimmed.len(),
@@ -230,17 +230,33 @@ fn parse_url(s: &str) -> Option<Url<'_>> {
         return None;
     }
     let rest = s[colon + 1..].strip_prefix("//")?;
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    // One pass over the authority: where it ends (the first `/`, `?` or
+    // `#`), and its last `@` and last `:` (all ASCII, so the cuts fall on
+    // character boundaries). In wasm a search per delimiter is a call each,
+    // with its setup, over a few dozen bytes.
+    let (mut end, mut at, mut last_colon) = (rest.len(), None, None);
+    for (i, &c) in rest.as_bytes().iter().enumerate() {
+        match c {
+            b'/' | b'?' | b'#' => {
+                end = i;
+                break;
+            }
+            b'@' => at = Some(i),
+            b':' => last_colon = Some(i),
+            _ => {}
+        }
+    }
     let authority = &rest[..end];
     let tail = &rest[end..];
-    let hostport = authority.rsplit_once('@').map(|(_, h)| h).unwrap_or(authority);
+    let host_from = at.map_or(0, |i| i + 1);
+    let hostport = &authority[host_from..];
     let (host, port) = if hostport.starts_with('[') {
         let close = hostport.find(']')?;
         let after = &hostport[close + 1..];
         (&hostport[..=close], after.strip_prefix(':'))
     } else {
-        match hostport.rsplit_once(':') {
-            Some((h, p)) => (h, Some(p)),
+        match last_colon.filter(|&c| c >= host_from) {
+            Some(c) => (&authority[host_from..c], Some(&authority[c + 1..])),
             None => (hostport, None),
         }
     };
@@ -262,9 +278,21 @@ fn parse_url(s: &str) -> Option<Url<'_>> {
         None
     };
     let port = port.filter(|p| Some(*p) != default);
-    let before_frag = tail.split_once('#').map_or(tail, |(a, _)| a);
-    let (path, query) = match before_frag.split_once('?') {
-        Some((p, q)) => (p, Some(q)),
+    // The same for the rest: the first `#`, and the first `?` before it.
+    let (mut hash, mut question) = (tail.len(), None);
+    for (i, &c) in tail.as_bytes().iter().enumerate() {
+        match c {
+            b'#' => {
+                hash = i;
+                break;
+            }
+            b'?' if question.is_none() => question = Some(i),
+            _ => {}
+        }
+    }
+    let before_frag = &tail[..hash];
+    let (path, query) = match question {
+        Some(q) => (&before_frag[..q], Some(&before_frag[q + 1..])),
         None => (before_frag, None),
     };
     Some(Url { host, hostport, port, path, query, tail })
@@ -815,6 +843,16 @@ mod tests {
             ("  http://example.com/a/b?q  ", Path, "/a/b", true),
             ("ftp://files.example.com:21/x", Host, "files.example.com", true),
             ("not a url", Host, "not a url", true),
+            // Delimiters more than once, or in each other's parts.
+            ("http://a@b@c:1/x", Host, "c:1", true),
+            ("http://a@b@c:1/x", Domain, "c", true),
+            ("http://h:1:2/x", Host, "h:1:2", true),
+            ("http://h/p#f?q", Params, "", true),
+            ("http://h/p#f?q", Path, "/p", true),
+            ("http://h?q1?q2#f", Params, "q1?q2", true),
+            ("http://h?q1?q2#f", Path, "/", true),
+            ("http://u@[::1]:8/x?y#z", Host, "[::1]:8", true),
+            ("http://[::1@x]/", Host, "x]", true),
         ];
         for &(text, part, want, borrowed) in cases {
             let got = url_part(Cow::Borrowed(text), Some(part));
