@@ -953,9 +953,11 @@ def start_section(r):
                      f">= 3x | {'met' if ratio >= 3 else 'missed'} |")
         lines += ["", "With the cache, the start is a few percent of the 200,000-record run: what is left is the run "
                   "itself (`omlet run` reports its own records/s on standard error). Both cores are busy, the guest's "
-                  "code about 65 % of the CPU and the host's reading, framing and rendering the rest. JSONL lines read straight into frames (session 23) took 6 % of "
-                  "the CPU off, session 26's cuts to the host's reading and rendering 8 % more, and session 27's to "
-                  "the evaluator (what it worked out per record, worked out per model) 6 % more. The ratio moves "
+                  "code about 60 % of the CPU and the host's reading, framing and rendering the rest. JSONL lines read straight into frames (session 23) took 6 % of "
+                  "the CPU off, session 26's cuts to the host's reading and rendering 8 % more, session 27's to the "
+                  "evaluator (what it worked out per record, worked out per model) 6 % more, and session 28's "
+                  "(fields found by a table of positions, values read and converted where they lie) 12 % more. The "
+                  "ratio moves "
                   "with the CPU and the hour: session 23's run on an Intel Xeon VM gave 1.79x, and the Python loop "
                   "alone swings between 0.86 and 0.98 s on this VM; the table is this run's machine."]
         if by_hand:

@@ -286,6 +286,8 @@ impl exports::omlet::rule::evaluator::Guest for Guest {
         refresh(st, generation);
         let mut w = core::mem::take(&mut st.writer);
         let mut spare = core::mem::take(&mut st.spare);
+        // Outputs are written with `record_hiding`, which hides `__` fields.
+        spare.writer_hides(true);
         let result = (|| {
             let (prog, model, mut host) = split(st, &route)?;
             let mut reader = Reader::new(&input).map_err(|e| failed(e.to_string()))?;
@@ -293,7 +295,7 @@ impl exports::omlet::rule::evaluator::Guest for Guest {
                 return Err(failed("`evaluate` takes a frame of exactly one record".to_string()));
             }
             let fields = reader.size(0).and_then(|n| reader.fields_in(n, spare.fields())).map_err(|e| failed(e.to_string()))?;
-            let out = eval::evaluate_for_frame(prog, model, fields, &mut host, &mut spare).map_err(eval_error)?;
+            let out = eval::evaluate_with(prog, model, fields, &mut host, &mut spare).map_err(eval_error)?;
             w.record_hiding(&out);
             spare.give_back(out);
             Ok(w.take_frame())
@@ -335,6 +337,8 @@ impl exports::omlet::rule::evaluator::Guest for Guest {
         // Taken before `split` borrows the state; an early return drops them.
         let mut w = core::mem::take(&mut st.writer);
         let mut spare = core::mem::take(&mut st.spare);
+        // Outputs are written with `record_hiding`, which hides `__` fields.
+        spare.writer_hides(true);
         let mut reader = match Reader::new(&input) {
             Ok(r) => r,
             // Without a readable header the records cannot even be counted.
@@ -366,7 +370,7 @@ impl exports::omlet::rule::evaluator::Guest for Guest {
                 }
             };
             #[cfg(not(feature = "by-hand-nginx"))]
-            let result = eval::evaluate_for_frame(prog, model, fields, &mut host, &mut spare);
+            let result = eval::evaluate_with(prog, model, fields, &mut host, &mut spare);
             #[cfg(feature = "by-hand-nginx")]
             let result = {
                 let _ = (prog, model);

@@ -6,7 +6,10 @@
 //! per-record errors are a lookup error that the host marked fatal, and a
 //! rule's own `fail(…)`.
 //!
-//! Field lookups do not scan large records: small records (up to
+//! Field lookups do not scan: a name the program knows is found through a
+//! per-record table of positions by slot (`Positions`). Where that table
+//! does not hold (two input fields of one name, a field taken back out of
+//! the output, a name the program does not know), small records (up to
 //! `INDEX_FROM` fields) are scanned, larger ones get an index by name slot
 //! (`Index`), so `read`, `take` and batch statements over a record of n
 //! fields cost O(1) amortised per lookup and O(n log n) per batch, not
@@ -136,6 +139,8 @@ pub struct Spare {
     src: Vec<Option<Field<'static>>>,
     dst: Vec<Field<'static>>,
     at: Positions,
+    /// See [`Spare::writer_hides`].
+    writer_hides: bool,
     /// Tests evaluate with and without [`Positions`], to compare.
     #[cfg(test)]
     scan: bool,
@@ -150,9 +155,19 @@ impl Spare {
             src: Vec::new(),
             dst: Vec::new(),
             at: Positions::new(),
+            writer_hides: false,
             #[cfg(test)]
             scan: false,
         }
+    }
+
+    /// For a caller that writes each output with
+    /// [`crate::frame::Writer::record_hiding`]: fields whose names start
+    /// with `__` keep their values in the output, and the writer writes them
+    /// as ignored. (The guest's batch loop: it spares a pass over every
+    /// output field.)
+    pub fn writer_hides(&mut self, yes: bool) {
+        self.writer_hides = yes;
     }
 
     /// An empty vector for the next record's input fields: the buffer the
@@ -189,21 +204,8 @@ pub fn evaluate_with<'a>(
     host: &mut dyn Host,
     spare: &mut Spare,
 ) -> Result<Vec<Field<'a>>, EvalError> {
-    run(program, model, input, host, spare, None, true)
-}
-
-/// [`evaluate_with`] for a caller that writes the output with
-/// [`crate::frame::Writer::record_hiding`]: fields whose names start with
-/// `__` keep their values here, and the writer writes them as ignored.
-/// (The guest's batch loop: it spares a pass over every output field.)
-pub fn evaluate_for_frame<'a>(
-    program: &'a Program,
-    model: usize,
-    input: Vec<Field<'a>>,
-    host: &mut dyn Host,
-    spare: &mut Spare,
-) -> Result<Vec<Field<'a>>, EvalError> {
-    run(program, model, input, host, spare, None, false)
+    let hide = !spare.writer_hides;
+    run(program, model, input, host, spare, None, hide)
 }
 
 /// [`evaluate`] with a [`Trace`] of how: what each statement read, converted,
@@ -246,7 +248,7 @@ fn run<'a>(
     at.start(program.names.len());
     for (i, f) in input.iter_mut().enumerate() {
         f.sym = program.resolve(&f.name);
-        at.note_src(f.sym, i);
+        at.note(false, f.sym, i);
     }
     #[cfg(test)]
     if spare.scan {
@@ -369,29 +371,21 @@ impl Positions {
         self.valid = true;
     }
 
-    /// Input field `i` has slot `sym`.
+    /// Field `i` of the input, or of the output (`out`), has slot `sym`.
+    /// A second input field of one slot (or a slot outside the table) makes
+    /// the table give up for the record; of output fields of one slot, the
+    /// first is the one found.
     #[inline]
-    fn note_src(&mut self, sym: u32, i: usize) {
+    fn note(&mut self, out: bool, sym: u32, i: usize) {
         if sym == NO_SYM || !self.valid {
             return;
         }
-        match self.src.get_mut(sym as usize) {
-            Some(e) if e.0 != self.generation => *e = (self.generation, i as u32),
-            // Two input fields of one name (or a slot outside the table).
+        let generation = self.generation;
+        let table = if out { &mut self.dst } else { &mut self.src };
+        match table.get_mut(sym as usize) {
+            Some(e) if e.0 != generation => *e = (generation, i as u32),
+            Some(_) if out => {}
             _ => self.valid = false,
-        }
-    }
-
-    /// Output field `i` (the last) has slot `sym`.
-    #[inline]
-    fn note_dst(&mut self, sym: u32, i: usize) {
-        if sym == NO_SYM || !self.valid {
-            return;
-        }
-        match self.dst.get_mut(sym as usize) {
-            Some(e) if e.0 != self.generation => *e = (self.generation, i as u32),
-            Some(_) => {}
-            None => self.valid = false,
         }
     }
 
@@ -497,7 +491,7 @@ impl<'a, 'h> Ctx<'a, 'h> {
     fn note_pushed(&mut self, at: usize) {
         let Some(f) = self.dst.get(at) else { return };
         self.dst_unnamed += usize::from(f.sym == NO_SYM);
-        self.at.note_dst(f.sym, at);
+        self.at.note(true, f.sym, at);
         if let Some(ix) = &mut self.index {
             if f.sym != NO_SYM && f.sym as usize >= ix.dst_first.len() {
                 self.index = None;
@@ -1747,7 +1741,7 @@ mod tests {
         }
     }
 
-    /// The guest's path (`evaluate_for_frame`, then `Writer::record_hiding`)
+    /// The guest's path (`Spare::writer_hides`, then `Writer::record_hiding`)
     /// writes the frame that `evaluate_with` and `Writer::record` write.
     #[test]
     fn hiding_while_writing_writes_what_hiding_first_writes() {
@@ -1758,7 +1752,9 @@ mod tests {
         let (mut first, mut writing) = (crate::frame::Writer::new(), crate::frame::Writer::new());
         let out = evaluate_with(&program, 0, record(), &mut Offline::at((0, 0)), &mut Spare::new()).unwrap();
         first.record(&out);
-        let out = evaluate_for_frame(&program, 0, record(), &mut Offline::at((0, 0)), &mut Spare::new()).unwrap();
+        let mut spare = Spare::new();
+        spare.writer_hides(true);
+        let out = evaluate_with(&program, 0, record(), &mut Offline::at((0, 0)), &mut spare).unwrap();
         assert!(out.iter().any(|f| f.name == "__a" && f.value == Value::chars("v")));
         writing.record_hiding(&out);
         let (first, writing) = (first.take_frame(), writing.take_frame());

@@ -87,9 +87,10 @@ impl Writer {
         self.end_record();
     }
 
-    /// [`Writer::record`] of an output that [`crate::eval::evaluate_for_frame`]
-    /// made: a field whose name starts with `__` is written as ignored (its
-    /// name kept), as [`crate::eval::evaluate_with`] would have left it.
+    /// [`Writer::record`] of an output evaluated with
+    /// [`crate::eval::Spare::writer_hides`]: a field whose name starts with
+    /// `__` is written as ignored (its name kept), as
+    /// [`crate::eval::evaluate_with`] would otherwise have left it.
     pub fn record_hiding(&mut self, fields: &[Field<'_>]) {
         self.count = 0;
         for f in fields {
