@@ -215,13 +215,25 @@ pub fn component_for(program: &Program) -> Result<Vec<u8>> {
 
 /// Wraps a compiled program of at most `max_ir_bytes` into a component.
 fn component_with(program: &Program, max_ir_bytes: usize) -> Result<Vec<u8>> {
+    component_of(&crate::guest::core_module()?, &program_bytes(program, max_ir_bytes)?)
+}
+
+/// A compiled program's bytes (the IR the guest reads), refused over
+/// `max_ir_bytes`.
+pub(crate) fn program_bytes(program: &Program, max_ir_bytes: usize) -> Result<Vec<u8>> {
     let ir = program.to_bytes();
     if ir.len() > max_ir_bytes {
         let message = format!("the compiled rule set takes {} bytes, more than {max_ir_bytes}", ir.len());
         return Err(Error::limit(Limit::RuleBytes, message));
     }
-    let core = crate::guest::core_module()?;
-    let spliced = splice_ir(&core, &ir)?;
+    Ok(ir)
+}
+
+/// The component of the guest core module `core` with the program `ir` in
+/// it. (The code cache names entries after this function's source file:
+/// see `code_cache::rule_key`.)
+pub(crate) fn component_of(core: &[u8], ir: &[u8]) -> Result<Vec<u8>> {
+    let spliced = splice_ir(core, ir)?;
     // Not validated here: the core module is the guest built with omlet and
     // the IR is data in it. wasmtime validates the component when it
     // compiles it (a compiled-code cache entry was compiled so), and

@@ -36,6 +36,18 @@ pub fn embedded() -> &'static [u8] {
     EMBEDDED
 }
 
+/// A guest core module's digest, for the code cache's keys: XXH3-128 (the
+/// cache's entries are trusted for who owns them, not for their names, see
+/// `code_cache`), worked out once per process for the embedded guest.
+pub fn digest(module: &[u8]) -> [u8; 16] {
+    static EMBEDDED_DIGEST: std::sync::OnceLock<[u8; 16]> = std::sync::OnceLock::new();
+    let of = |m: &[u8]| twox_hash::XxHash3_128::oneshot(m).to_le_bytes();
+    if std::ptr::eq(module, EMBEDDED) {
+        return *EMBEDDED_DIGEST.get_or_init(|| of(EMBEDDED));
+    }
+    of(module)
+}
+
 /// The source hash stamped into a guest module, if any.
 pub fn stamped_hash(module: &[u8]) -> Option<String> {
     for payload in wasmparser::Parser::new(0).parse_all(module) {

@@ -356,7 +356,7 @@ async fn inspect(component: &Path, json: bool, knowdb: &[PathBuf]) -> omlet::Res
             message: "not a WebAssembly component: inspect takes a component built by `omlet build`, or .oml files".into(),
         });
     }
-    let rule = engine()?.load_component(&bytes, &omlet::LoadOptions::new()).await?;
+    let rule = engine(2)?.load_component(&bytes, &omlet::LoadOptions::new()).await?;
     let info = rule.info();
     // With knowdbs: each statement's path, as the knowledge binds it.
     let paths: Vec<String> = if knowdb.is_empty() {
@@ -443,7 +443,8 @@ async fn test(
         }
     }
     let files = found;
-    let engine = engine()?;
+    // Cases run one at a time; an idle instance of another rule makes room.
+    let engine = engine(8)?;
     let mode = if native { Mode::Native } else { Mode::Wasm };
     let db = match knowledge {
         Some(url) => Some(TestDb::create(url).await?),
@@ -646,7 +647,7 @@ async fn check(
                 // column is reported here, not at the first `run`.
                 Some(knowledge) => {
                     let options = omlet::LoadOptions::new().knowledge(knowledge.clone());
-                    match engine()?.load_sources(&sources, &options).await {
+                    match engine(2)?.load_sources(&sources, &options).await {
                         Ok(_) => {
                             // Warnings do not fail the check.
                             if let Some(db) = &knowdb_db {
@@ -885,9 +886,17 @@ async fn scan_warnings(
 ///   `$XDG_CACHE_HOME/omlet/code`, else in `$HOME/.cache/omlet/code`, else
 ///   where the library puts it by default;
 /// - `OMLET_PERFMAP=1`: a perf map of the guest's code, for `perf`.
-fn engine() -> omlet::Result<Engine> {
+/// The CLI's engine, with room for `instances` live guest instances.
+///
+/// The library's default room (256) costs a start about 1 ms: the pooling
+/// allocator maps and guards a stack for every instance, and unmaps them all
+/// at exit. A command sizes it to what it runs at once; past the room, a
+/// call waits for an instance to come back, so a small room slows a command
+/// down but never fails it.
+fn engine(instances: u32) -> omlet::Result<Engine> {
     let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
     let mut config = omlet::EngineConfig::default();
+    config.max_instances = instances.clamp(1, config.max_instances);
     if let Some(v) = std::env::var_os("OMLET_CODE_CACHE") {
         // `off`, or empty: no cache.
         config.code_cache = (!v.is_empty() && v != "off").then(|| PathBuf::from(v));

@@ -494,7 +494,9 @@ fn default_concurrency() -> usize {
 /// job), then the records explained, or run from Kafka, or from the input.
 async fn run(rule: &Path, knowdb: &[PathBuf], config: Option<&Path>, o: RunOptions) -> omlet::Result<ExitCode> {
     let knowledge = open_knowledge(knowdb, config).await?;
-    let engine = engine()?;
+    // A call in flight takes an instance; a few more for the rule's own
+    // (kept idle from its load) and for a rule reloaded by `--watch`.
+    let engine = engine(u32::try_from(o.concurrency).unwrap_or(u32::MAX).saturating_mul(2).saturating_add(4))?;
     let options = omlet::LoadOptions::new().knowledge(knowledge.clone());
     let rule_path = rule.to_path_buf();
     let rule = engine.load_path(rule, &options).await?;

@@ -169,17 +169,21 @@ impl Engine {
             return self.load_built(&bytes, options).await;
         }
         let limits = options.build.as_ref().unwrap_or(&self.config.build);
-        let bytes = build::build_component_with(
-            &RuleSource::collect_limited(&[path.to_path_buf()], limits.max_rule_file_bytes)?,
-            limits,
-        )?;
-        self.load_built(&bytes, options).await
+        self.load_sources(&RuleSource::collect_limited(&[path.to_path_buf()], limits.max_rule_file_bytes)?, options).await
     }
 
     /// Compiles rule sources into one rule set and loads it.
     pub async fn load_sources(&self, sources: &[RuleSource], options: &LoadOptions) -> Result<Rule> {
         let limits = options.build.as_ref().unwrap_or(&self.config.build);
-        self.load_built(&build::build_component_with(sources, limits)?, options).await
+        let ir = build::program_bytes(&build::compile_with(sources, limits)?, limits.max_ir_bytes)?;
+        let guest = crate::guest::core_module()?;
+        let component = match &self.code {
+            // Found by the guest and the program, without building the component.
+            Some(cache) => cache.rule(&self.inner, &guest, &ir, || build::component_of(&guest, &ir))?.0,
+            None => Component::from_binary(&self.inner, &build::component_of(&guest, &ir)?)
+                .map_err(|e| Error::load("component", e))?,
+        };
+        self.load_compiled(component, options).await
     }
 
     /// Compiles the rule text `text` (named `file` in its errors) and loads it.
@@ -214,11 +218,16 @@ impl Engine {
     /// for components whose size is already bounded (built here under the
     /// build limits, or read from a file no bigger than the limit).
     pub(super) async fn load_built(&self, component: &[u8], options: &LoadOptions) -> Result<Rule> {
-        let knowledge = options.knowledge.clone();
         let component = match &self.code {
             Some(cache) => cache.component(&self.inner, component)?.0,
             None => Component::from_binary(&self.inner, component).map_err(|e| Error::load("component", e))?,
         };
+        self.load_compiled(component, options).await
+    }
+
+    /// Links and instantiates a compiled component, and binds its lookups.
+    async fn load_compiled(&self, component: Component, options: &LoadOptions) -> Result<Rule> {
+        let knowledge = options.knowledge.clone();
         check_wit_version(&self.inner, &component)?;
         let pre = self.linker.instantiate_pre(&component).map_err(|e| Error::load("component", e))?;
         let pre = bindings::RulePre::new(pre).map_err(|e| Error::load("component", e))?;

@@ -263,8 +263,15 @@ async fn compiled_code_is_cached_and_a_damaged_entry_is_not_run() {
     assert_eq!(files.len(), 1, "{files:?}");
     let written = std::fs::metadata(&files[0]).unwrap().len();
     assert!(written > 100_000, "machine code of the guest: {written} bytes");
+    #[cfg(unix)]
+    let inode = || std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&files[0]).unwrap());
+    #[cfg(unix)]
+    let first = inode();
     assert_eq!(run().await, r#"{"n":42}"#, "read back");
-    // Damaged in the middle of the code: the digest catches it.
+    // Read, not compiled and written again (a new entry is a new file renamed into place).
+    #[cfg(unix)]
+    assert_eq!(inode(), first, "the entry was read back, not rewritten");
+    // Damaged in the middle of the code: the checksum catches it.
     let mut bytes = std::fs::read(&files[0]).unwrap();
     let mid = bytes.len() / 2;
     bytes[mid] ^= 0xff;
