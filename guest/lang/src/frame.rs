@@ -53,6 +53,87 @@ pub struct Mark {
     text: usize,
 }
 
+/// Moves every text span of `nodes` (whole nodes, as a frame holds them) by
+/// `base`, checking that each pointed inside a text of `text_len` bytes.
+fn rebase(nodes: &mut [u8], base: u32, text_len: u64) -> Result<(), FrameError> {
+    let span = |nodes: &mut [u8], at: usize| -> Result<(), FrameError> {
+        let b = nodes.get_mut(at..at + 8).ok_or("truncated node")?;
+        let s = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        let len = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+        if u64::from(s) + u64::from(len) > text_len {
+            return Err("a span points outside the frame's text");
+        }
+        let moved = s.checked_add(base).ok_or("frame too large")?;
+        b[..4].copy_from_slice(&moved.to_le_bytes());
+        Ok(())
+    };
+    let mut at = 0;
+    while at < nodes.len() {
+        let tag = nodes[at];
+        span(nodes, at + 1)?;
+        at += 9;
+        at += match tag {
+            CHARS | BIGINT => {
+                span(nodes, at)?;
+                8
+            }
+            DIGIT | FLOAT | TIME => 8,
+            BOOL => 1,
+            IPV4 | OBJ | ARRAY => 4,
+            IPV6 => 16,
+            NULL | IGNORE => 0,
+            _ => return Err("unknown node tag"),
+        };
+    }
+    if at == nodes.len() { Ok(()) } else { Err("truncated node") }
+}
+
+/// One frame holding the records of `frames` in order, each a frame a
+/// [`Writer`] made: what [`Writer::append_frame`] gives for each in turn,
+/// built in one buffer of the exact size. A batch of records kept as
+/// frames is joined so, without the writer's growing buffers and the copy
+/// that [`Writer::finish`] makes of them. The frames' structure is checked
+/// (header, spans, tags), not their text's UTF-8: a reader checks that.
+pub fn join<'f>(frames: impl Iterator<Item = &'f [u8]> + Clone) -> Result<Vec<u8>, FrameError> {
+    // Each frame's header: (records, node bytes, text bytes).
+    let header = |f: &[u8]| -> Result<(usize, usize, usize), FrameError> {
+        let (records, nodes, text) = (u32_at(f, 0)? as usize, u32_at(f, 4)? as usize, u32_at(f, 8)? as usize);
+        let total = records.checked_mul(4).and_then(|n| n.checked_add(12 + nodes)?.checked_add(text));
+        if total != Some(f.len()) {
+            return Err("frame length does not match its header");
+        }
+        Ok((records, nodes, text))
+    };
+    let (mut records, mut nodes, mut text) = (0usize, 0usize, 0usize);
+    for f in frames.clone() {
+        let (r, n, t) = header(f)?;
+        records += r;
+        nodes += n;
+        text += t;
+    }
+    let count = |n: usize| u32::try_from(n).map_err(|_| "frame too large");
+    let mut out = Vec::with_capacity(12 + records * 4 + nodes + text);
+    out.extend_from_slice(&count(records)?.to_le_bytes());
+    out.extend_from_slice(&count(nodes)?.to_le_bytes());
+    out.extend_from_slice(&count(text)?.to_le_bytes());
+    for f in frames.clone() {
+        out.extend_from_slice(&f[12..12 + u32_at(f, 0)? as usize * 4]);
+    }
+    let mut base = 0u32;
+    for f in frames.clone() {
+        let (r, n, t) = header(f)?;
+        let start = out.len();
+        out.extend_from_slice(&f[12 + r * 4..12 + r * 4 + n]);
+        rebase(&mut out[start..], base, t as u64)?;
+        base = base.checked_add(count(t)?).ok_or("frame too large")?;
+    }
+    for f in frames {
+        let (r, n, _) = header(f)?;
+        out.extend_from_slice(&f[12 + r * 4 + n..]);
+    }
+    Ok(out)
+}
+
 /// Builds a frame record by record.
 #[derive(Default)]
 pub struct Writer {
@@ -129,41 +210,7 @@ impl Writer {
         let mark = self.mark();
         let start = self.nodes.len();
         self.nodes.extend_from_slice(r.nodes);
-        // Walks the copied nodes, moving each span by `base`.
-        let rebase = |nodes: &mut [u8], at: usize| -> Result<(), FrameError> {
-            let b = nodes.get_mut(at..at + 8).ok_or("truncated node")?;
-            let s = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-            let len = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
-            if u64::from(s) + u64::from(len) > text_len {
-                return Err("a span points outside the frame's text");
-            }
-            let moved = s.checked_add(base).ok_or("frame too large")?;
-            b[..4].copy_from_slice(&moved.to_le_bytes());
-            Ok(())
-        };
-        let walked = (|| {
-            let nodes = &mut self.nodes[start..];
-            let mut at = 0;
-            while at < nodes.len() {
-                let tag = nodes[at];
-                rebase(nodes, at + 1)?;
-                at += 9;
-                at += match tag {
-                    CHARS | BIGINT => {
-                        rebase(nodes, at)?;
-                        8
-                    }
-                    DIGIT | FLOAT | TIME => 8,
-                    BOOL => 1,
-                    IPV4 | OBJ | ARRAY => 4,
-                    IPV6 => 16,
-                    NULL | IGNORE => 0,
-                    _ => return Err("unknown node tag"),
-                };
-            }
-            if at == nodes.len() { Ok(()) } else { Err("truncated node") }
-        })();
-        if let Err(e) = walked {
+        if let Err(e) = rebase(&mut self.nodes[start..], base, text_len) {
             self.truncate(mark);
             return Err(e);
         }
@@ -455,9 +502,11 @@ impl<'a> Reader<'a> {
 
     /// The next node's name and text when it is a text leaf whose spans are
     /// sound, having read it; else `None`, having read nothing (`node`
-    /// then reads it, or says what is wrong with it).
+    /// then reads it, or says what is wrong with it). The commonest node,
+    /// read without passing a [`Raw`] back through memory: the host's JSON
+    /// rendering of outputs takes it first too.
     #[inline(always)]
-    fn chars_leaf(&mut self) -> Option<(&'a str, &'a str)> {
+    pub fn chars_leaf(&mut self) -> Option<(&'a str, &'a str)> {
         let b: &[u8; 17] = self.nodes.get(self.at..self.at + 17)?.try_into().ok()?;
         if b[0] != CHARS {
             return None;
@@ -468,6 +517,22 @@ impl<'a> Reader<'a> {
         let value = text.get(word(9)..word(9).checked_add(word(13))?)?;
         self.at += 17;
         Some((name, value))
+    }
+
+    /// [`Reader::chars_leaf`] for an integer leaf.
+    #[inline(always)]
+    pub fn digit_leaf(&mut self) -> Option<(&'a str, i64)> {
+        let b: &[u8; 17] = self.nodes.get(self.at..self.at + 17)?.try_into().ok()?;
+        if b[0] != DIGIT {
+            return None;
+        }
+        let start = u32::from_le_bytes([b[1], b[2], b[3], b[4]]) as usize;
+        let len = u32::from_le_bytes([b[5], b[6], b[7], b[8]]) as usize;
+        let name = self.text.get(start..start.checked_add(len)?)?;
+        let mut d = [0u8; 8];
+        d.copy_from_slice(&b[9..17]);
+        self.at += 17;
+        Some((name, i64::from_le_bytes(d)))
     }
 
     fn tree(&mut self, read: &mut u32, depth: u32) -> Result<Field<'a>, FrameError> {
@@ -599,6 +664,27 @@ mod tests {
     }
 
     #[test]
+    fn joined_frames_are_the_frames_appended_one_by_one() {
+        let parts = [fresh(&sample()), fresh(&[]), fresh(&sample()[3..]), fresh(&sample()[..2])];
+        let mut appended = Writer::default();
+        for p in &parts {
+            appended.append_frame(p).unwrap();
+        }
+        assert_eq!(join(parts.iter().map(|p| &p[..])).unwrap(), appended.finish());
+        assert_eq!(join(core::iter::empty()).unwrap(), Writer::default().finish());
+        // A frame of several records joins too.
+        let two = join(parts[..2].iter().map(|p| &p[..])).unwrap();
+        assert_eq!(join([&two[..], &parts[2], &parts[3]].into_iter()).unwrap(), join(parts.iter().map(|p| &p[..])).unwrap());
+        // A damaged frame is refused: a span past its text, a wrong length.
+        let mut bad = parts[0].clone();
+        let at = 12 + 4 + 1;
+        bad[at..at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert_eq!(join([&parts[2][..], &bad[..]].into_iter()).err(), Some("a span points outside the frame's text"));
+        let short = &parts[0][..parts[0].len() - 1];
+        assert_eq!(join([short].into_iter()).err(), Some("frame length does not match its header"));
+    }
+
+    #[test]
     fn damaged_frames_are_refused_without_panicking() {
         let mut w = Writer::default();
         w.record(&sample());
@@ -614,6 +700,7 @@ mod tests {
                 let mut bad = good.clone();
                 bad[i] = b;
                 let _ = Writer::default().append_frame(&bad);
+                let _ = join([&good[..], &bad[..]].into_iter());
                 if let Ok(mut r) = Reader::new(&bad) {
                     let _ = r.size(0).and_then(|n| r.fields(n));
                 }

@@ -289,6 +289,13 @@ impl Record {
         self.fields.into_inner().unwrap_or_default()
     }
 
+    /// The record's own one-record frame, when it has one. (Public for the
+    /// wire tests, which compile `wire.rs` into a crate of their own.)
+    #[doc(hidden)]
+    pub fn own_frame(&self) -> Option<&[u8]> {
+        self.frame.as_deref()
+    }
+
     /// Appends the record to a frame being written: its own frame's bytes
     /// when it has one, else its fields (the wire).
     #[doc(hidden)]
