@@ -193,11 +193,11 @@ impl CodeCache {
     /// fresh pages for each, about 2 ms of a 12 ms start.
     fn read(&self, engine: &Engine, path: &Path) -> Option<Component> {
         let file = open_trusted(path)?;
-        // SAFETY: entries are never changed in place: a new entry is a new
-        // file renamed over the old name, so the mapped file stays as it is
-        // while the mapping lives (to the end of this block). The file is
-        // the user's alone (checked on the open file just above).
         let whole = {
+            // SAFETY: entries are never changed in place: a new entry is a
+            // new file renamed over the old name, so the mapped file stays as
+            // it is while the mapping lives (to the end of this block). The
+            // file is the user's alone (checked on the open file just above).
             let map = unsafe { memmap2::Mmap::map(&file) }.ok()?;
             let (code, trailer) = map.split_at_checked(map.len().checked_sub(TRAILER)?)?;
             let (digest, magic) = trailer.split_at(16);

@@ -880,19 +880,19 @@ async fn scan_warnings(
     Ok((notes, warnings))
 }
 
-/// The engine every command uses: the library's defaults, with what the
-/// environment asks for (the library reads no variable itself):
+/// The engine every command uses: the library's defaults, with room for
+/// `instances` live guest instances and what the environment asks for (the
+/// library reads no variable itself):
 /// - the code cache in `$OMLET_CODE_CACHE` (`off` or empty for none), else in
 ///   `$XDG_CACHE_HOME/omlet/code`, else in `$HOME/.cache/omlet/code`, else
 ///   where the library puts it by default;
 /// - `OMLET_PERFMAP=1`: a perf map of the guest's code, for `perf`.
-/// The CLI's engine, with room for `instances` live guest instances.
 ///
-/// The library's default room (256) costs a start about 1 ms: the pooling
-/// allocator maps and guards a stack for every instance, and unmaps them all
-/// at exit. A command sizes it to what it runs at once; past the room, a
-/// call waits for an instance to come back, so a small room slows a command
-/// down but never fails it.
+/// The library's default room (256 instances) cost a start about 1 ms: the
+/// pooling allocator maps and guards a stack for every instance, and unmaps
+/// them all at exit. A command sizes it to what it runs at once; past the
+/// room, a call waits for an instance to come back, so a small room slows a
+/// command down but never fails it.
 fn engine(instances: u32) -> omlet::Result<Engine> {
     let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
     let mut config = omlet::EngineConfig::default();
