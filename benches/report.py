@@ -962,10 +962,15 @@ def start_section(r):
                   "code about 60 % of the CPU and the host's reading, framing and rendering the rest. JSONL lines read straight into frames (session 23) took 6 % of "
                   "the CPU off, session 26's cuts to the host's reading and rendering 8 % more, session 27's to the "
                   "evaluator (what it worked out per record, worked out per model) 6 % more, and session 28's "
-                  "(fields found by a table of positions, values read and converted where they lie) 12 % more. The "
-                  "ratio moves "
-                  "with the CPU and the hour: session 23's run on an Intel Xeon VM gave 1.79x, and the Python loop "
-                  "alone swings between 0.86 and 0.98 s on this VM; the table is this run's machine."]
+                  "(fields found by a table of positions, values read and converted where they lie) 12 % more; "
+                  "session 29 cut the cached start (a rule set's code found without building its component, "
+                  "mapped and checked by XXH3, a smaller instance pool: 25 to 11.5 ms on the same VM phase) and "
+                  "rendered output leaves straight from their nodes. The ratio moves with the CPU and the hour: "
+                  "session 23's run on an Intel Xeon VM gave 1.79x; on this AMD VM the Python loop alone has run "
+                  "at 0.86 to 0.98 s in quiet hours and at 1.2 to 1.8 s in slow ones, and slow hours cost "
+                  "omlet's two busy cores more than the loop's one (session 28 measured 2.84x in a quiet hour). "
+                  "omlet, the loop and the rule by hand run in turns, so the ratios are this run's; the table is "
+                  "this run's machine and hour."]
         if by_hand:
             bound = cells[py[0]]["median_s"] / cells[by_hand[0]]["median_s"]
             lines[-1] += (f" The row marked instrument is the same CLI with the rule written by hand in the guest "
