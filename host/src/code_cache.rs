@@ -317,10 +317,10 @@ fn key(engine: &Engine, component: &[u8]) -> String {
 }
 
 /// The name of a rule set's entry ([`CodeCache::rule`]): SHA-256 over the
-/// formats (of the key and of the entry), wasmtime's compatibility hash, what makes the component out of
-/// the guest and the program (this crate's version, the source of
-/// `crate::build`, which splices and encodes, and the manifest that pins
-/// `wit-component`), the guest's digest and the program. Any change to the
+/// formats (of the key and of the entry), wasmtime's compatibility hash,
+/// what makes the component out of the guest and the program (this crate's
+/// version, the source of `crate::build`, which splices and encodes, and the
+/// manifest that pins `wit-component`), the guest's digest and the program. Any change to the
 /// splicing code, even a comment, names new entries: the cost is one
 /// compilation, where a missed change would run a stale component.
 fn rule_key(engine: &Engine, guest: &[u8], ir: &[u8]) -> String {
