@@ -51,21 +51,49 @@ pub(crate) fn with_record_frame<T>(r: &Record, f: impl FnOnce(&[u8]) -> T) -> T 
     })
 }
 
+/// A batch's frame: its own bytes, or the frame of the chunk its records
+/// were read into.
+pub(crate) enum BatchFrame {
+    Own(Vec<u8>),
+    Chunk(std::sync::Arc<crate::record::chunk::Cell>),
+}
+
+impl BatchFrame {
+    pub(crate) fn bytes(&self) -> &[u8] {
+        match self {
+            BatchFrame::Own(b) => b,
+            BatchFrame::Chunk(cell) => cell.get().map_or(&[], |f| f.bytes()),
+        }
+    }
+}
+
 /// Records as one frame, for `evaluate-batch`.
-pub(crate) fn encode_frame<'r>(records: impl ExactSizeIterator<Item = &'r Record> + Clone) -> Vec<u8> {
-    // Records read from JSONL each keep their own frame: joined in one
-    // buffer of the exact size (`frame::join`), not appended to a writer's
-    // growing buffers and copied out of them.
-    if records.clone().all(|r| r.own_frame().is_some())
-        && let Ok(frame) = omlet_lang::frame::join(records.clone().filter_map(Record::own_frame))
+pub(crate) fn encode_frame<'r>(records: impl ExactSizeIterator<Item = &'r Record> + Clone) -> BatchFrame {
+    // Every record of one chunk, in order (`record::chunk`): that chunk's
+    // frame as it is.
+    if let Some((cell, 0)) = records.clone().next().and_then(Record::chunk)
+        && cell.get().is_some_and(|f| f.len() == records.len())
+        && records
+            .clone()
+            .enumerate()
+            .all(|(i, r)| r.chunk().is_some_and(|(c, at)| std::sync::Arc::ptr_eq(c, cell) && at as usize == i))
     {
-        return frame;
+        return BatchFrame::Chunk(cell.clone());
+    }
+    // Records read from JSONL each keep their frame (their own, or a part
+    // of their chunk's): joined in one buffer of the exact size
+    // (`frame::join_parts`), not appended to a writer's growing buffers and
+    // copied out of them.
+    if records.clone().all(|r| r.part().is_some())
+        && let Ok(frame) = omlet_lang::frame::join_parts(records.clone().filter_map(Record::part))
+    {
+        return BatchFrame::Own(frame);
     }
     let mut w = Writer::with_capacity(records.len(), 8);
     for r in records {
         r.write_frame(&mut w);
     }
-    w.finish()
+    BatchFrame::Own(w.finish())
 }
 
 /// Field names of records (the guest's outputs, and JSON input's keys,

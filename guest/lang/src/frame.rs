@@ -53,13 +53,15 @@ pub struct Mark {
     text: usize,
 }
 
-/// Moves every text span of `nodes` (whole nodes, as a frame holds them) by
-/// `base`, checking that each pointed inside a text of `text_len` bytes.
-fn rebase(nodes: &mut [u8], base: u32, text_len: u64) -> Result<(), FrameError> {
+/// Moves every text span of `nodes` (whole nodes, as a frame holds them)
+/// from `from` to `base`, checking that each pointed inside the `text_len`
+/// bytes of text that start at `from`.
+fn rebase(nodes: &mut [u8], from: u32, base: u32, text_len: u64) -> Result<(), FrameError> {
     let span = |nodes: &mut [u8], at: usize| -> Result<(), FrameError> {
         let b = nodes.get_mut(at..at + 8).ok_or("truncated node")?;
         let s = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
         let len = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+        let s = s.checked_sub(from).ok_or("a span points outside the frame's text")?;
         if u64::from(s) + u64::from(len) > text_len {
             return Err("a span points outside the frame's text");
         }
@@ -124,12 +126,55 @@ pub fn join<'f>(frames: impl Iterator<Item = &'f [u8]> + Clone) -> Result<Vec<u8
         let (r, n, t) = header(f)?;
         let start = out.len();
         out.extend_from_slice(&f[12 + r * 4..12 + r * 4 + n]);
-        rebase(&mut out[start..], base, t as u64)?;
+        rebase(&mut out[start..], 0, base, t as u64)?;
         base = base.checked_add(count(t)?).ok_or("frame too large")?;
     }
     for f in frames {
         let (r, n, _) = header(f)?;
         out.extend_from_slice(&f[12 + r * 4 + n..]);
+    }
+    Ok(out)
+}
+
+/// One record of a frame that holds several: its node count, its nodes,
+/// and the part of the frame's text that they point into, which starts at
+/// byte `text_from` of that text. A host that reads many records into one
+/// frame hands them on by these parts (see [`join_parts`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Part<'f> {
+    pub size: u32,
+    pub nodes: &'f [u8],
+    pub text: &'f [u8],
+    pub text_from: u32,
+}
+
+/// One frame holding `parts` as its records, in order: [`join`] for records
+/// that are parts of larger frames. The same checks as `join` (spans, tags),
+/// against each part's own text.
+pub fn join_parts<'f>(parts: impl Iterator<Item = Part<'f>> + Clone) -> Result<Vec<u8>, FrameError> {
+    let (mut records, mut nodes, mut text) = (0usize, 0usize, 0usize);
+    for p in parts.clone() {
+        records += 1;
+        nodes += p.nodes.len();
+        text += p.text.len();
+    }
+    let count = |n: usize| u32::try_from(n).map_err(|_| "frame too large");
+    let mut out = Vec::with_capacity(12 + records * 4 + nodes + text);
+    out.extend_from_slice(&count(records)?.to_le_bytes());
+    out.extend_from_slice(&count(nodes)?.to_le_bytes());
+    out.extend_from_slice(&count(text)?.to_le_bytes());
+    for p in parts.clone() {
+        out.extend_from_slice(&p.size.to_le_bytes());
+    }
+    let mut base = 0u32;
+    for p in parts.clone() {
+        let start = out.len();
+        out.extend_from_slice(p.nodes);
+        rebase(&mut out[start..], p.text_from, base, p.text.len() as u64)?;
+        base = base.checked_add(count(p.text.len())?).ok_or("frame too large")?;
+    }
+    for p in parts {
+        out.extend_from_slice(p.text);
     }
     Ok(out)
 }
@@ -210,7 +255,7 @@ impl Writer {
         let mark = self.mark();
         let start = self.nodes.len();
         self.nodes.extend_from_slice(r.nodes);
-        if let Err(e) = rebase(&mut self.nodes[start..], base, text_len) {
+        if let Err(e) = rebase(&mut self.nodes[start..], 0, base, text_len) {
             self.truncate(mark);
             return Err(e);
         }
@@ -219,6 +264,32 @@ impl Writer {
             self.sizes.push(r.size(i)?);
         }
         Ok(())
+    }
+
+    /// [`Writer::append_frame`] of one record that is a [`Part`] of a
+    /// larger frame; the part's text must be UTF-8 (a reader checks).
+    pub fn append_part(&mut self, p: Part<'_>) -> Result<(), FrameError> {
+        let base = u32::try_from(self.text.len()).map_err(|_| "frame too large")?;
+        let mark = self.mark();
+        let start = self.nodes.len();
+        self.nodes.extend_from_slice(p.nodes);
+        if let Err(e) = rebase(&mut self.nodes[start..], p.text_from, base, p.text.len() as u64) {
+            self.truncate(mark);
+            return Err(e);
+        }
+        self.text.extend_from_slice(p.text);
+        self.sizes.push(p.size);
+        Ok(())
+    }
+
+    /// Bytes of nodes written so far (where the next record's nodes start).
+    pub fn node_bytes(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Bytes of text written so far (where the next record's text starts).
+    pub fn text_bytes(&self) -> usize {
+        self.text.len()
     }
 
     fn span(&mut self, s: &str) {
@@ -682,6 +753,50 @@ mod tests {
         assert_eq!(join([&parts[2][..], &bad[..]].into_iter()).err(), Some("a span points outside the frame's text"));
         let short = &parts[0][..parts[0].len() - 1];
         assert_eq!(join([short].into_iter()).err(), Some("frame length does not match its header"));
+    }
+
+    #[test]
+    fn records_cut_out_of_a_frame_join_and_append_as_their_own_frames() {
+        let records = [&sample()[..], &[], &sample()[3..], &sample()[..2]];
+        // All of them in one frame, each record's nodes and text noted.
+        let mut w = Writer::default();
+        let mut ranges = Vec::new();
+        for r in records {
+            let (n0, t0) = (w.node_bytes(), w.text_bytes());
+            w.record(r);
+            ranges.push((n0..w.node_bytes(), t0..w.text_bytes()));
+        }
+        let node_bytes = w.node_bytes();
+        let frame = w.finish();
+        let nodes_at = 12 + 4 * records.len();
+        let text_at = nodes_at + node_bytes;
+        let part = |i: usize| {
+            let (n, t) = ranges[i].clone();
+            Part {
+                size: u32_at(&frame, 12 + 4 * i).unwrap(),
+                nodes: &frame[nodes_at + n.start..nodes_at + n.end],
+                text: &frame[text_at + t.start..text_at + t.end],
+                text_from: t.start as u32,
+            }
+        };
+        // Any of them, in any order, as if each had been a frame of its own.
+        for order in [&[0, 1, 2, 3][..], &[3, 0], &[2]] {
+            let want = join(order.iter().map(|&i| fresh(records[i])).collect::<Vec<_>>().iter().map(|f| &f[..])).unwrap();
+            assert_eq!(join_parts(order.iter().map(|&i| part(i))).unwrap(), want);
+            let mut appended = Writer::default();
+            order.iter().for_each(|&i| appended.append_part(part(i)).unwrap());
+            assert_eq!(appended.finish(), want);
+        }
+        // A span outside the part's own text is refused, even when it is
+        // inside the frame's, and the writer is left as it was.
+        let mut w = Writer::default();
+        w.record(&sample()[..2]);
+        let before = w.len();
+        let mut outside = part(3);
+        outside.text_from += 1;
+        assert_eq!(w.append_part(outside).err(), Some("a span points outside the frame's text"));
+        assert_eq!(join_parts([part(0), outside].into_iter()).err(), Some("a span points outside the frame's text"));
+        assert_eq!(w.len(), before);
     }
 
     #[test]

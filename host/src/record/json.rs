@@ -49,8 +49,15 @@ pub fn from_json_str(text: &str) -> std::result::Result<Record, String> {
 /// assert_eq!(r, omlet::record::from_json_str(line).unwrap());
 /// ```
 pub fn from_json_line(text: &str) -> std::result::Result<Record, String> {
+    // On a thread that reads chunks (`stream::run`'s reading thread), into
+    // the chunk being filled.
+    if let Some(record) = super::chunk::read_into(|w| write_line(text, Read::Any, w)) {
+        return Ok(record);
+    }
     match frame_from_json_str(text) {
-        Some(frame) => Ok(Record { fields: std::sync::OnceLock::new(), frame: Some(frame.into_boxed_slice()) }),
+        Some(frame) => {
+            Ok(Record { fields: std::sync::OnceLock::new(), frame: Some(super::Bytes::Own(frame.into_boxed_slice())) })
+        }
         None => from_json_str(text),
     }
 }
@@ -90,31 +97,38 @@ pub(super) enum Read {
 /// [`frame_from_json_str`] through the reads `how` allows: [`flat::read`]
 /// first, then serde's.
 pub(super) fn read_frame(text: &str, how: Read) -> Option<Vec<u8>> {
-    use serde::de::Deserializer as _;
-    if !text.trim_start().starts_with('{') {
-        return None;
-    }
-    big::forget();
     LINE_WRITER.with(|cell| {
         let mut w = cell.try_borrow_mut().ok()?;
-        let mark = w.mark();
-        if how != Read::Serde && flat::read(text, &mut w).is_some() {
-            w.end_record();
-            return Some(w.take_frame());
-        }
-        w.truncate(mark);
-        if how == Read::Flat {
-            return None;
-        }
-        let mut de = serde_json::Deserializer::from_str(text);
-        let read = de.deserialize_map(DirectRecord(&mut w)).and_then(|()| de.end());
-        if read.is_err() || big::seen() {
-            w.truncate(mark);
-            return None;
-        }
-        w.end_record();
-        Some(w.take_frame())
+        write_line(text, how, &mut w).then(|| w.take_frame())
     })
+}
+
+/// Writes the record of `text` into `w` through the reads `how` allows, as
+/// [`read_frame`] reads it: true, the record ended, when it could; false,
+/// with `w` as it was, when it could not.
+pub(super) fn write_line(text: &str, how: Read, w: &mut omlet_lang::frame::Writer) -> bool {
+    use serde::de::Deserializer as _;
+    if !text.trim_start().starts_with('{') {
+        return false;
+    }
+    big::forget();
+    let mark = w.mark();
+    if how != Read::Serde && flat::read(text, w).is_some() {
+        w.end_record();
+        return true;
+    }
+    w.truncate(mark);
+    if how == Read::Flat {
+        return false;
+    }
+    let mut de = serde_json::Deserializer::from_str(text);
+    let read = de.deserialize_map(DirectRecord(w)).and_then(|()| de.end());
+    if read.is_err() || big::seen() {
+        w.truncate(mark);
+        return false;
+    }
+    w.end_record();
+    true
 }
 
 /// The common line read without serde: a flat object whose keys and texts

@@ -16,6 +16,7 @@ use serde_json::Value as Json;
 
 use crate::{Error, Result};
 
+pub mod chunk;
 mod json;
 
 use json::{JsonValue, TopLevel, write_fields_json};
@@ -44,12 +45,22 @@ pub use json::{fields_json, from_json, from_json_line, from_json_str, to_json_st
 pub struct Record {
     /// The fields: given at once, or read from `frame` when first asked for.
     fields: OnceLock<Vec<Field<'static>>>,
-    /// The record as a one-record frame, when it was read straight into one
+    /// The record as frame bytes, when it was read straight into a frame
     /// (a JSONL line, [`from_json_line`]): a record that is only
-    /// evaluated and dropped is never taken apart into fields, so it costs
-    /// one buffer instead of one per field, and goes into a batch frame as
-    /// bytes ([`Record::write_frame`]). Any change to the record drops it.
-    frame: Option<Box<[u8]>>,
+    /// evaluated and dropped is never taken apart into fields, and goes
+    /// into a batch frame as bytes ([`Record::write_frame`]). Any change to
+    /// the record drops it.
+    frame: Option<Bytes>,
+}
+
+/// Where a record read straight into a frame keeps its bytes.
+#[derive(Clone)]
+enum Bytes {
+    /// A one-record frame of its own.
+    Own(Box<[u8]>),
+    /// Record `index` of a frame shared with the records read beside it
+    /// (see [`chunk`]).
+    Chunk(std::sync::Arc<chunk::Cell>, u32),
 }
 
 impl PartialEq for Record {
@@ -259,13 +270,22 @@ impl Record {
     /// The evaluator's fields (the wire and the CLI's native runs).
     #[doc(hidden)]
     pub fn fields(&self) -> &[Field<'static>] {
-        self.fields.get_or_init(|| match &self.frame {
-            Some(frame) => crate::wire::decode_record(frame).map(Record::into_fields).unwrap_or_else(|e| {
+        self.fields.get_or_init(|| {
+            let decoded = match &self.frame {
+                Some(Bytes::Own(frame)) => crate::wire::decode_record(frame),
+                Some(Bytes::Chunk(..)) => match self.part() {
+                    Some(part) => omlet_lang::frame::join_parts(std::iter::once(part))
+                        .map_err(String::from)
+                        .and_then(|frame| crate::wire::decode_record(&frame)),
+                    None => Err("its chunk was never sealed".to_string()),
+                },
+                None => return Vec::new(),
+            };
+            decoded.map(Record::into_fields).unwrap_or_else(|e| {
                 // Only `from_json_line` makes these frames, with a `Writer`.
                 debug_assert!(false, "a record's own frame does not read: {e}");
                 Vec::new()
-            }),
-            None => Vec::new(),
+            })
         })
     }
 
@@ -293,15 +313,37 @@ impl Record {
     /// wire tests, which compile `wire.rs` into a crate of their own.)
     #[doc(hidden)]
     pub fn own_frame(&self) -> Option<&[u8]> {
-        self.frame.as_deref()
+        match &self.frame {
+            Some(Bytes::Own(frame)) => Some(frame),
+            _ => None,
+        }
     }
 
-    /// Appends the record to a frame being written: its own frame's bytes
-    /// when it has one, else its fields (the wire).
+    /// The record's nodes and text, when it was read straight into a frame
+    /// (its own, or its chunk's) and that frame holds it alone or is sealed.
+    #[doc(hidden)]
+    pub fn part(&self) -> Option<omlet_lang::frame::Part<'_>> {
+        match self.frame.as_ref()? {
+            Bytes::Own(frame) => chunk::own_part(frame),
+            Bytes::Chunk(cell, index) => cell.get()?.part(*index as usize),
+        }
+    }
+
+    /// The chunk the record was read into, and its place there.
+    #[doc(hidden)]
+    pub fn chunk(&self) -> Option<(&std::sync::Arc<chunk::Cell>, u32)> {
+        match self.frame.as_ref()? {
+            Bytes::Chunk(cell, index) => Some((cell, *index)),
+            Bytes::Own(_) => None,
+        }
+    }
+
+    /// Appends the record to a frame being written: its frame's bytes when
+    /// it has them, else its fields (the wire).
     #[doc(hidden)]
     pub fn write_frame(&self, w: &mut omlet_lang::frame::Writer) {
-        if let Some(frame) = &self.frame
-            && w.append_frame(frame).is_ok()
+        if let Some(part) = self.part()
+            && w.append_part(part).is_ok()
         {
             return;
         }

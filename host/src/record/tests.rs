@@ -277,3 +277,58 @@ fn random_lines_read_into_frames_as_into_fields() {
     // Both paths were taken often enough to mean something.
     assert!(direct > 500 && usual > 500, "{direct} read directly, {usual} the usual way");
 }
+
+#[test]
+fn records_read_into_a_chunk_are_the_records_read_alone() {
+    // On a thread of its own: chunk mode lasts for the thread's life.
+    std::thread::spawn(|| {
+        let lines = [
+            r#"{"a":"1","n":2,"ok":true}"#,
+            r#"{"nested":{"x":[1,"two"]},"f":1.5}"#,
+            // A key with an escape is read the usual way, outside the chunk.
+            r#"{"k\"ey":"v"}"#,
+            r#"{"b":"\u00e9t\u00e9","z":null}"#,
+        ];
+        chunk::reading();
+        let read: Vec<Record> = lines.iter().map(|l| from_json_line(l).unwrap()).collect();
+        chunk::seal();
+        let alone: Vec<Record> = lines.iter().map(|l| from_json_str(l).unwrap()).collect();
+        let places: Vec<Option<u32>> = read.iter().map(|r| r.chunk().map(|(_, i)| i)).collect();
+        assert_eq!(places, [Some(0), Some(1), None, Some(2)]);
+        for (r, a) in read.iter().zip(&alone) {
+            assert_eq!(r.fields(), a.fields());
+            let (mut w, mut want) = (omlet_lang::frame::Writer::new(), omlet_lang::frame::Writer::new());
+            r.write_frame(&mut w);
+            want.record(a.fields());
+            assert_eq!(w.finish(), want.finish());
+        }
+        // The whole chunk, in order, is the chunk's own frame; any other
+        // batch is joined from the records' parts. Both are the frame of
+        // the same records written one by one.
+        let batch = |rs: &[&Record]| {
+            let mut w = omlet_lang::frame::Writer::new();
+            rs.iter().for_each(|r| w.record(r.fields()));
+            w.finish()
+        };
+        let whole = [&read[0], &read[1], &read[3]];
+        let frame = crate::wire::encode_frame(whole.iter().copied());
+        assert!(matches!(frame, crate::wire::BatchFrame::Chunk(_)));
+        assert_eq!(frame.bytes(), batch(&whole));
+        for some in [vec![&read[1], &read[0]], vec![&read[3]], vec![&read[0], &read[2], &read[3]]] {
+            let frame = crate::wire::encode_frame(some.iter().copied());
+            assert!(matches!(frame, crate::wire::BatchFrame::Own(_)));
+            assert_eq!(frame.bytes(), batch(&some));
+        }
+        // The next chunk starts again at 0, in a frame of its own.
+        let next = from_json_line(lines[0]).unwrap();
+        chunk::seal();
+        let (cell, at) = next.chunk().unwrap();
+        assert_eq!(at, 0);
+        assert!(!std::sync::Arc::ptr_eq(cell, read[0].chunk().unwrap().0));
+        assert_eq!(next.fields(), alone[0].fields());
+    })
+    .join()
+    .unwrap();
+    // Elsewhere, a record keeps a frame of its own.
+    assert!(from_json_line(r#"{"a":"1"}"#).unwrap().own_frame().is_some());
+}

@@ -264,13 +264,16 @@ impl Rule {
     /// One `evaluate-batch` call on a frame: the records' output frame and
     /// errors, as the guest gave them. `Ok(Err(_))` when the guest trapped or
     /// reached a limit (the instance is then dropped).
-    pub(super) async fn call_batch(&self, route: &ev::Route, frame: &Vec<u8>) -> Result<Result<ev::BatchOutput>> {
+    pub(super) async fn call_batch(&self, route: &ev::Route, frame: &[u8]) -> Result<Result<ev::BatchOutput>> {
         match self.call_sync(|calls, store, generation| calls.batch(store, generation, route, frame)) {
             Some(out) => Ok(out),
             None => {
                 let generation = self.generation();
                 let mut inst = self.checkout(generation).await?;
-                let out = inst.calls.omlet_rule_evaluator().call_evaluate_batch(&mut inst.store, generation, route, frame).await;
+                // The bindings take the frame as a `Vec` (a copy, on this
+                // path only: the fiber-less one above takes a slice).
+                let frame = frame.to_vec();
+                let out = inst.calls.omlet_rule_evaluator().call_evaluate_batch(&mut inst.store, generation, route, &frame).await;
                 match out {
                     Ok(out) => {
                         self.checkin(&self.inner.idle, inst);

@@ -187,7 +187,7 @@ impl Rule {
     ) -> Result<Vec<Result<T>>> {
         let n = records.len();
         if let Some(frame) = self.whole_frame(records.clone()) {
-            match self.call_batch(route, &frame).await?.and_then(|out| decode_batch_output(n, out, |i| i)) {
+            match self.call_batch(route, frame.bytes()).await?.and_then(|out| decode_batch_output(n, out, |i| i)) {
                 Ok(results) => return Ok(results),
                 // Retried one by one below: only the records that fail alone fail.
                 Err(e) => tracing::debug!("omlet: a batch of {n} failed ({e}); evaluating its records one by one"),
@@ -271,12 +271,12 @@ impl Rule {
     /// Several records as one frame, when it is within the record limit (so
     /// that it holds no record over it); `None` for one record, or a frame
     /// too large, whose records go one by one.
-    pub(super) fn whole_frame<'r>(&self, records: impl ExactSizeIterator<Item = &'r Record> + Clone) -> Option<Vec<u8>> {
+    pub(super) fn whole_frame<'r>(&self, records: impl ExactSizeIterator<Item = &'r Record> + Clone) -> Option<wire::BatchFrame> {
         if records.len() < 2 {
             return None;
         }
         let frame = wire::encode_frame(records);
-        (frame.len() <= self.inner.engine.config.max_record_bytes).then_some(frame)
+        (frame.bytes().len() <= self.inner.engine.config.max_record_bytes).then_some(frame)
     }
 }
 

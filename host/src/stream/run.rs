@@ -185,6 +185,9 @@ pub(super) fn read_ahead(
     std::thread::Builder::new()
         .name("omlet-read".into())
         .spawn(move || {
+            // JSONL records go into one frame per chunk, sealed below before
+            // each chunk is handed over (`record::chunk`).
+            crate::record::chunk::reading();
             let pending = std::rc::Rc::new(std::cell::RefCell::new(Pending { chunk: Vec::with_capacity(room), bytes: 0 }));
             let hook = {
                 let (pending, tx) = (pending.clone(), tx.clone());
@@ -193,6 +196,7 @@ pub(super) fn read_ahead(
                         && !p.chunk.is_empty()
                     {
                         p.bytes = 0;
+                        crate::record::chunk::seal();
                         let part = std::mem::replace(&mut p.chunk, Vec::with_capacity(room));
                         // A closed channel: the run is over, and the loop
                         // below finds it so at its next chunk.
@@ -216,6 +220,7 @@ pub(super) fn read_ahead(
                     p.chunk.push(input);
                     if p.chunk.len() >= batch || p.bytes >= MAX_BATCH_BYTES {
                         p.bytes = 0;
+                        crate::record::chunk::seal();
                         Some(std::mem::replace(&mut p.chunk, Vec::with_capacity(room)))
                     } else {
                         None
@@ -229,6 +234,7 @@ pub(super) fn read_ahead(
             }
             IDLE_HAND_OVER.with(|h| h.borrow_mut().take());
             // The records read since the last full chunk, then how the input ended.
+            crate::record::chunk::seal();
             let rest = std::mem::take(&mut pending.borrow_mut().chunk);
             if !rest.is_empty() && tx.blocking_send(Chunk::Records(rest)).is_err() {
                 return;

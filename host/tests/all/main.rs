@@ -21,7 +21,7 @@ mod trust;
 use omlet::{Error, Result};
 
 mod record {
-    pub use omlet::record::Record;
+    pub use omlet::record::{Record, chunk};
 }
 
 #[path = "../../src/wire.rs"]
