@@ -19,24 +19,51 @@
 //! field), is first cut out of the chunk ([`Frame::part`]).
 //!
 //! How: [`reading`] turns the mode on for the thread; [`from_json_line`]
-//! then writes each record into the chunk being filled and gives it a
-//! [`Cell`] that [`seal`] fills when the chunk is handed over. The thread
-//! seals before it hands a chunk's records to anyone, so a record is never
-//! read before its cell is filled.
+//! then writes each record into the chunk being filled and gives it the
+//! chunk's [`Cell`], which [`seal`] fills when the chunk is handed over. A
+//! record looked at before that (an input iterator that retypes its
+//! records, say) seals its chunk there and then ([`Cell::get`]), from any
+//! thread, and a chunk still open when its reading thread ends is sealed
+//! then: every record can always be read. The chunk being filled is behind
+//! a mutex for that; only its reading thread takes it in the normal course.
 //!
 //! [`from_json_line`]: super::from_json_line
 
 use std::cell::RefCell;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 
 use omlet_lang::frame::{Part, Writer};
 
 use super::{Bytes, Record};
 
-/// A chunk's frame, once the chunk is sealed.
-pub type Cell = OnceLock<Frame>;
+/// The frame a chunk's records are read from: filled when the chunk is
+/// sealed.
+pub struct Cell {
+    frame: OnceLock<Frame>,
+    /// The chunk being filled, to seal it from here when a record is read
+    /// before it was.
+    filling: Weak<Mutex<Filling>>,
+}
 
-/// The frame of a sealed chunk: its records, in the order they were read.
+impl Cell {
+    /// The chunk's frame, sealing the chunk first if it is still being
+    /// filled. `None` only for a chunk whose filling is gone without it
+    /// being sealed, which [`Filling`]'s `drop` rules out.
+    pub fn get(&self) -> Option<&Frame> {
+        if let Some(frame) = self.frame.get() {
+            return Some(frame);
+        }
+        if let Some(filling) = self.filling.upgrade() {
+            let mut f = filling.lock().unwrap_or_else(PoisonError::into_inner);
+            if std::ptr::eq(Arc::as_ptr(&f.cell), self) {
+                f.seal();
+            }
+        }
+        self.frame.get()
+    }
+}
+
+/// A chunk's frame, once the chunk is sealed.
 pub struct Frame {
     bytes: Vec<u8>,
     /// Where the nodes and the text start in `bytes`.
@@ -89,42 +116,64 @@ pub(super) fn own_part(frame: &[u8]) -> Option<Part<'_>> {
 struct Filling {
     writer: Writer,
     ranges: Vec<[u32; 4]>,
+    /// The cell of the records written since the last seal.
     cell: Arc<Cell>,
+    /// This filling, for the cells it makes.
+    me: Weak<Mutex<Filling>>,
+}
+
+impl Filling {
+    /// Fills the cell with the records written so far, and starts a new one.
+    fn seal(&mut self) {
+        if self.ranges.is_empty() {
+            return;
+        }
+        let records = self.ranges.len();
+        let node_bytes = self.writer.node_bytes();
+        let bytes = self.writer.take_frame();
+        let nodes_at = 12 + 4 * records;
+        let frame = Frame { bytes, nodes_at, text_at: nodes_at + node_bytes, ranges: std::mem::take(&mut self.ranges) };
+        // A cell is filled once, here, and replaced at once.
+        let _ = self.cell.frame.set(frame);
+        self.cell = Arc::new(Cell { frame: OnceLock::new(), filling: self.me.clone() });
+    }
+}
+
+impl Drop for Filling {
+    /// Records still open when their thread ends can be read all the same.
+    fn drop(&mut self) {
+        self.seal();
+    }
 }
 
 thread_local! {
     /// On a reading thread (see [`reading`]), the chunk being filled.
-    static FILLING: RefCell<Option<Filling>> = const { RefCell::new(None) };
+    static FILLING: RefCell<Option<Arc<Mutex<Filling>>>> = const { RefCell::new(None) };
 }
 
 /// Turns chunk mode on for this thread, for the rest of its life: JSONL
-/// records it reads go into chunk frames, and it must [`seal`] each chunk
-/// before it hands over its records.
+/// records it reads go into chunk frames, and it [`seal`]s each chunk as it
+/// hands over its records.
 pub(crate) fn reading() {
-    FILLING.with(|f| *f.borrow_mut() = Some(Filling { writer: Writer::new(), ranges: Vec::new(), cell: Arc::default() }));
+    let filling = Arc::new_cyclic(|me: &Weak<Mutex<Filling>>| {
+        Mutex::new(Filling {
+            writer: Writer::new(),
+            ranges: Vec::new(),
+            cell: Arc::new(Cell { frame: OnceLock::new(), filling: me.clone() }),
+            me: me.clone(),
+        })
+    });
+    FILLING.with(|f| *f.borrow_mut() = Some(filling));
 }
 
-/// Ends the chunk being filled: the records read since the last seal can be
-/// read from now on. Does nothing on a thread not in chunk mode.
+/// Ends the chunk being filled: the records read since the last seal are
+/// read from its frame from now on. Does nothing on a thread not in chunk
+/// mode.
 pub(crate) fn seal() {
     FILLING.with(|f| {
-        // Never re-entered (nothing reads input while a line is written into
-        // the chunk): a borrow that failed would hand over records that can
-        // never be read, so it fails the reading thread instead, which the
-        // run reports.
-        let mut f = f.borrow_mut();
-        let Some(f) = f.as_mut() else { return };
-        if f.ranges.is_empty() {
-            return;
+        if let Some(filling) = f.borrow().as_ref() {
+            filling.lock().unwrap_or_else(PoisonError::into_inner).seal();
         }
-        let records = f.ranges.len();
-        let node_bytes = f.writer.node_bytes();
-        let bytes = f.writer.take_frame();
-        let nodes_at = 12 + 4 * records;
-        let frame = Frame { bytes, nodes_at, text_at: nodes_at + node_bytes, ranges: std::mem::take(&mut f.ranges) };
-        // The cell is new at each seal: it cannot have been filled.
-        let _ = f.cell.set(frame);
-        f.cell = Arc::default();
     });
 }
 
@@ -133,8 +182,8 @@ pub(crate) fn seal() {
 /// the line is read the usual way). `None` on other threads.
 pub(super) fn read_into(write: impl FnOnce(&mut Writer) -> bool) -> Option<Record> {
     FILLING.with(|f| {
-        let mut f = f.try_borrow_mut().ok()?;
-        let f = f.as_mut()?;
+        let f = f.try_borrow().ok()?;
+        let mut f = f.as_ref()?.lock().unwrap_or_else(PoisonError::into_inner);
         let mark = f.writer.mark();
         let (n0, t0) = (f.writer.node_bytes(), f.writer.text_bytes());
         if !write(&mut f.writer) {

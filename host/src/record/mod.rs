@@ -277,7 +277,7 @@ impl Record {
                     Some(part) => omlet_lang::frame::join_parts(std::iter::once(part))
                         .map_err(String::from)
                         .and_then(|frame| crate::wire::decode_record(&frame)),
-                    None => Err("its chunk was never sealed".to_string()),
+                    None => Err("its chunk's frame is gone".to_string()),
                 },
                 None => return Vec::new(),
             };

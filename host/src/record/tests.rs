@@ -329,6 +329,30 @@ fn records_read_into_a_chunk_are_the_records_read_alone() {
     })
     .join()
     .unwrap();
+    // A record looked at before its chunk is handed over (an input iterator
+    // that retypes its records) seals the chunk there and then, on its
+    // reading thread or any other; the records after it start a new chunk.
+    let (early, moved, open) = std::thread::spawn(|| {
+        chunk::reading();
+        let early = from_json_line(r#"{"ts":"2024-05-01 12:00:00"}"#).unwrap();
+        assert_eq!(early.get("ts"), Some(Value::Chars("2024-05-01 12:00:00".into())));
+        let moved = from_json_line(r#"{"a":"1"}"#).unwrap();
+        assert_eq!(moved.chunk().map(|(_, i)| i), Some(0), "a new chunk after the early seal");
+        let moved = std::thread::spawn(move || {
+            assert_eq!(moved.get("a"), Some(Value::Chars("1".into())), "sealed from another thread");
+            moved
+        })
+        .join()
+        .unwrap();
+        // Still open when the thread ends: sealed then.
+        let open = from_json_line(r#"{"b":2}"#).unwrap();
+        (early, moved, open)
+    })
+    .join()
+    .unwrap();
+    assert_eq!(early, from_json_str(r#"{"ts":"2024-05-01 12:00:00"}"#).unwrap());
+    assert_eq!(moved, from_json_str(r#"{"a":"1"}"#).unwrap());
+    assert_eq!(open.get("b"), Some(Value::Digit(2)));
     // Elsewhere, a record keeps a frame of its own.
     assert!(from_json_line(r#"{"a":"1"}"#).unwrap().own_frame().is_some());
 }
