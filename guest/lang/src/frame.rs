@@ -90,52 +90,6 @@ fn rebase(nodes: &mut [u8], from: u32, base: u32, text_len: u64) -> Result<(), F
     if at == nodes.len() { Ok(()) } else { Err("truncated node") }
 }
 
-/// One frame holding the records of `frames` in order, each a frame a
-/// [`Writer`] made: what [`Writer::append_frame`] gives for each in turn,
-/// built in one buffer of the exact size. A batch of records kept as
-/// frames is joined so, without the writer's growing buffers and the copy
-/// that [`Writer::finish`] makes of them. The frames' structure is checked
-/// (header, spans, tags), not their text's UTF-8: a reader checks that.
-pub fn join<'f>(frames: impl Iterator<Item = &'f [u8]> + Clone) -> Result<Vec<u8>, FrameError> {
-    // Each frame's header: (records, node bytes, text bytes).
-    let header = |f: &[u8]| -> Result<(usize, usize, usize), FrameError> {
-        let (records, nodes, text) = (u32_at(f, 0)? as usize, u32_at(f, 4)? as usize, u32_at(f, 8)? as usize);
-        let total = records.checked_mul(4).and_then(|n| n.checked_add(12 + nodes)?.checked_add(text));
-        if total != Some(f.len()) {
-            return Err("frame length does not match its header");
-        }
-        Ok((records, nodes, text))
-    };
-    let (mut records, mut nodes, mut text) = (0usize, 0usize, 0usize);
-    for f in frames.clone() {
-        let (r, n, t) = header(f)?;
-        records += r;
-        nodes += n;
-        text += t;
-    }
-    let count = |n: usize| u32::try_from(n).map_err(|_| "frame too large");
-    let mut out = Vec::with_capacity(12 + records * 4 + nodes + text);
-    out.extend_from_slice(&count(records)?.to_le_bytes());
-    out.extend_from_slice(&count(nodes)?.to_le_bytes());
-    out.extend_from_slice(&count(text)?.to_le_bytes());
-    for f in frames.clone() {
-        out.extend_from_slice(&f[12..12 + u32_at(f, 0)? as usize * 4]);
-    }
-    let mut base = 0u32;
-    for f in frames.clone() {
-        let (r, n, t) = header(f)?;
-        let start = out.len();
-        out.extend_from_slice(&f[12 + r * 4..12 + r * 4 + n]);
-        rebase(&mut out[start..], 0, base, t as u64)?;
-        base = base.checked_add(count(t)?).ok_or("frame too large")?;
-    }
-    for f in frames {
-        let (r, n, _) = header(f)?;
-        out.extend_from_slice(&f[12 + r * 4 + n..]);
-    }
-    Ok(out)
-}
-
 /// One record of a frame that holds several: its node count, its nodes,
 /// and the part of the frame's text that they point into, which starts at
 /// byte `text_from` of that text. A host that reads many records into one
@@ -148,9 +102,24 @@ pub struct Part<'f> {
     pub text_from: u32,
 }
 
-/// One frame holding `parts` as its records, in order: [`join`] for records
-/// that are parts of larger frames. The same checks as `join` (spans, tags),
-/// against each part's own text.
+impl<'f> Part<'f> {
+    /// The record of a one-record frame (a record kept as its own frame).
+    pub fn of(frame: &'f [u8]) -> Result<Part<'f>, FrameError> {
+        if u32_at(frame, 0)? != 1 {
+            return Err("not a one-record frame");
+        }
+        let (nodes, text) = (u32_at(frame, 4)? as usize, u32_at(frame, 8)? as usize);
+        if 16usize.checked_add(nodes).and_then(|n| n.checked_add(text)) != Some(frame.len()) {
+            return Err("frame length does not match its header");
+        }
+        Ok(Part { size: u32_at(frame, 12)?, nodes: &frame[16..16 + nodes], text: &frame[16 + nodes..], text_from: 0 })
+    }
+}
+
+/// One frame holding `parts` as its records, in order, each part's nodes
+/// copied once into place with their text spans moved, in one buffer of the
+/// exact size. The frames' structure is checked (spans, tags, each against
+/// its part's own text), not their text's UTF-8: a reader checks that.
 pub fn join_parts<'f>(parts: impl Iterator<Item = Part<'f>> + Clone) -> Result<Vec<u8>, FrameError> {
     let (mut records, mut nodes, mut text) = (0usize, 0usize, 0usize);
     for p in parts.clone() {
@@ -741,18 +710,23 @@ mod tests {
         for p in &parts {
             appended.append_frame(p).unwrap();
         }
-        assert_eq!(join(parts.iter().map(|p| &p[..])).unwrap(), appended.finish());
-        assert_eq!(join(core::iter::empty()).unwrap(), Writer::default().finish());
-        // A frame of several records joins too.
-        let two = join(parts[..2].iter().map(|p| &p[..])).unwrap();
-        assert_eq!(join([&two[..], &parts[2], &parts[3]].into_iter()).unwrap(), join(parts.iter().map(|p| &p[..])).unwrap());
-        // A damaged frame is refused: a span past its text, a wrong length.
+        fn of(f: &[u8]) -> Part<'_> {
+            Part::of(f).unwrap()
+        }
+        assert_eq!(join_parts(parts.iter().map(|p| of(p))).unwrap(), appended.finish());
+        assert_eq!(join_parts(core::iter::empty()).unwrap(), Writer::default().finish());
+        // A damaged frame is refused: a span past its text, a wrong length,
+        // a frame of several records.
         let mut bad = parts[0].clone();
         let at = 12 + 4 + 1;
         bad[at..at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
-        assert_eq!(join([&parts[2][..], &bad[..]].into_iter()).err(), Some("a span points outside the frame's text"));
+        assert_eq!(join_parts([of(&parts[2]), of(&bad)].into_iter()).err(), Some("a span points outside the frame's text"));
         let short = &parts[0][..parts[0].len() - 1];
-        assert_eq!(join([short].into_iter()).err(), Some("frame length does not match its header"));
+        assert_eq!(Part::of(short).err(), Some("frame length does not match its header"));
+        let mut two = Writer::default();
+        two.record(&sample()[..2]);
+        two.record(&[]);
+        assert_eq!(Part::of(&two.finish()).err(), Some("not a one-record frame"));
     }
 
     #[test]
@@ -781,7 +755,9 @@ mod tests {
         };
         // Any of them, in any order, as if each had been a frame of its own.
         for order in [&[0, 1, 2, 3][..], &[3, 0], &[2]] {
-            let want = join(order.iter().map(|&i| fresh(records[i])).collect::<Vec<_>>().iter().map(|f| &f[..])).unwrap();
+            let mut written = Writer::default();
+            order.iter().for_each(|&i| written.record(records[i]));
+            let want = written.finish();
             assert_eq!(join_parts(order.iter().map(|&i| part(i))).unwrap(), want);
             let mut appended = Writer::default();
             order.iter().for_each(|&i| appended.append_part(part(i)).unwrap());
@@ -815,7 +791,9 @@ mod tests {
                 let mut bad = good.clone();
                 bad[i] = b;
                 let _ = Writer::default().append_frame(&bad);
-                let _ = join([&good[..], &bad[..]].into_iter());
+                if let Ok(p) = Part::of(&bad) {
+                    let _ = join_parts([Part::of(&good).unwrap(), p].into_iter());
+                }
                 if let Ok(mut r) = Reader::new(&bad) {
                     let _ = r.size(0).and_then(|n| r.fields(n));
                 }

@@ -11,7 +11,7 @@
 //!
 //! What it replaces: per record, one allocation of its own frame and the
 //! copy and span pass of the join (the reading thread's `take_frame` and the
-//! worker's `frame::join`).
+//! worker's join of those frames).
 //!
 //! What it costs: a record keeps its whole chunk's frame alive (a chunk is at
 //! most `stream::MAX_BATCH_BYTES` of input), and a record taken apart into
@@ -100,16 +100,6 @@ impl Frame {
             text_from: t0,
         })
     }
-}
-
-/// The one record of a one-record frame, as a [`Part`].
-pub(super) fn own_part(frame: &[u8]) -> Option<Part<'_>> {
-    let word = |at: usize| frame.get(at..at + 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
-    if word(0)? != 1 {
-        return None;
-    }
-    let nodes_end = 16usize.checked_add(word(4)? as usize)?;
-    Some(Part { size: word(12)?, nodes: frame.get(16..nodes_end)?, text: frame.get(nodes_end..)?, text_from: 0 })
 }
 
 /// The chunk a reading thread is filling.

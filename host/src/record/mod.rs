@@ -324,7 +324,7 @@ impl Record {
     #[doc(hidden)]
     pub fn part(&self) -> Option<omlet_lang::frame::Part<'_>> {
         match self.frame.as_ref()? {
-            Bytes::Own(frame) => chunk::own_part(frame),
+            Bytes::Own(frame) => omlet_lang::frame::Part::of(frame).ok(),
             Bytes::Chunk(cell, index) => cell.get()?.part(*index as usize),
         }
     }
