@@ -252,6 +252,7 @@ pub fn splice_ir(core: &[u8], ir: &[u8]) -> Result<Vec<u8>> {
     let mut min_pages = None;
     let mut slot: Option<(usize, usize)> = None; // (segment index, offset of magic in it)
     let mut segment_addr = Vec::new();
+    let mut segment_len = Vec::new();
     for payload in Parser::new(0).parse_all(core) {
         match payload.map_err(|e| Error::load("guest module", e))? {
             Payload::MemorySection(r) => {
@@ -273,6 +274,7 @@ pub fn splice_ir(core: &[u8], ir: &[u8]) -> Result<Vec<u8>> {
                         DataKind::Passive => None,
                     };
                     segment_addr.push(addr);
+                    segment_len.push(d.data.len() as u64);
                     if let Some(at) = find(d.data, IR_SLOT_MAGIC) {
                         if slot.is_some() || find(&d.data[at + 1..], IR_SLOT_MAGIC).is_some() {
                             return Err(Error::Internal("the guest has more than one IR slot".into()));
@@ -286,8 +288,20 @@ pub fn splice_ir(core: &[u8], ir: &[u8]) -> Result<Vec<u8>> {
     }
     let min_pages = min_pages.ok_or_else(|| Error::Internal("the guest module has no memory".into()))?;
     let (slot_seg, slot_off) = slot.ok_or_else(|| Error::Internal("the guest module has no IR slot".into()))?;
-    if segment_addr[slot_seg].is_none() {
+    let Some(slot_addr) = segment_addr[slot_seg] else {
         return Err(Error::Internal("the IR slot is not in an active data segment".into()));
+    };
+    // The slot's two fields follow its magic. An optimizer that packs the
+    // data (wasm-opt) ends the segment before them when they are zero, as
+    // they are until spliced: they are written back below, and no other
+    // segment may cover them (it would overwrite them at instantiation).
+    let fields = u64::from(slot_addr) + (slot_off + IR_SLOT_MAGIC.len()) as u64;
+    let covered =
+        segment_addr.iter().zip(&segment_len).enumerate().any(|(i, (addr, len))| {
+            i != slot_seg && addr.is_some_and(|a| u64::from(a) < fields + 8 && fields < u64::from(a) + len)
+        });
+    if covered {
+        return Err(Error::Internal("another data segment covers the IR slot".into()));
     }
     let ir_addr = min_pages * PAGE;
     let new_min = min_pages + (ir.len() as u64).div_ceil(PAGE).max(1);
@@ -327,6 +341,10 @@ pub fn splice_ir(core: &[u8], ir: &[u8]) -> Result<Vec<u8>> {
                     if i == slot_seg {
                         let mut bytes = d.data.to_vec();
                         let at = slot_off + IR_SLOT_MAGIC.len();
+                        // Fields cut off by an optimizer come back (see above).
+                        if bytes.len() < at + 8 {
+                            bytes.resize(at + 8, 0);
+                        }
                         bytes[at..at + 4].copy_from_slice(&(ir_addr as u32).to_le_bytes());
                         bytes[at + 4..at + 8].copy_from_slice(&(ir.len() as u32).to_le_bytes());
                         let DataKind::Active { memory_index, .. } = d.kind else {
@@ -353,4 +371,57 @@ pub fn splice_ir(core: &[u8], ir: &[u8]) -> Result<Vec<u8>> {
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A module of one page of memory whose data holds the IR slot's magic
+    /// at 1024, followed by `fields` (none: the segment ends at the magic,
+    /// as wasm-opt leaves it), and the further segments `more`.
+    fn module(fields: &[u8], more: &[(u32, &[u8])]) -> Vec<u8> {
+        let mut m = Module::new();
+        let mut mem = MemorySection::new();
+        mem.memory(MemoryType { minimum: 1, maximum: None, memory64: false, shared: false, page_size_log2: None });
+        m.section(&mem);
+        let mut data = DataSection::new();
+        data.active(0, &ConstExpr::i32_const(1024), [&IR_SLOT_MAGIC[..], fields].concat());
+        for (addr, bytes) in more {
+            data.active(0, &ConstExpr::i32_const(*addr as i32), bytes.iter().copied());
+        }
+        m.section(&data);
+        m.finish()
+    }
+
+    /// The slot's fields and the IR's segment, read back from a spliced module.
+    fn slot_of(spliced: &[u8]) -> (u32, u32, Vec<u8>) {
+        let mut segments = Vec::new();
+        for payload in Parser::new(0).parse_all(spliced) {
+            if let Payload::DataSection(r) = payload.unwrap() {
+                segments = r.into_iter().map(|d| d.unwrap().data.to_vec()).collect();
+            }
+        }
+        let slot = segments.iter().find(|d| d.starts_with(IR_SLOT_MAGIC)).unwrap();
+        let word = |at: usize| u32::from_le_bytes(slot[at..at + 4].try_into().unwrap());
+        (word(16), word(20), segments.last().unwrap().clone())
+    }
+
+    #[test]
+    fn the_slot_is_filled_in_whether_its_fields_were_kept_or_packed_away() {
+        let ir = b"the program";
+        for fields in [&[0u8; 8][..], &[]] {
+            let (ptr, len, placed) = slot_of(&splice_ir(&module(fields, &[]), ir).unwrap());
+            assert_eq!((ptr, len), (65536, ir.len() as u32), "fields {fields:?}");
+            assert_eq!(placed, ir);
+        }
+    }
+
+    #[test]
+    fn a_segment_over_the_slots_fields_is_refused() {
+        let err = splice_ir(&module(&[], &[(1024 + 20, &[1, 2, 3, 4])]), b"ir").unwrap_err();
+        assert!(err.to_string().contains("covers the IR slot"), "{err}");
+        // Ones that end before the slot, or start after its fields, are not.
+        assert!(splice_ir(&module(&[], &[(1000, &[1; 24]), (1024 + 24, &[1; 4])]), b"ir").is_ok());
+    }
 }
