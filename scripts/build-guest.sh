@@ -66,7 +66,8 @@ WASM_OPT_FLAGS=(-O4 --flexible-inline-max-function-size 200
     --enable-mutable-globals --enable-multivalue --enable-reference-types)
 # A guest built with its names (CARGO_PROFILE_WASM_STRIP=none, for profiles)
 # keeps them.
-if [ "${CARGO_PROFILE_WASM_STRIP:-}" = none ]; then
+case "${CARGO_PROFILE_WASM_STRIP:-}" in none | false) KEEP_NAMES=1 ;; *) KEEP_NAMES= ;; esac
+if [ -n "$KEEP_NAMES" ]; then
     WASM_OPT_FLAGS+=(--debuginfo)
 fi
 if ! command -v wasm-opt >/dev/null 2>&1; then
