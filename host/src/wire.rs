@@ -223,12 +223,16 @@ const OVERRUN: &str = "a record's subtrees overrun its node count";
 /// [`Record`]s for the API, or JSON lines for a stream that only writes
 /// them out ([`crate::stream::run_json`]).
 pub(crate) trait Decoded: Sized + Send + 'static {
+    /// Whether [`Decoded::decode`] uses `plain`: the frame's text is looked
+    /// at for it only then.
+    const USES_PLAIN: bool;
     /// The next record of `r`, of `size` nodes; `plain` says that no byte
     /// of the frame's text needs a JSON escape ([`plain_text`]).
     fn decode(r: &mut Reader<'_>, size: u32, plain: bool) -> Result<Self, String>;
 }
 
 impl Decoded for Record {
+    const USES_PLAIN: bool = false;
     fn decode(r: &mut Reader<'_>, size: u32, _: bool) -> Result<Record, String> {
         record(r, size)
     }
@@ -253,6 +257,7 @@ fn plain_text(frame: &[u8]) -> bool {
 /// read, so that no field is built, copied or freed for a line that is only
 /// written out.
 impl Decoded for String {
+    const USES_PLAIN: bool = true;
     fn decode(r: &mut Reader<'_>, size: u32, plain: bool) -> Result<String, String> {
         // The count comes from the guest: room for a usual record, grown as needed.
         let mut line = String::with_capacity(64 + (size as usize).min(256) * 24);
@@ -417,7 +422,7 @@ pub(crate) fn decode_batch<T: Decoded>(
     }
     let bad = |m: &str| Error::Internal(format!("batch output: {m}"));
     let mut r = Reader::new(frame).map_err(bad)?;
-    let plain = plain_text(frame);
+    let plain = T::USES_PLAIN && plain_text(frame);
     let mut out = Vec::with_capacity(n);
     let mut next = 0usize;
     for (index, err) in errs.into_iter().enumerate() {
