@@ -20,7 +20,7 @@ use omlet::{Error, Result};
 
 #[cfg(feature = "host")]
 mod record {
-    pub use omlet::record::Record;
+    pub use omlet::record::{Record, scan};
 }
 
 #[cfg(feature = "host")]

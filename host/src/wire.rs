@@ -249,7 +249,7 @@ fn plain_text(frame: &[u8]) -> bool {
     let Some(len) = frame.get(8..12).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize) else {
         return false;
     };
-    frame.len().checked_sub(len).is_some_and(|at| omlet_lang::pipes::clean_prefix(&frame[at..]) == len)
+    frame.len().checked_sub(len).is_some_and(|at| crate::record::scan::clean_prefix(&frame[at..]) == len)
 }
 
 /// A record's JSON line (spec §11): the text [`Record::to_json`] gives for the

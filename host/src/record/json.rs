@@ -200,7 +200,7 @@ mod flat {
     fn string(text: &str, i: usize) -> Option<(&str, usize)> {
         let b = text.as_bytes();
         (b.get(i) == Some(&b'"')).then_some(())?;
-        let end = i + 1 + omlet_lang::pipes::clean_prefix(&b[i + 1..]);
+        let end = i + 1 + crate::record::scan::clean_prefix(&b[i + 1..]);
         // The plain run ends at the closing quote, or else at an escape or
         // a control character, which serde reads.
         (b.get(end) == Some(&b'"')).then(|| (&text[i + 1..end], end + 1))

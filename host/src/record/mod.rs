@@ -18,6 +18,8 @@ use crate::{Error, Result};
 
 pub mod chunk;
 mod json;
+#[doc(hidden)]
+pub mod scan;
 
 use json::{JsonValue, TopLevel, write_fields_json};
 pub use json::{fields_json, from_json, from_json_line, from_json_str, to_json_string, value_from_json};

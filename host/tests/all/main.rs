@@ -21,7 +21,7 @@ mod trust;
 use omlet::{Error, Result};
 
 mod record {
-    pub use omlet::record::{Record, chunk};
+    pub use omlet::record::{Record, chunk, scan};
 }
 
 #[path = "../../src/wire.rs"]
