@@ -893,11 +893,17 @@ impl<'a, 'h> Ctx<'a, 'h> {
             if let Some(v) = self.value_of(&m.expr, &m.name) {
                 let f = Field::new(m.name.as_str(), converted(v, &m.ty));
                 if ranked {
-                    let n = out.len();
-                    let at = ranks[..n].iter().position(|&r| r > m.rank).unwrap_or(n);
-                    ranks.copy_within(at..n, at + 1);
+                    // Moved down past the members that rank after it, a swap
+                    // at a time: an `insert` shifts the rest by a copy of
+                    // run-time length, a call out of the guest in wasm.
+                    let mut at = out.len();
                     ranks[at] = m.rank;
-                    out.insert(at, f);
+                    out.push(f);
+                    while at > 0 && ranks[at - 1] > ranks[at] {
+                        ranks.swap(at - 1, at);
+                        out.swap(at - 1, at);
+                        at -= 1;
+                    }
                 } else {
                     out.push(f);
                 }
@@ -1440,20 +1446,29 @@ fn to_integer(f: CalcFn, x: f64) -> Option<i64> {
 /// `var(piece's position, name)`; `""` when a variable is absent or the
 /// format is invalid (spec §8.10).
 fn fmt_text<'v, 'a: 'v>(pieces: &[FmtPiece], var: impl Fn(usize, &str) -> Option<&'v Value<'a>>) -> Value<'static> {
-    // Sized once for the usual case, instead of growing piece by piece.
+    // Sized once for the usual case, instead of growing piece by piece; built
+    // as bytes so that texts and digits are copied without a `memory.copy`
+    // each in wasm (`value::append`).
     let text: usize = pieces.iter().map(|p| if let FmtPiece::Text(t) = p { t.len() } else { 16 }).sum();
-    let mut out = String::with_capacity(text);
+    let mut out: Vec<u8> = Vec::with_capacity(text);
     for (i, p) in pieces.iter().enumerate() {
         match p {
-            FmtPiece::Text(t) => out.push_str(t),
+            FmtPiece::Text(t) => value::append(&mut out, t.as_bytes()),
             FmtPiece::Var(name) => match var(i, name) {
-                Some(v) => v.write_raw(&mut out),
+                Some(Value::Chars(s)) => value::append(&mut out, s.as_bytes()),
+                Some(Value::Digit(d)) => value::append(&mut out, itoa::Buffer::new().format(*d).as_bytes()),
+                Some(v) => {
+                    let mut s = String::new();
+                    v.write_raw(&mut s);
+                    value::append(&mut out, s.as_bytes());
+                }
                 None => return Value::Chars(Cow::Borrowed("")),
             },
             FmtPiece::Invalid => return Value::Chars(Cow::Borrowed("")),
         }
     }
-    Value::Chars(Cow::Owned(out))
+    // Pieces of text, put together: always UTF-8.
+    Value::Chars(Cow::Owned(String::from_utf8(out).unwrap_or_default()))
 }
 
 /// Does a match condition hold for a value (spec §8.7.3–4)? Ranges and

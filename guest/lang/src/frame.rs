@@ -261,61 +261,67 @@ impl Writer {
         self.text.len()
     }
 
-    fn span(&mut self, s: &str) {
+    /// Appends `s` to the text: the span that points at it.
+    fn text_span(&mut self, s: &str) -> [u8; 8] {
         let start = self.text.len() as u32;
-        self.text.extend_from_slice(s.as_bytes());
-        self.nodes.extend_from_slice(&start.to_le_bytes());
-        self.nodes.extend_from_slice(&(s.len() as u32).to_le_bytes());
+        crate::value::append(&mut self.text, s.as_bytes());
+        let mut span = [0; 8];
+        span[..4].copy_from_slice(&start.to_le_bytes());
+        span[4..].copy_from_slice(&(s.len() as u32).to_le_bytes());
+        span
+    }
+
+    /// Appends a node named `name`: see [`Writer::put`].
+    fn node<const N: usize>(&mut self, tag: u8, name: &str, payload: [u8; N]) {
+        let name = self.text_span(name);
+        self.put(tag, name, payload);
+    }
+
+    /// Appends a node: its tag, its name's span, then `N` bytes of payload,
+    /// in one copy of a fixed length, which the compiler writes inline (a
+    /// push or a copy for each part was a capacity check and a call each).
+    fn put<const N: usize>(&mut self, tag: u8, name: [u8; 8], payload: [u8; N]) {
+        self.count += 1;
+        let mut node = [0; 25];
+        node[0] = tag;
+        node[1..9].copy_from_slice(&name);
+        node[9..9 + N].copy_from_slice(&payload);
+        self.nodes.extend_from_slice(&node[..9 + N]);
     }
 
     fn head(&mut self, tag: u8, name: &str) {
-        self.count += 1;
-        self.nodes.push(tag);
-        self.span(name);
+        self.node(tag, name, []);
     }
 
     fn field(&mut self, f: &Field<'_>) {
         match &f.value {
             Value::Chars(s) => {
-                self.head(CHARS, &f.name);
-                self.span(s);
+                let name = self.text_span(&f.name);
+                let value = self.text_span(s);
+                self.put(CHARS, name, value);
             }
-            Value::Digit(d) => {
-                self.head(DIGIT, &f.name);
-                self.nodes.extend_from_slice(&d.to_le_bytes());
-            }
-            Value::Float(x) => {
-                self.head(FLOAT, &f.name);
-                self.nodes.extend_from_slice(&x.to_bits().to_le_bytes());
-            }
-            Value::Bool(b) => {
-                self.head(BOOL, &f.name);
-                self.nodes.push(*b as u8);
-            }
-            Value::Ip(IpAddr::V4(a)) => {
-                self.head(IPV4, &f.name);
-                self.nodes.extend_from_slice(&u32::from(*a).to_le_bytes());
-            }
+            Value::Digit(d) => self.node(DIGIT, &f.name, d.to_le_bytes()),
+            Value::Float(x) => self.node(FLOAT, &f.name, x.to_bits().to_le_bytes()),
+            Value::Bool(b) => self.node(BOOL, &f.name, [*b as u8]),
+            Value::Ip(IpAddr::V4(a)) => self.node(IPV4, &f.name, u32::from(*a).to_le_bytes()),
             Value::Ip(IpAddr::V6(a)) => {
-                self.head(IPV6, &f.name);
                 let n = u128::from(*a);
-                self.nodes.extend_from_slice(&((n >> 64) as u64).to_le_bytes());
-                self.nodes.extend_from_slice(&(n as u64).to_le_bytes());
+                let mut payload = [0; 16];
+                payload[..8].copy_from_slice(&((n >> 64) as u64).to_le_bytes());
+                payload[8..].copy_from_slice(&(n as u64).to_le_bytes());
+                self.node(IPV6, &f.name, payload);
             }
-            Value::Time(t) => {
-                self.head(TIME, &f.name);
-                self.nodes.extend_from_slice(&t.to_le_bytes());
-            }
+            Value::Time(t) => self.node(TIME, &f.name, t.to_le_bytes()),
             Value::BigInt(s) => {
-                self.head(BIGINT, &f.name);
-                self.span(s);
+                let name = self.text_span(&f.name);
+                let value = self.text_span(s);
+                self.put(BIGINT, name, value);
             }
             Value::Null => self.head(NULL, &f.name),
             Value::Ignore => self.head(IGNORE, &f.name),
             Value::Obj(m) | Value::Array(m) => {
                 let tag = if matches!(f.value, Value::Obj(_)) { OBJ } else { ARRAY };
-                self.head(tag, &f.name);
-                self.nodes.extend_from_slice(&(m.len() as u32).to_le_bytes());
+                self.node(tag, &f.name, (m.len() as u32).to_le_bytes());
                 for c in m.iter() {
                     self.field(c);
                 }
@@ -602,6 +608,7 @@ impl<'a> Reader<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
     use alloc::borrow::Cow;
     use alloc::vec;
 

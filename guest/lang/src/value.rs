@@ -52,6 +52,51 @@ pub struct Field<'a> {
     pub sym: u32,
 }
 
+/// Appends `s` to `v`. In wasm a copy of a length known only at run time
+/// is a `memory.copy`, which wasmtime makes a call out of the guest's code
+/// (its builtin, then libc's `memmove`): about a hundred instructions, far
+/// more than the copy of a name or a short value, which most copies into
+/// frames and texts are. So there, up to 16 bytes are copied as two words
+/// that overlap in the middle, and only longer slices with
+/// `extend_from_slice` (natively, that is always the cheaper).
+#[inline]
+pub fn append(v: &mut Vec<u8>, s: &[u8]) {
+    if cfg!(target_arch = "wasm32") && s.len() <= 16 {
+        append_short(v, s);
+    } else {
+        v.extend_from_slice(s);
+    }
+}
+
+/// [`append`] of at most 16 bytes, without a copy of run-time length.
+#[inline(always)]
+fn append_short(v: &mut Vec<u8>, s: &[u8]) {
+    fn word<const N: usize>(s: &[u8], at: usize) -> [u8; N] {
+        let mut w = [0; N];
+        if let Some(b) = s.get(at..at + N) {
+            w.copy_from_slice(b);
+        }
+        w
+    }
+    let n = s.len();
+    let at = v.len();
+    if n >= 8 {
+        let (head, tail) = (word::<8>(s, 0), word::<8>(s, n - 8));
+        v.extend_from_slice(&head);
+        v.truncate(at + n - 8);
+        v.extend_from_slice(&tail);
+    } else if n >= 4 {
+        let (head, tail) = (word::<4>(s, 0), word::<4>(s, n - 4));
+        v.extend_from_slice(&head);
+        v.truncate(at + n - 4);
+        v.extend_from_slice(&tail);
+    } else {
+        for &b in s {
+            v.push(b);
+        }
+    }
+}
+
 /// Whether `a` and `b` are the same bytes: up to 16 bytes by two
 /// overlapping loads of a word each, compared in place, and longer ones with
 /// `==`. In wasm, `==` on slices is a call to `memcmp` (LLVM has no inline
@@ -645,6 +690,29 @@ mod tests {
                 let mut slot = v.clone();
                 convert_in_place(&mut slot, &ty);
                 assert_eq!(slot, convert(v.clone(), &ty), "{v:?} to {ty:?}");
+            }
+        }
+    }
+
+    /// `append` (and its path for short slices, which only wasm takes)
+    /// writes what `extend_from_slice` would, at every length around its
+    /// cases, after text of every length up to a word.
+    #[test]
+    fn append_is_extend_from_slice() {
+        let src: Vec<u8> = (0..40u8).map(|b| b.wrapping_mul(37).wrapping_add(11)).collect();
+        for before in 0..9 {
+            for n in 0..=src.len() {
+                let start: Vec<u8> = (0..before as u8).collect();
+                let mut want = start.clone();
+                want.extend_from_slice(&src[..n]);
+                let mut v = start.clone();
+                append(&mut v, &src[..n]);
+                assert_eq!(v, want, "{before} bytes before, {n} appended");
+                if n <= 16 {
+                    let mut v = start.clone();
+                    append_short(&mut v, &src[..n]);
+                    assert_eq!(v, want, "short: {before} bytes before, {n} appended");
+                }
             }
         }
     }
