@@ -191,6 +191,11 @@ impl Writer {
         for f in fields {
             if f.name.starts_with("__") {
                 self.head(IGNORE, &f.name);
+            } else if let Value::Chars(s) = &f.value {
+                // Most fields are text: written here, without the call to
+                // `field` (which recurses, so stays a call), whose prologue
+                // cost as much as the node.
+                self.chars(&f.name, s);
             } else {
                 self.field(f);
             }
@@ -289,17 +294,21 @@ impl Writer {
         self.nodes.extend_from_slice(&node[..9 + N]);
     }
 
+    /// Appends a text leaf.
+    #[inline(always)]
+    fn chars(&mut self, name: &str, s: &str) {
+        let name = self.text_span(name);
+        let value = self.text_span(s);
+        self.put(CHARS, name, value);
+    }
+
     fn head(&mut self, tag: u8, name: &str) {
         self.node(tag, name, []);
     }
 
     fn field(&mut self, f: &Field<'_>) {
         match &f.value {
-            Value::Chars(s) => {
-                let name = self.text_span(&f.name);
-                let value = self.text_span(s);
-                self.put(CHARS, name, value);
-            }
+            Value::Chars(s) => self.chars(&f.name, s),
             Value::Digit(d) => self.node(DIGIT, &f.name, d.to_le_bytes()),
             Value::Float(x) => self.node(FLOAT, &f.name, x.to_bits().to_le_bytes()),
             Value::Bool(b) => self.node(BOOL, &f.name, [*b as u8]),
