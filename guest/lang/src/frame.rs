@@ -195,7 +195,7 @@ impl Writer {
                 // Most fields are text: written here, without the call to
                 // `field` (which recurses, so stays a call), whose prologue
                 // cost as much as the node.
-                self.chars(&f.name, s);
+                self.text_leaf(CHARS, &f.name, s);
             } else {
                 self.field(f);
             }
@@ -286,6 +286,7 @@ impl Writer {
     /// in one copy of a fixed length, which the compiler writes inline (a
     /// push or a copy for each part was a capacity check and a call each).
     fn put<const N: usize>(&mut self, tag: u8, name: [u8; 8], payload: [u8; N]) {
+        const { assert!(N <= 16, "a node's payload is at most 16 bytes") };
         self.count += 1;
         let mut node = [0; 25];
         node[0] = tag;
@@ -294,12 +295,12 @@ impl Writer {
         self.nodes.extend_from_slice(&node[..9 + N]);
     }
 
-    /// Appends a text leaf.
+    /// Appends a leaf whose value is text (`chars`, `bigint`).
     #[inline(always)]
-    fn chars(&mut self, name: &str, s: &str) {
+    fn text_leaf(&mut self, tag: u8, name: &str, s: &str) {
         let name = self.text_span(name);
         let value = self.text_span(s);
-        self.put(CHARS, name, value);
+        self.put(tag, name, value);
     }
 
     fn head(&mut self, tag: u8, name: &str) {
@@ -308,7 +309,7 @@ impl Writer {
 
     fn field(&mut self, f: &Field<'_>) {
         match &f.value {
-            Value::Chars(s) => self.chars(&f.name, s),
+            Value::Chars(s) => self.text_leaf(CHARS, &f.name, s),
             Value::Digit(d) => self.node(DIGIT, &f.name, d.to_le_bytes()),
             Value::Float(x) => self.node(FLOAT, &f.name, x.to_bits().to_le_bytes()),
             Value::Bool(b) => self.node(BOOL, &f.name, [*b as u8]),
@@ -321,11 +322,7 @@ impl Writer {
                 self.node(IPV6, &f.name, payload);
             }
             Value::Time(t) => self.node(TIME, &f.name, t.to_le_bytes()),
-            Value::BigInt(s) => {
-                let name = self.text_span(&f.name);
-                let value = self.text_span(s);
-                self.put(BIGINT, name, value);
-            }
+            Value::BigInt(s) => self.text_leaf(BIGINT, &f.name, s),
             Value::Null => self.head(NULL, &f.name),
             Value::Ignore => self.head(IGNORE, &f.name),
             Value::Obj(m) | Value::Array(m) => {
@@ -617,7 +614,6 @@ impl<'a> Reader<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
     use alloc::borrow::Cow;
     use alloc::vec;
 

@@ -52,6 +52,16 @@ pub struct Field<'a> {
     pub sym: u32,
 }
 
+/// The `N` bytes of `s` from `at`, as a value: read once, then copied or
+/// compared in registers ([`append`], [`same_bytes`]; their callers stay in
+/// bounds).
+#[inline(always)]
+fn word<const N: usize>(s: &[u8], at: usize) -> [u8; N] {
+    let mut w = [0; N];
+    w.copy_from_slice(&s[at..at + N]);
+    w
+}
+
 /// Appends `s` to `v`. In wasm a copy of a length known only at run time
 /// is a `memory.copy`, which wasmtime makes a call out of the guest's code
 /// (its builtin, then libc's `memmove`): about a hundred instructions, far
@@ -71,13 +81,6 @@ pub fn append(v: &mut Vec<u8>, s: &[u8]) {
 /// [`append`] of at most 16 bytes, without a copy of run-time length.
 #[inline(always)]
 fn append_short(v: &mut Vec<u8>, s: &[u8]) {
-    fn word<const N: usize>(s: &[u8], at: usize) -> [u8; N] {
-        let mut w = [0; N];
-        if let Some(b) = s.get(at..at + N) {
-            w.copy_from_slice(b);
-        }
-        w
-    }
     let n = s.len();
     let at = v.len();
     if n >= 8 {
@@ -104,11 +107,6 @@ fn append_short(v: &mut Vec<u8>, s: &[u8]) {
 /// are compared like this once per input field and record.
 #[inline]
 pub fn same_bytes(a: &[u8], b: &[u8]) -> bool {
-    fn word<const N: usize>(s: &[u8], at: usize) -> [u8; N] {
-        let mut w = [0; N];
-        w.copy_from_slice(&s[at..at + N]);
-        w
-    }
     let n = a.len();
     if n != b.len() {
         return false;
