@@ -229,12 +229,24 @@ pub(crate) trait Decoded: Sized + Send + 'static {
     /// The next record of `r`, of `size` nodes; `plain` says that no byte
     /// of the frame's text needs a JSON escape ([`plain_text`]).
     fn decode(r: &mut Reader<'_>, size: u32, plain: bool) -> Result<Self, String>;
+    /// Whether outputs are better asked for as JSON lines
+    /// (`evaluate-batch-lines`), read with [`Decoded::from_line`].
+    const LINES: bool;
+    /// An output from its JSON line (without the line feed).
+    fn from_line(line: &str) -> Result<Self, String>;
 }
 
 impl Decoded for Record {
     const USES_PLAIN: bool = false;
     fn decode(r: &mut Reader<'_>, size: u32, _: bool) -> Result<Record, String> {
         record(r, size)
+    }
+    const LINES: bool = false;
+    /// Never asked for (`LINES` is false): a line has lost the kinds that
+    /// JSON has no type for (an address, a time), so a record read back
+    /// from it would not be the output.
+    fn from_line(_: &str) -> Result<Record, String> {
+        Err("an output record cannot be read back from its JSON line".into())
     }
 }
 
@@ -271,6 +283,10 @@ impl Decoded for String {
         }
         line.push('}');
         Ok(line)
+    }
+    const LINES: bool = true;
+    fn from_line(line: &str) -> Result<String, String> {
+        Ok(line.to_string())
     }
 }
 
@@ -414,12 +430,7 @@ pub(crate) fn decode_batch<T: Decoded>(
     frame: &[u8],
     errors: impl Iterator<Item = (usize, Error)>,
 ) -> Result<Vec<Result<T>>> {
-    let mut errs: Vec<Option<Error>> = (0..n).map(|_| None).collect();
-    for (i, e) in errors {
-        if let Some(slot) = errs.get_mut(i) {
-            *slot = Some(e);
-        }
-    }
+    let errs = by_index(n, errors);
     let bad = |m: &str| Error::Internal(format!("batch output: {m}"));
     let mut r = Reader::new(frame).map_err(bad)?;
     let plain = T::USES_PLAIN && plain_text(frame);
@@ -438,6 +449,52 @@ pub(crate) fn decode_batch<T: Decoded>(
         out.push(T::decode(&mut r, size, plain).map_err(|m| Error::Internal(format!("the guest's output record {index}: {m}"))));
     }
     Ok(out)
+}
+
+/// Re-assembles per-input results from `evaluate-batch-lines`' text (the
+/// successes' JSON lines in order, each ended by a line feed), where each
+/// line ends (past its line feed) and its error list, as [`decode_batch`]
+/// does from a frame.
+pub(crate) fn decode_lines<T: Decoded>(
+    n: usize,
+    text: &str,
+    ends: &[u32],
+    errors: impl Iterator<Item = (usize, Error)>,
+) -> Result<Vec<Result<T>>> {
+    let bad = |m: &str| Error::Internal(format!("batch lines: {m}"));
+    let mut out = Vec::with_capacity(n);
+    let (mut start, mut ends) = (0usize, ends.iter());
+    for (index, err) in by_index(n, errors).into_iter().enumerate() {
+        if let Some(e) = err {
+            out.push(Err(e));
+            continue;
+        }
+        let end = *ends.next().ok_or_else(|| bad("fewer lines than records"))? as usize;
+        // Each line ends with its line feed (ASCII, so the cut is on a
+        // character's boundary), after the previous one.
+        let line = match end.checked_sub(1).filter(|&feed| feed >= start && text.as_bytes().get(feed) == Some(&b'\n')) {
+            Some(feed) => &text[start..feed],
+            None => return Err(bad("a line's end is not a line feed after the line before")),
+        };
+        out.push(T::from_line(line).map_err(|m| Error::Internal(format!("the guest's output record {index}: {m}"))));
+        start = end;
+    }
+    if start != text.len() || ends.next().is_some() {
+        return Err(bad("more lines than records"));
+    }
+    Ok(out)
+}
+
+/// The errors of a batch of `n` by input index (an index out of range is
+/// dropped: its record then reads its output).
+fn by_index(n: usize, errors: impl Iterator<Item = (usize, Error)>) -> Vec<Option<Error>> {
+    let mut errs: Vec<Option<Error>> = (0..n).map(|_| None).collect();
+    for (i, e) in errors {
+        if let Some(slot) = errs.get_mut(i) {
+            *slot = Some(e);
+        }
+    }
+    errs
 }
 
 #[cfg(test)]
@@ -490,6 +547,26 @@ mod tests {
         // A frame cut short is not plain (the reader refuses it).
         assert!(!plain_text(&[1, 0, 0, 0, 0, 0, 0, 0, 200, 0, 0, 0]));
         assert!(!plain_text(&[1, 0]));
+    }
+
+    /// Lines cut at their ends, errors in their places; ends that do not
+    /// fall after a line feed, or too few or too many lines, fail the batch.
+    #[test]
+    fn batch_lines_are_cut_at_their_ends_between_the_errors() {
+        let text = "{\"a\":1}\n{\"b\":\"é\"}\n";
+        let errors = || std::iter::once((1, Error::Rejected { index: 1, message: "no".into() }));
+        let out = decode_lines::<String>(3, text, &[8, 19], errors()).unwrap();
+        assert_eq!(out[0].as_ref().unwrap(), "{\"a\":1}");
+        assert!(matches!(out[1], Err(Error::Rejected { index: 1, .. })));
+        assert_eq!(out[2].as_ref().unwrap(), "{\"b\":\"é\"}");
+        for (n, ends) in
+            [(3, &[7u32, 19][..]), (3, &[8][..]), (2, &[8, 19][..]), (3, &[8, 19, 19][..]), (3, &[8, 18][..]), (3, &[0, 19][..])]
+        {
+            let e = decode_lines::<String>(n, text, ends, errors()).map(|_| ()).unwrap_err();
+            assert!(e.to_string().contains("batch lines"), "{ends:?}: {e}");
+        }
+        // Records never come from lines.
+        assert!(decode_lines::<Record>(1, "{}\n", &[3], std::iter::empty()).unwrap()[0].is_err());
     }
 
     #[test]

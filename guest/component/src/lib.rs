@@ -23,6 +23,7 @@ use omlet_lang::fnv::FnvBuild;
 use omlet_lang::frame::{Reader, Writer};
 use omlet_lang::intranet::Net;
 use omlet_lang::ir::{IR_VERSION, Program};
+use omlet_lang::lines::LineWriter;
 use omlet_lang::{Route, RouteError};
 
 #[cfg(feature = "by-hand-nginx")]
@@ -42,10 +43,11 @@ fn panic(_: &core::panic::PanicInfo<'_>) -> ! {
 
 wit_bindgen::generate!({
     path: "../../wit",
-    world: "rule",
+    world: "rule-lines",
 });
 
 use exports::omlet::rule::evaluator::{BatchOutput, ErrorKind, EvalError, Explained, RecordError, Route as WRoute};
+use exports::omlet::rule::lines::BatchLines;
 use exports::omlet::rule::meta;
 use omlet::rule::knowledge;
 
@@ -183,6 +185,8 @@ struct State {
     writer: Writer,
     /// The records' field vectors, reused from record to record.
     spare: eval::Spare,
+    /// How long the last batch's JSON lines were (at most `MAX_LINES_HINT`).
+    lines_bytes: usize,
 }
 
 static mut STATE: State = State {
@@ -195,6 +199,7 @@ static mut STATE: State = State {
     key: Vec::new(),
     writer: Writer::new(),
     spare: eval::Spare::new(),
+    lines_bytes: 0,
 };
 
 /// The guest is single-threaded and calls do not nest: one `&mut` at a time.
@@ -333,65 +338,93 @@ impl exports::omlet::rule::evaluator::Guest for Guest {
 
     fn evaluate_batch(generation: u64, route: WRoute, input: Vec<u8>) -> BatchOutput {
         let st = state();
-        refresh(st, generation);
-        // Taken before `split` borrows the state; an early return drops them.
+        // Taken before the batch borrows the state.
         let mut w = core::mem::take(&mut st.writer);
-        let mut spare = core::mem::take(&mut st.spare);
-        // Outputs are written with `record_hiding`, which hides `__` fields.
-        spare.writer_hides(true);
-        let mut reader = match Reader::new(&input) {
-            Ok(r) => r,
-            // Without a readable header the records cannot even be counted.
-            Err(e) => {
-                return BatchOutput {
-                    records: Writer::default().finish(),
-                    errors: alloc::vec![RecordError { index: 0, error: failed(e.to_string()) }],
-                };
-            }
-        };
-        let n = reader.records();
-        let (prog, model, mut host) = match split(st, &route) {
-            Ok(x) => x,
-            Err(error) => {
-                let errors = (0..n as u32).map(|index| RecordError { index, error: error.clone() }).collect();
-                return BatchOutput { records: Writer::default().finish(), errors };
-            }
-        };
-        let mut errors = Vec::new();
-        for index in 0..n {
-            let fields = match reader.size(index).and_then(|size| reader.fields_in(size, spare.fields())) {
-                Ok(f) => f,
-                // Nodes have no fixed size: past a damaged record, none can be found.
-                Err(e) => {
-                    for i in index..n {
-                        errors.push(RecordError { index: i as u32, error: failed(alloc::format!("damaged frame: {e}")) });
-                    }
-                    break;
-                }
-            };
-            #[cfg(not(feature = "by-hand-nginx"))]
-            let result = eval::evaluate_with(prog, model, fields, &mut host, &mut spare);
-            #[cfg(feature = "by-hand-nginx")]
-            let result = {
-                let _ = (prog, model);
-                let mut out = spare.fields();
-                by_hand::nginx(fields, &mut host, &mut out);
-                Ok(out)
-            };
-            match result {
-                Ok(out) => {
-                    w.record_hiding(&out);
-                    spare.give_back(out);
-                }
-                Err(e) => errors.push(RecordError { index: index as u32, error: eval_error(e) }),
-            }
-        }
+        let errors = run_batch(generation, &route, &input, |out| {
+            w.record_hiding(out);
+            Ok(())
+        });
         let records = w.take_frame();
-        let st = state();
-        st.writer = w;
-        st.spare = spare;
+        state().writer = w;
         BatchOutput { records, errors }
     }
+}
+
+impl exports::omlet::rule::lines::Guest for Guest {
+    fn evaluate_batch_lines(generation: u64, route: WRoute, input: Vec<u8>) -> BatchLines {
+        let st = state();
+        // The text goes to the host and is freed after the call: start it
+        // at the size of the previous batch's, so that it seldom grows.
+        let mut w = LineWriter::with_capacity(st.lines_bytes);
+        let errors = run_batch(generation, &route, &input, |out| w.line_hiding(out).map_err(|m| failed(m.to_string())));
+        state().lines_bytes = w.len().min(MAX_LINES_HINT);
+        let (text, ends) = w.take();
+        BatchLines { text, ends, errors }
+    }
+}
+
+/// The most that [`State::lines_bytes`] asks for up front.
+const MAX_LINES_HINT: usize = 4 << 20;
+
+/// Evaluates every record of the frame `input` on `route`, giving each
+/// output to `put` (which may refuse it): the errors, one per record that
+/// gave no output. `evaluate-batch` and `evaluate-batch-lines` differ only in
+/// `put`.
+fn run_batch(
+    generation: u64,
+    route: &WRoute,
+    input: &[u8],
+    mut put: impl FnMut(&[omlet_lang::value::Field<'_>]) -> Result<(), EvalError>,
+) -> Vec<RecordError> {
+    let st = state();
+    refresh(st, generation);
+    // Taken before `split` borrows the state; an early return drops it.
+    let mut spare = core::mem::take(&mut st.spare);
+    // Outputs are written hiding `__` fields (`record_hiding`, `line_hiding`).
+    spare.writer_hides(true);
+    let mut reader = match Reader::new(input) {
+        Ok(r) => r,
+        // Without a readable header the records cannot even be counted.
+        Err(e) => return alloc::vec![RecordError { index: 0, error: failed(e.to_string()) }],
+    };
+    let n = reader.records();
+    let (prog, model, mut host) = match split(st, route) {
+        Ok(x) => x,
+        Err(error) => return (0..n as u32).map(|index| RecordError { index, error: error.clone() }).collect(),
+    };
+    let mut errors = Vec::new();
+    for index in 0..n {
+        let fields = match reader.size(index).and_then(|size| reader.fields_in(size, spare.fields())) {
+            Ok(f) => f,
+            // Nodes have no fixed size: past a damaged record, none can be found.
+            Err(e) => {
+                for i in index..n {
+                    errors.push(RecordError { index: i as u32, error: failed(alloc::format!("damaged frame: {e}")) });
+                }
+                break;
+            }
+        };
+        #[cfg(not(feature = "by-hand-nginx"))]
+        let result = eval::evaluate_with(prog, model, fields, &mut host, &mut spare);
+        #[cfg(feature = "by-hand-nginx")]
+        let result = {
+            let _ = (prog, model);
+            let mut out = spare.fields();
+            by_hand::nginx(fields, &mut host, &mut out);
+            Ok(out)
+        };
+        match result {
+            Ok(out) => {
+                if let Err(error) = put(&out) {
+                    errors.push(RecordError { index: index as u32, error });
+                }
+                spare.give_back(out);
+            }
+            Err(e) => errors.push(RecordError { index: index as u32, error: eval_error(e) }),
+        }
+    }
+    state().spare = spare;
+    errors
 }
 
 fn failed(message: String) -> EvalError {

@@ -30,6 +30,7 @@ pub mod frame;
 pub mod intranet;
 pub mod ir;
 pub mod limits;
+pub mod lines;
 pub mod lint;
 pub mod parse;
 pub mod pipes;

@@ -56,7 +56,7 @@ pub struct Field<'a> {
 /// compared in registers ([`append`], [`same_bytes`]; their callers stay in
 /// bounds).
 #[inline(always)]
-fn word<const N: usize>(s: &[u8], at: usize) -> [u8; N] {
+pub(crate) fn word<const N: usize>(s: &[u8], at: usize) -> [u8; N] {
     let mut w = [0; N];
     w.copy_from_slice(&s[at..at + N]);
     w

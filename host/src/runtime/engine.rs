@@ -13,7 +13,7 @@ use wasmtime::{Config, Engine as WtEngine, InstanceAllocationStrategy, PoolingAl
 use super::config::{EngineConfig, LoadOptions};
 use super::imports::sync_imports;
 use super::info::{RuleInfo, StatementInfo};
-use super::invoke::{EVALUATOR, Instance, SyncPath};
+use super::invoke::{EVALUATOR, Instance, LINES, SyncPath};
 use super::pool::{Idle, Pool};
 use super::rule::{Rule, RuleInner};
 use super::store::{Shared, StoreState, call_error};
@@ -273,7 +273,10 @@ impl Engine {
         let evaluator = component.get_export_index(None, EVALUATOR).ok_or_else(missing)?;
         let evaluate = component.get_export_index(Some(&evaluator), "evaluate").ok_or_else(missing)?;
         let batch = component.get_export_index(Some(&evaluator), "evaluate-batch").ok_or_else(missing)?;
-        Ok(Some(SyncPath { pre, evaluate, batch, idle: Arc::new(Pool::new(None)), skip: AtomicU32::new(0) }))
+        // Optional: components built before it was added lack it.
+        let lines =
+            component.get_export_index(None, LINES).and_then(|l| component.get_export_index(Some(&l), "evaluate-batch-lines"));
+        Ok(Some(SyncPath { pre, evaluate, batch, lines, idle: Arc::new(Pool::new(None)), skip: AtomicU32::new(0) }))
     }
 }
 

@@ -30,16 +30,41 @@ pub(super) struct Instance<C> {
     pub(super) _permit: OwnedSemaphorePermit,
 }
 
-/// The evaluator's two exports, called without a fiber. Their types are
-/// checked once, when the instance is made (as owned values, which lower
-/// exactly as the borrowed ones each call passes).
+/// The evaluator's two exports, and `evaluate-batch-lines` when the
+/// component has it, called without a fiber. Their types are checked once,
+/// when the instance is made (as owned values, which lower exactly as the
+/// borrowed ones each call passes).
 pub(super) struct SyncCalls {
     pub(super) evaluate: wasmtime::component::Func,
     pub(super) batch: wasmtime::component::Func,
+    pub(super) lines: Option<wasmtime::component::Func>,
 }
 
 pub(super) type EvaluateOwned = TypedFunc<(u64, ev::Route, Vec<u8>), (Result<Vec<u8>, ev::EvalError>,)>;
 pub(super) type BatchOwned = TypedFunc<(u64, ev::Route, Vec<u8>), (ev::BatchOutput,)>;
+pub(super) type LinesOwned = TypedFunc<(u64, ev::Route, Vec<u8>), (BatchLines,)>;
+
+/// What `lines.evaluate-batch-lines` gives (`wit/omlet.wit`). The host's
+/// bindings are made from the `rule` world, which leaves that optional
+/// export out (components built before it still load), so its result type
+/// is declared here; wasmtime checks it against the component's when the
+/// instance is made.
+#[derive(wasmtime::component::ComponentType, wasmtime::component::Lift)]
+#[component(record)]
+pub(super) struct BatchLines {
+    /// The successful outputs' JSON lines, each ended by a line feed (UTF-8,
+    /// checked as it is read).
+    pub(super) text: Vec<u8>,
+    /// Where each line ends in `text` (past its line feed).
+    pub(super) ends: Vec<u32>,
+    pub(super) errors: Vec<ev::RecordError>,
+}
+
+/// One batch call's outputs: as a frame, or as JSON lines.
+pub(super) enum BatchOut {
+    Frame(ev::BatchOutput),
+    Lines(BatchLines),
+}
 
 impl SyncCalls {
     pub(super) fn evaluate(
@@ -62,6 +87,21 @@ impl SyncCalls {
     ) -> wasmtime::Result<ev::BatchOutput> {
         // SAFETY: `new_sync` checked this function's type with `BatchOwned`.
         unsafe { call_frame(self.batch, store, generation, route, frame) }
+    }
+
+    /// `evaluate-batch-lines` when the component has it, else `evaluate-batch`.
+    pub(super) fn batch_lines(
+        &self,
+        store: &mut Store<StoreState>,
+        generation: u64,
+        route: &ev::Route,
+        frame: &[u8],
+    ) -> wasmtime::Result<BatchOut> {
+        match self.lines {
+            // SAFETY: `new_sync` checked this function's type with `LinesOwned`.
+            Some(lines) => Ok(BatchOut::Lines(unsafe { call_frame(lines, store, generation, route, frame) }?)),
+            None => Ok(BatchOut::Frame(self.batch(store, generation, route, frame)?)),
+        }
     }
 }
 
@@ -91,6 +131,8 @@ pub(super) struct SyncPath {
     pub(super) pre: InstancePre<StoreState>,
     pub(super) evaluate: ComponentExportIndex,
     pub(super) batch: ComponentExportIndex,
+    /// `lines.evaluate-batch-lines`, which components built before it lack.
+    pub(super) lines: Option<ComponentExportIndex>,
     pub(super) idle: Arc<Pool<Instance<SyncCalls>>>,
     /// Calls left to make on the async path after a lookup missed the
     /// shared cache: where misses are common, a fiber-less try that is then
@@ -103,6 +145,9 @@ pub(super) const SKIP_AFTER_MISS: u32 = 64;
 
 /// The interface the evaluator's functions are exported under.
 pub(super) const EVALUATOR: &str = "omlet:rule/evaluator@0.6.0";
+
+/// The interface of the optional `evaluate-batch-lines`.
+pub(super) const LINES: &str = "omlet:rule/lines@0.6.0";
 
 impl Instance<bindings::Rule> {
     pub(super) async fn new(engine: &Engine, pre: &bindings::RulePre<StoreState>, shared: Arc<Shared>) -> Result<Self> {
@@ -133,7 +178,14 @@ impl Instance<SyncCalls> {
             let typed = |e| Error::load("instantiate", e);
             let evaluate: EvaluateOwned = instance.get_typed_func(&mut store, path.evaluate).map_err(typed)?;
             let batch: BatchOwned = instance.get_typed_func(&mut store, path.batch).map_err(typed)?;
-            let calls = SyncCalls { evaluate: *evaluate.func(), batch: *batch.func() };
+            let lines = match path.lines {
+                Some(index) => {
+                    let lines: LinesOwned = instance.get_typed_func(&mut store, index).map_err(typed)?;
+                    Some(*lines.func())
+                }
+                None => None,
+            };
+            let calls = SyncCalls { evaluate: *evaluate.func(), batch: *batch.func(), lines };
             Ok(Instance { store, calls, _permit: permit })
         })())
     }
@@ -234,6 +286,15 @@ impl Rule {
         }
     }
 
+    /// Whether outputs that are only written out (`stream::run_json`,
+    /// `stream::evaluate_json`) come from the guest as JSON lines on the
+    /// fiber-less path: the rule has that path, and its component exports
+    /// `evaluate-batch-lines`. For tests and diagnosis.
+    #[doc(hidden)]
+    pub fn guest_renders_lines(&self) -> bool {
+        self.inner.sync.as_ref().is_some_and(|p| p.lines.is_some())
+    }
+
     /// How many more calls skip the sync path (0 when it is taken, or absent).
     pub(super) fn sync_skipped(&self) -> u32 {
         self.inner.sync.as_ref().map_or(0, |p| p.skip.load(Ordering::Relaxed))
@@ -267,21 +328,49 @@ impl Rule {
     pub(super) async fn call_batch(&self, route: &ev::Route, frame: &[u8]) -> Result<Result<ev::BatchOutput>> {
         match self.call_sync(|calls, store, generation| calls.batch(store, generation, route, frame)) {
             Some(out) => Ok(out),
-            None => {
-                let generation = self.generation();
-                let mut inst = self.checkout(generation).await?;
-                // The bindings take the frame as a `Vec` (a copy, on this
-                // path only: the fiber-less one above takes a slice).
-                let frame = frame.to_vec();
-                let out = inst.calls.omlet_rule_evaluator().call_evaluate_batch(&mut inst.store, generation, route, &frame).await;
-                match out {
-                    Ok(out) => {
-                        self.checkin(&self.inner.idle, inst);
-                        Ok(Ok(out))
-                    }
-                    Err(e) => Ok(Err(call_error(&inst.store, e))),
-                }
+            None => self.batch_async(route, frame).await,
+        }
+    }
+
+    /// [`Rule::call_batch`], with the outputs as JSON lines where they can
+    /// be had: on the fiber-less path, from a component that has
+    /// `evaluate-batch-lines`. Elsewhere the output is a frame, as
+    /// `call_batch` gives it (the async path waits on lookups, which cost
+    /// far more than rendering on the host).
+    pub(super) async fn call_batch_lines(&self, route: &ev::Route, frame: &[u8]) -> Result<Result<BatchOut>> {
+        match self.call_sync(|calls, store, generation| calls.batch_lines(store, generation, route, frame)) {
+            Some(out) => Ok(out),
+            None => Ok(self.batch_async(route, frame).await?.map(BatchOut::Frame)),
+        }
+    }
+
+    /// The batch call for outputs decoded as `T`: as lines when `T` wants them.
+    pub(super) async fn call_batch_as<T: crate::wire::Decoded>(
+        &self,
+        route: &ev::Route,
+        frame: &[u8],
+    ) -> Result<Result<BatchOut>> {
+        if T::LINES {
+            self.call_batch_lines(route, frame).await
+        } else {
+            Ok(self.call_batch(route, frame).await?.map(BatchOut::Frame))
+        }
+    }
+
+    /// `evaluate-batch` on the async path, on a fiber.
+    async fn batch_async(&self, route: &ev::Route, frame: &[u8]) -> Result<Result<ev::BatchOutput>> {
+        let generation = self.generation();
+        let mut inst = self.checkout(generation).await?;
+        // The bindings take the frame as a `Vec` (a copy, on this path only:
+        // the fiber-less one takes a slice).
+        let frame = frame.to_vec();
+        let out = inst.calls.omlet_rule_evaluator().call_evaluate_batch(&mut inst.store, generation, route, &frame).await;
+        match out {
+            Ok(out) => {
+                self.checkin(&self.inner.idle, inst);
+                Ok(Ok(out))
             }
+            Err(e) => Ok(Err(call_error(&inst.store, e))),
         }
     }
 

@@ -8,7 +8,7 @@ use omlet_lang::trace::Trace;
 use super::engine::Engine;
 use super::gather::{Step, wait_joined};
 use super::info::{Explained, RuleInfo, merge_layers};
-use super::invoke::{Instance, SyncPath, record_error};
+use super::invoke::{BatchOut, Instance, SyncPath, record_error};
 use super::pool::Pool;
 use super::store::{Shared, StoreState};
 use super::{Route, block_on, field_path, wit_route};
@@ -187,7 +187,7 @@ impl Rule {
     ) -> Result<Vec<Result<T>>> {
         let n = records.len();
         if let Some(frame) = self.whole_frame(records.clone()) {
-            match self.call_batch(route, frame.bytes()).await?.and_then(|out| decode_batch_output(n, out, |i| i)) {
+            match self.call_batch_as::<T>(route, frame.bytes()).await?.and_then(|out| decode_output(n, out, |i| i)) {
                 Ok(results) => return Ok(results),
                 // Retried one by one below: only the records that fail alone fail.
                 Err(e) => tracing::debug!("omlet: a batch of {n} failed ({e}); evaluating its records one by one"),
@@ -198,7 +198,7 @@ impl Rule {
             let one = wire::encode_record(r);
             let result = match self.check_size(&one) {
                 Err(e) => Err(e),
-                Ok(()) => match self.call_batch(route, &one).await?.and_then(|out| decode_batch_output(1, out, |i| i)) {
+                Ok(()) => match self.call_batch_as::<T>(route, &one).await?.and_then(|out| decode_output(1, out, |i| i)) {
                     Ok(mut v) => v.pop().unwrap_or_else(|| Err(Error::Internal("a batch of one gave no result".into()))),
                     Err(e) => Err(e),
                 },
@@ -277,6 +277,19 @@ impl Rule {
         }
         let frame = wire::encode_frame(records);
         (frame.bytes().len() <= self.inner.engine.config.max_record_bytes).then_some(frame)
+    }
+}
+
+/// A batch call's output decoded as `T`, from a frame or from JSON lines,
+/// each record's error naming the record as `named(its index in the batch)`.
+pub(super) fn decode_output<T: wire::Decoded>(n: usize, out: BatchOut, named: fn(usize) -> usize) -> Result<Vec<Result<T>>> {
+    match out {
+        BatchOut::Frame(out) => decode_batch_output(n, out, named),
+        BatchOut::Lines(out) => {
+            let text = std::str::from_utf8(&out.text).map_err(|e| Error::Internal(format!("batch lines: {e}")))?;
+            let errors = out.errors.into_iter().map(|e| (e.index as usize, record_error(named(e.index as usize), e.error)));
+            wire::decode_lines(n, text, &out.ends, errors)
+        }
     }
 }
 

@@ -125,10 +125,11 @@ async fn a_rule_without_knowledge_gets_absent_lookups() {
     assert_eq!(omlet::record::to_json_string(&out), r#"{"k":"k"}"#);
 }
 
-/// `stream::run_json` renders each output from the guest's frame; `run` builds
-/// the `Record`. A stream's consumer must not be able to tell them apart: every
-/// outcome in the same order, each line the text of the `Record`'s `to_json`,
-/// each error the same.
+/// `stream::run_json` gets each output as the JSON line the guest rendered
+/// (`evaluate-batch-lines`), or renders it from the guest's frame; `run`
+/// builds the `Record`. A stream's consumer must not be able to tell them
+/// apart: every outcome in the same order, each line the text of the
+/// `Record`'s `to_json`, each error the same.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_json_writes_the_lines_run_s_records_render_to() {
     use omlet::stream::{self, Format, Outcome, RouteBy};
@@ -170,6 +171,7 @@ __hidden = take(secret) ;
             jsonl.push_str(&std::fs::read_to_string(root().join("examples/nginx/access.jsonl")).unwrap());
         }
         let rule = engine.load_source(file, &text, &options).await.unwrap();
+        assert!(rule.guest_renders_lines(), "{file}: the shipped guest renders lines, on the fiber-less path");
         let reader = |t: &str| -> Box<dyn std::io::BufRead + Send> { Box::new(std::io::Cursor::new(t.as_bytes().to_vec())) };
         let mut built = Vec::new();
         stream::run(rule.clone(), stream::read(reader(&jsonl), Format::Jsonl), RouteBy::Only, 2, 2, |d| {
