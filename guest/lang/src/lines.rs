@@ -14,10 +14,12 @@
 //! `Record`s, traces, tests) keeps the frame.
 //!
 //! What it costs: this second writer must give byte for byte the line the
-//! host renders from the frame. It shares the leaves' rendering with it
-//! ([`crate::pipes::write_json`]) and renders here only text, integers,
-//! booleans, nulls and nesting, the kinds a line is mostly made of; the host's
-//! tests hold the two to the same output.
+//! host renders from the frame. It shares the rarer leaves' rendering with it
+//! ([`crate::pipes::write_json`]: IPv6 addresses, times, big integers, most
+//! floats) and renders here text, integers, booleans, nulls, IPv4 addresses,
+//! floats that are whole thousandths and nesting, the kinds a line is mostly
+//! made of; this module's tests and the host's e2e test hold the two to the
+//! same output.
 
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -29,8 +31,9 @@ use crate::value::{Field, Value, append, word};
 
 /// Renders records as JSON lines into one buffer.
 ///
-/// Each line is first written through a [`Cursor`]: into bytes already
-/// zeroed, at an index kept in a register, one bounds check a write. In wasm
+/// Each line is first written through a [`Cursor`]: into room already made
+/// (zeroed once, not pushed onto), at an index kept in a register, one
+/// bounds check a write. In wasm
 /// a `Vec`'s length and capacity live in linear memory, and a push reads and
 /// writes them back each time: through `Vec` pushes the line cost about twice
 /// as much (valgrind, nginx). A line the cursor cannot finish (no room left:
@@ -39,7 +42,8 @@ use crate::value::{Field, Value, append, word};
 /// and copied in.
 #[derive(Default)]
 pub struct LineWriter {
-    /// The lines, then zeroed room up to its length.
+    /// The lines, then room up to its length (zeroed when made; a word
+    /// written past a short text may have left bytes there).
     buf: Vec<u8>,
     /// How many bytes of `buf` are lines.
     at: usize,
@@ -137,7 +141,7 @@ impl LineWriter {
     }
 }
 
-/// Writes into zeroed bytes at index `i`: see [`LineWriter`].
+/// Writes into `buf` at index `i`: see [`LineWriter`].
 struct Cursor<'b> {
     buf: &'b mut [u8],
     i: usize,
