@@ -27,7 +27,7 @@ use core::net::IpAddr;
 
 use crate::frame::MAX_DEPTH;
 use crate::pipes::{json_escape_into, write_json};
-use crate::value::{Field, Value, append, word};
+use crate::value::{Field, Value, word};
 
 /// Renders records as JSON lines into one buffer.
 ///
@@ -94,13 +94,12 @@ impl LineWriter {
                 }
                 Err(Stop::Full) => self.grow(self.buf.len() - self.at + 1),
                 Err(Stop::Slow) => {
-                    self.slow.out.clear();
                     self.slow.line_hiding(fields)?;
-                    let n = self.slow.out.len();
+                    let n = self.slow.text.len();
                     if self.buf.len() - self.at < n {
                         self.grow(n);
                     }
-                    self.buf[self.at..self.at + n].copy_from_slice(&self.slow.out);
+                    self.buf[self.at..self.at + n].copy_from_slice(self.slow.text.as_bytes());
                     self.at += n;
                     break;
                 }
@@ -153,7 +152,7 @@ impl Cursor<'_> {
         self.byte(b'{')?;
         let mut comma = false;
         for f in fields {
-            if matches!(f.value, Value::Ignore) || f.name.starts_with("__") {
+            if !shown(f) {
                 continue;
             }
             if comma {
@@ -319,7 +318,7 @@ impl Cursor<'_> {
     }
 
     /// Copies `s` a word at a time, never with a copy of run-time length (in
-    /// wasm, a call out of the guest: see [`append`]): up to 16 bytes as one
+    /// wasm, a call out of the guest: see [`crate::value::append`]): up to 16 bytes as one
     /// or two words that may overlap, longer ones eight bytes at a time and
     /// the last eight over the end of that. With `check`, each word is first
     /// checked by [`clean_prefix`](crate::pipes::clean_prefix)'s test
@@ -383,97 +382,53 @@ impl Cursor<'_> {
     }
 }
 
-/// The plain writer: pushes onto a `Vec`, and escapes what needs it. Writes
-/// the lines that the [`Cursor`] leaves to it, and is the reference that
-/// the cursor's lines are tested against.
+/// The plain writer, for the lines that the [`Cursor`] leaves to it: the
+/// host's own algorithm (`Record::to_json`), each shown field's name escaped
+/// and its value rendered by [`write_json`], into a text kept between lines.
 #[derive(Default)]
 struct Slow {
-    out: Vec<u8>,
-    scratch: String,
-    /// Set when a value nests deeper than a frame may
-    /// ([`crate::frame::MAX_DEPTH`]): the line is then refused.
-    too_deep: bool,
+    text: String,
 }
 
 impl Slow {
-    /// [`LineWriter::line_hiding`], appended to `out`.
+    /// [`LineWriter::line_hiding`], into `text` (which it replaces).
     fn line_hiding(&mut self, fields: &[Field<'_>]) -> Result<(), &'static str> {
-        let start = self.out.len();
-        self.out.push(b'{');
-        let mut comma = false;
-        for f in fields {
-            if matches!(f.value, Value::Ignore) || f.name.starts_with("__") {
-                continue;
-            }
-            if comma {
-                self.out.push(b',');
-            }
-            comma = true;
-            self.name(&f.name);
-            self.value(&f.value, false, 0);
-        }
-        self.out.extend_from_slice(b"}\n");
-        if core::mem::take(&mut self.too_deep) {
-            self.out.truncate(start);
+        // Checked first: `write_json` follows any depth.
+        if fields.iter().any(|f| shown(f) && nests_too_deep(&f.value, 0)) {
             return Err(TOO_DEEP);
         }
+        let out = &mut self.text;
+        out.clear();
+        out.push('{');
+        for (i, f) in fields.iter().filter(|f| shown(f)).enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push('"');
+            json_escape_into(&f.name, out);
+            out.push_str("\":");
+            write_json(&f.value, out, false);
+        }
+        out.push_str("}\n");
         Ok(())
     }
+}
 
-    /// `"name":`
-    fn name(&mut self, name: &str) {
-        self.out.push(b'"');
-        self.text(name);
-        self.out.extend_from_slice(b"\":");
-    }
+/// Whether a top-level field is in its record's line: not ignored, and not
+/// hidden by a name that starts with `__`.
+#[inline(always)]
+fn shown(f: &Field<'_>) -> bool {
+    !matches!(f.value, Value::Ignore) && !f.name.starts_with("__")
+}
 
-    /// `s` inside a JSON string, escaped as [`json_escape_into`] escapes it.
-    fn text(&mut self, s: &str) {
-        self.scratch.clear();
-        json_escape_into(s, &mut self.scratch);
-        append(&mut self.out, self.scratch.as_bytes());
-    }
-
-    /// One value, as [`write_json`] renders it (`in_array`: an element).
-    fn value(&mut self, v: &Value<'_>, in_array: bool, depth: u32) {
-        if depth > MAX_DEPTH {
-            self.too_deep = true;
-            return;
+/// Whether `v`, at `depth` (0 for a field's value), holds a value deeper
+/// than a frame may ([`MAX_DEPTH`]).
+fn nests_too_deep(v: &Value<'_>, depth: u32) -> bool {
+    depth > MAX_DEPTH
+        || match v {
+            Value::Array(m) | Value::Obj(m) => m.iter().any(|f| nests_too_deep(&f.value, depth + 1)),
+            _ => false,
         }
-        match v {
-            Value::Chars(s) => {
-                self.out.push(b'"');
-                self.text(s);
-                self.out.push(b'"');
-            }
-            Value::Array(items) => {
-                self.out.push(b'[');
-                for (i, f) in items.iter().enumerate() {
-                    if i > 0 {
-                        self.out.push(b',');
-                    }
-                    self.value(&f.value, true, depth + 1);
-                }
-                self.out.push(b']');
-            }
-            Value::Obj(members) => {
-                self.out.push(b'{');
-                for (i, f) in members.iter().enumerate() {
-                    if i > 0 {
-                        self.out.push(b',');
-                    }
-                    self.name(&f.name);
-                    self.value(&f.value, false, depth + 1);
-                }
-                self.out.push(b'}');
-            }
-            _ => {
-                self.scratch.clear();
-                write_json(v, &mut self.scratch, in_array);
-                append(&mut self.out, self.scratch.as_bytes());
-            }
-        }
-    }
 }
 
 /// Why [`LineWriter::line_hiding`] refused a record (the host's words for

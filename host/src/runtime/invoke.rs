@@ -322,38 +322,28 @@ impl Rule {
         Some(out.and_then(own_output))
     }
 
-    /// One `evaluate-batch` call on a frame: the records' output frame and
-    /// errors, as the guest gave them. `Ok(Err(_))` when the guest trapped or
-    /// reached a limit (the instance is then dropped).
-    pub(super) async fn call_batch(&self, route: &ev::Route, frame: &[u8]) -> Result<Result<ev::BatchOutput>> {
-        match self.call_sync(|calls, store, generation| calls.batch(store, generation, route, frame)) {
-            Some(out) => Ok(out),
-            None => self.batch_async(route, frame).await,
-        }
-    }
-
-    /// [`Rule::call_batch`], with the outputs as JSON lines where they can
-    /// be had: on the fiber-less path, from a component that has
-    /// `evaluate-batch-lines`. Elsewhere the output is a frame, as
-    /// `call_batch` gives it (the async path waits on lookups, which cost
-    /// far more than rendering on the host).
-    pub(super) async fn call_batch_lines(&self, route: &ev::Route, frame: &[u8]) -> Result<Result<BatchOut>> {
-        match self.call_sync(|calls, store, generation| calls.batch_lines(store, generation, route, frame)) {
-            Some(out) => Ok(out),
-            None => Ok(self.batch_async(route, frame).await?.map(BatchOut::Frame)),
-        }
-    }
-
-    /// The batch call for outputs decoded as `T`: as lines when `T` wants them.
+    /// One batch call on a frame, for outputs decoded as `T`: the records'
+    /// outputs and errors, as the guest gave them. `Ok(Err(_))` when the
+    /// guest trapped or reached a limit (the instance is then dropped). When
+    /// `T` wants JSON lines they come from the guest where they can: on the
+    /// fiber-less path, from a component that has `evaluate-batch-lines`.
+    /// Elsewhere the output is `evaluate-batch`'s frame (the async path waits
+    /// on lookups, which cost far more than rendering on the host).
     pub(super) async fn call_batch_as<T: crate::wire::Decoded>(
         &self,
         route: &ev::Route,
         frame: &[u8],
     ) -> Result<Result<BatchOut>> {
-        if T::LINES {
-            self.call_batch_lines(route, frame).await
-        } else {
-            Ok(self.call_batch(route, frame).await?.map(BatchOut::Frame))
+        let sync = self.call_sync(|calls, store, generation| {
+            if T::LINES {
+                calls.batch_lines(store, generation, route, frame)
+            } else {
+                calls.batch(store, generation, route, frame).map(BatchOut::Frame)
+            }
+        });
+        match sync {
+            Some(out) => Ok(out),
+            None => Ok(self.batch_async(route, frame).await?.map(BatchOut::Frame)),
         }
     }
 

@@ -287,8 +287,7 @@ pub(super) fn decode_output<T: wire::Decoded>(n: usize, out: BatchOut, named: fn
         BatchOut::Frame(out) => decode_batch_output(n, out, named),
         BatchOut::Lines(out) => {
             let text = std::str::from_utf8(&out.text).map_err(|e| Error::Internal(format!("batch lines: {e}")))?;
-            let errors = out.errors.into_iter().map(|e| (e.index as usize, record_error(named(e.index as usize), e.error)));
-            wire::decode_lines(n, text, &out.ends, errors)
+            wire::decode_lines(n, text, &out.ends, record_errors(out.errors, named))
         }
     }
 }
@@ -300,8 +299,13 @@ pub(super) fn decode_batch_output<T: wire::Decoded>(
     out: ev::BatchOutput,
     named: fn(usize) -> usize,
 ) -> Result<Vec<Result<T>>> {
-    let errors = out.errors.into_iter().map(|e| (e.index as usize, record_error(named(e.index as usize), e.error)));
-    wire::decode_batch(n, &out.records, errors)
+    wire::decode_batch(n, &out.records, record_errors(out.errors, named))
+}
+
+/// A batch's record errors by their index in the batch, each naming its
+/// record as `named(that index)`.
+fn record_errors(errors: Vec<ev::RecordError>, named: fn(usize) -> usize) -> impl Iterator<Item = (usize, Error)> {
+    errors.into_iter().map(move |e| (e.index as usize, record_error(named(e.index as usize), e.error)))
 }
 
 /// Where a one-record call stands after the fiber-less path.
