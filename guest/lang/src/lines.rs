@@ -26,7 +26,7 @@ use alloc::vec::Vec;
 use core::net::IpAddr;
 
 use crate::frame::MAX_DEPTH;
-use crate::pipes::{json_escape_into, write_json};
+use crate::pipes::{write_json, write_json_object};
 use crate::value::{Field, Value, word};
 
 /// Renders records as JSON lines into one buffer.
@@ -383,8 +383,8 @@ impl Cursor<'_> {
 }
 
 /// The plain writer, for the lines that the [`Cursor`] leaves to it: the
-/// host's own algorithm (`Record::to_json`), each shown field's name escaped
-/// and its value rendered by [`write_json`], into a text kept between lines.
+/// host's own algorithm (`Record::to_json`: [`write_json_object`] of the shown
+/// fields), into a text kept between lines.
 #[derive(Default)]
 struct Slow {
     text: String,
@@ -399,17 +399,8 @@ impl Slow {
         }
         let out = &mut self.text;
         out.clear();
-        out.push('{');
-        for (i, f) in fields.iter().filter(|f| shown(f)).enumerate() {
-            if i > 0 {
-                out.push(',');
-            }
-            out.push('"');
-            json_escape_into(&f.name, out);
-            out.push_str("\":");
-            write_json(&f.value, out, false);
-        }
-        out.push_str("}\n");
+        write_json_object(fields.iter().filter(|f| shown(f)), out);
+        out.push('\n');
         Ok(())
     }
 }
@@ -468,7 +459,7 @@ fn dirty(x: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pipes::clean_prefix;
+    use crate::pipes::{clean_prefix, json_escape_into};
     use alloc::borrow::Cow;
     use alloc::boxed::Box;
     use alloc::vec;

@@ -13,7 +13,7 @@ use core::net::{IpAddr, Ipv4Addr};
 use crate::cell::Cell;
 use crate::ir::{Helper, PathPart, PipeFn, UrlPart, const_value};
 use crate::time;
-use crate::value::Value;
+use crate::value::{Field, Value};
 
 pub fn apply<'a>(f: &'a PipeFn, v: Value<'a>) -> Value<'a> {
     if matches!(v, Value::Ignore) {
@@ -711,20 +711,25 @@ pub fn write_json(v: &Value<'_>, out: &mut String, in_array: bool) {
             }
             out.push(']');
         }
-        Value::Obj(members) => {
-            out.push('{');
-            for (i, f) in members.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                out.push('"');
-                json_escape_into(&f.name, out);
-                out.push_str("\":");
-                write_json(&f.value, out, false);
-            }
-            out.push('}');
-        }
+        Value::Obj(members) => write_json_object(members.iter(), out),
     }
+}
+
+/// `fields` as a JSON object, each as `"name":` and [`write_json`]: an
+/// object's members, and a record's shown fields (the host's
+/// `Record::to_json`, the guest's JSON lines).
+pub fn write_json_object<'f, 'v: 'f>(fields: impl Iterator<Item = &'f Field<'v>>, out: &mut String) {
+    out.push('{');
+    for (i, f) in fields.enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push('"');
+        json_escape_into(&f.name, out);
+        out.push_str("\":");
+        write_json(&f.value, out, false);
+    }
+    out.push('}');
 }
 
 /// An IPv4 address as the `ip4_*` and `cidr4_*` helpers read it: dotted

@@ -601,22 +601,8 @@ pub fn fields_json(record: &[Field<'_>]) -> String {
 
 /// [`fields_json`], appended to `out`.
 pub(super) fn write_fields_json(record: &[Field<'_>], out: &mut String) {
-    out.push('{');
-    let mut first = true;
-    for f in record {
-        if matches!(f.value, LangValue::Ignore) {
-            continue;
-        }
-        if !first {
-            out.push(',');
-        }
-        first = false;
-        out.push('"');
-        omlet_lang::pipes::json_escape_into(&f.name, out);
-        out.push_str("\":");
-        omlet_lang::pipes::write_json(&f.value, out, false);
-    }
-    out.push('}');
+    // An ignored field is not shown.
+    omlet_lang::pipes::write_json_object(record.iter().filter(|f| !matches!(f.value, LangValue::Ignore)), out);
 }
 
 /// [`Record::to_json`], as a function (omlet's tests and tools).
