@@ -101,8 +101,11 @@ async fn gated(slots: usize) -> (Arc<Gated>, Arc<Knowledge>, Arc<BoundStatement>
     (p, k, Arc::new(bound))
 }
 
+/// Waits until `what` holds, for up to 30 s of wall time (not a count of
+/// sleeps, which a loaded machine stretches unevenly).
 async fn until(what: impl Fn() -> bool) {
-    for _ in 0..2000 {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while std::time::Instant::now() < deadline {
         if what() {
             return;
         }

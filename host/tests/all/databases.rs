@@ -496,7 +496,7 @@ async fn snapshots_follow_changes(url: &str, notify: bool) {
         if zone(rule.evaluate(&rec).await.unwrap()) == r#"{"zone":"new"}"# {
             break;
         }
-        assert!(changed.elapsed() < std::time::Duration::from_secs(1), "{url}: the change did not reach lookups within 1 s");
+        assert!(changed.elapsed() < REACHES_WITHIN, "{url}: the change did not reach lookups within {REACHES_WITHIN:?}");
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
     let took = changed.elapsed();
@@ -926,7 +926,8 @@ async fn timed_out_lookups_stop_in_the_server(url: &str, slow_fn: &str, running:
         // `absent`: the record is written without the lookup's value.
         assert_eq!(omlet::record::to_json_string(&t.await.unwrap().unwrap()), "{}");
     }
-    assert!(started.elapsed() < std::time::Duration::from_secs(4), "the lookups waited {:?}", started.elapsed());
+    // Well below the 30 s the function sleeps, with room for a loaded machine.
+    assert!(started.elapsed() < std::time::Duration::from_secs(10), "the lookups waited {:?}", started.elapsed());
     // The server gives up too (well before the 30 s the function sleeps).
     let mut left = i64::MAX;
     for _ in 0..50 {
@@ -1135,6 +1136,12 @@ async fn faults_between_omlet_and_mariadb() {
     fault_matrix("MariaDB", &m.url(), m.port).await;
 }
 
+/// How long a test waits for a change to reach lookups before it fails:
+/// long enough that only a reload that never comes fails, on however loaded
+/// a machine. How fast it comes (within a second here) is what the tests
+/// print, not what they assert.
+const REACHES_WITHIN: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Evaluates `id` through `rule` until `want` comes out, for at most `within`;
 /// returns how long it took.
 async fn until_value(rule: &omlet::Rule, id: i64, want: &str, within: std::time::Duration) -> std::time::Duration {
@@ -1175,11 +1182,11 @@ async fn a_notify_reloads_the_caches_on_postgres() {
     let _watcher = omlet::knowledge::reload::watch(&k).await.unwrap().expect("a watcher");
     let rule =
         Engine::new().unwrap().load_source("t.oml", PERF_RULE, &omlet::LoadOptions::new().knowledge(k.clone())).await.unwrap();
-    until_value(&rule, 3, "v3", std::time::Duration::from_secs(1)).await;
+    until_value(&rule, 3, "v3", REACHES_WITHIN).await;
     // Cached now: without the reload the old value would stay.
     let generation = k.generation();
     k.provider().execute("update perf set value = 'changed' where id = 3").await.unwrap();
-    let took = until_value(&rule, 3, "changed", std::time::Duration::from_secs(1)).await;
+    let took = until_value(&rule, 3, "changed", REACHES_WITHIN).await;
     assert!(k.generation() > generation);
     eprintln!("NOTIFY reload seen after {took:?}");
 }
@@ -1198,13 +1205,14 @@ async fn a_changed_version_row_reloads_the_caches_on_mariadb() {
     let _watcher = omlet::knowledge::reload::watch(&k).await.unwrap().expect("a watcher");
     let rule =
         Engine::new().unwrap().load_source("t.oml", PERF_RULE, &omlet::LoadOptions::new().knowledge(k.clone())).await.unwrap();
-    until_value(&rule, 3, "v3", std::time::Duration::from_secs(1)).await;
+    until_value(&rule, 3, "v3", REACHES_WITHIN).await;
     k.provider().execute("update perf set value = 'changed' where id = 3").await.unwrap();
     // The row changed but the version did not: the cached answer stays.
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     assert!(rule.evaluate(&rec(3)).await.unwrap().to_json().contains("\"v\":\"v3\""));
     k.provider().execute("update knowledge_version set version = version + 1").await.unwrap();
-    until_value(&rule, 3, "changed", std::time::Duration::from_secs(1)).await;
+    let took = until_value(&rule, 3, "changed", REACHES_WITHIN).await;
+    eprintln!("version-row reload seen after {took:?}");
 }
 
 /// A bad `[reload]` fails at start, not later.

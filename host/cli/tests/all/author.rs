@@ -580,6 +580,26 @@ fn run_watch_swaps_a_changed_rule_in_without_stopping() {
         .unwrap();
     let mut stdin = child.stdin.take().unwrap();
     let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    // What the watcher says, line by line, as it says it: the test waits for
+    // its words rather than for a time a loaded machine could overrun.
+    let (said, hear) = std::sync::mpsc::channel();
+    let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let reader = std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            if said.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut heard = Vec::new();
+    let mut wait_for = |words: &str| {
+        while !heard.iter().any(|l: &String| l.contains(words)) {
+            match hear.recv_timeout(std::time::Duration::from_secs(60)) {
+                Ok(line) => heard.push(line),
+                Err(e) => panic!("no `{words}` from the watcher ({e}); it said: {heard:?}"),
+            }
+        }
+    };
     let mut send = |stdin: &mut std::process::ChildStdin| {
         stdin.write_all(b"{}\n").unwrap();
         stdin.flush().unwrap();
@@ -596,11 +616,11 @@ fn run_watch_swaps_a_changed_rule_in_without_stopping() {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
     assert_eq!(got, r#"{"v":"two"}"#);
+    wait_for("loaded again and swapped in");
     std::fs::write(&rule, "name : t\n---\nv = chars(three\n").unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(1500));
+    wait_for("does not load, so the old one keeps running");
     assert_eq!(send(&mut stdin), r#"{"v":"two"}"#, "the old rule keeps running");
     drop(stdin);
-    let out = child.wait_with_output().unwrap();
-    let err = text(&out.stderr);
-    assert!(err.contains("loaded again and swapped in") && err.contains("does not load, so the old one keeps running"), "{err}");
+    assert!(child.wait().unwrap().success());
+    reader.join().unwrap();
 }

@@ -393,7 +393,7 @@ fn workers_in_a_consumer_group() {
     assert!(err_b.iter().all(|e| e.value["error"].as_str().unwrap_or("").contains("lookup failed")));
     assert!(out_b.iter().all(|o| o.value["v"] == "old"), "fail: an output without its lookup");
 
-    // 3b. A stalled database: lookups wait on a lock for 4 s. The worker, out
+    // 3b. A stalled database: lookups wait on a lock. The worker, out
     // of room, pauses its partitions and polls on, then resumes: nothing is
     // lost or repeated.
     let slow = dir.path().join("slow.toml");
@@ -413,11 +413,17 @@ fn workers_in_a_consumer_group() {
     let w = slow_worker("w3-slow", ["in3c", "g3c", "out3c", "err3c"], port);
     produce(&b, "in3c", 0..1_000);
     wait_for_ids(&b, &["out3c"], 1_000, Duration::from_secs(120));
-    std::thread::scope(|scope| {
-        scope.spawn(|| pg.psql("begin; lock table kv in access exclusive mode; select pg_sleep(4); commit;"));
-        std::thread::sleep(Duration::from_millis(500));
-        produce(&b, "in3c", 1_000..2_000);
+    // The lock is held from before the records are produced until the
+    // worker has paused (a psql started on a thread 500 ms ahead of them
+    // could, on a loaded machine, take the lock after they were done).
+    let mut lock = pg.session();
+    lock.run("begin; lock table kv in access exclusive mode;");
+    produce(&b, "in3c", 1_000..2_000);
+    wait_until(Duration::from_secs(60), "the worker did not pause while its lookups waited", || {
+        try_metric(port, "omlet_pauses_total").is_some_and(|p| p != "0")
     });
+    lock.run("commit;");
+    drop(lock);
     wait_for_ids(&b, &["out3c"], 2_000, Duration::from_secs(120));
     let pauses: u64 = metric(port, "omlet_pauses_total").parse().unwrap();
     let (status, _, log) = w.stop();
@@ -523,7 +529,12 @@ fn workers_in_a_consumer_group() {
         std::thread::sleep(Duration::from_millis(300));
     }
     pg.psql("update kv set v = 'new' where k = 1");
-    std::thread::sleep(Duration::from_secs(1));
+    // Every worker has had the NOTIFY and reloaded (a fixed second was not
+    // always enough on a loaded machine); records produced from now on must
+    // all get the new value.
+    wait_until(Duration::from_secs(60), "a worker did not reload after the update", || {
+        ports.iter().all(|p| try_metric(*p, "omlet_knowledge_generation").is_some_and(|g| g.parse::<u64>().is_ok_and(|g| g >= 2)))
+    });
     let boundary = next.load(Ordering::Relaxed);
     std::thread::sleep(Duration::from_secs(2));
     stop.store(true, Ordering::Relaxed);
@@ -544,7 +555,7 @@ fn workers_in_a_consumer_group() {
     let late: Vec<&Out> = out.iter().filter(|o| o.value["id"].as_u64().is_some_and(|i| i >= boundary)).collect();
     let stale: Vec<u64> = late.iter().filter(|o| o.value["v"] != "new").filter_map(|o| o.value["id"].as_u64()).collect();
     assert!(late.len() >= 6, "records were produced after the update");
-    assert!(stale.is_empty(), "records produced 1 s after the update still got the old value: {stale:?}");
+    assert!(stale.is_empty(), "records produced after every worker reloaded still got the old value: {stale:?}");
     assert_eq!(late.iter().map(|o| o.partition).collect::<HashSet<_>>().len(), 6, "every partition saw the new value");
     for g in &generations {
         assert!(g.parse::<u64>().unwrap() >= 2, "a worker did not reload: generation {g}");
