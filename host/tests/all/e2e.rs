@@ -7,6 +7,9 @@ use std::sync::Arc;
 use omlet::knowledge::sqlite::SqliteProvider;
 use omlet::{Engine, Knowledge};
 
+/// The guest of an omlet built before the `lines` export (tests/fixtures/README.md).
+const BEFORE_LINES: &[u8] = include_bytes!("../fixtures/guest-before-lines.wasm");
+
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap()
 }
@@ -172,6 +175,14 @@ __hidden = take(secret) ;
         }
         let rule = engine.load_source(file, &text, &options).await.unwrap();
         assert!(rule.guest_renders_lines(), "{file}: the shipped guest renders lines, on the fiber-less path");
+        // The same rule in a component built before the guest could render
+        // lines (tests/fixtures/README.md): it still loads, and `run_json`
+        // takes the frame path, with the same lines.
+        let program = omlet::build::compile(&[omlet::build::RuleSource { file: file.into(), text: text.clone() }]).unwrap();
+        let earlier = omlet::build::splice_ir(BEFORE_LINES, &program.to_bytes()).unwrap();
+        let earlier = wit_component::ComponentEncoder::default().module(&earlier).unwrap().encode().unwrap();
+        let earlier = engine.load_component(&earlier, &options).await.unwrap();
+        assert!(!earlier.guest_renders_lines(), "{file}: a guest without the `lines` export");
         let reader = |t: &str| -> Box<dyn std::io::BufRead + Send> { Box::new(std::io::Cursor::new(t.as_bytes().to_vec())) };
         let mut built = Vec::new();
         stream::run(rule.clone(), stream::read(reader(&jsonl), Format::Jsonl), RouteBy::Only, 2, 2, |d| {
@@ -183,17 +194,19 @@ __hidden = take(secret) ;
         })
         .await
         .unwrap();
-        let mut rendered = Vec::new();
-        stream::run_json(rule, stream::read(reader(&jsonl), Format::Jsonl), RouteBy::Only, 2, 2, |d| {
-            rendered.push(match d.outcome {
-                Outcome::Ok(line) => Ok(line),
-                Outcome::Failed(e) | Outcome::Unrouted(e) => Err(e.to_string()),
-            });
-            Ok(())
-        })
-        .await
-        .unwrap();
-        assert_eq!(rendered, built, "{file}");
+        for rule in [rule, earlier] {
+            let mut rendered = Vec::new();
+            stream::run_json(rule, stream::read(reader(&jsonl), Format::Jsonl), RouteBy::Only, 2, 2, |d| {
+                rendered.push(match d.outcome {
+                    Outcome::Ok(line) => Ok(line),
+                    Outcome::Failed(e) | Outcome::Unrouted(e) => Err(e.to_string()),
+                });
+                Ok(())
+            })
+            .await
+            .unwrap();
+            assert_eq!(rendered, built, "{file}");
+        }
         let oks = built.iter().filter(|r| r.is_ok()).count();
         assert!(oks >= 3 && built.len() > oks, "{file}: the input must give outputs and errors: {built:?}");
         if file == "kinds.oml" {
