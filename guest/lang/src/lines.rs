@@ -26,7 +26,7 @@ use alloc::vec::Vec;
 use core::net::IpAddr;
 
 use crate::frame::MAX_DEPTH;
-use crate::pipes::{write_json, write_json_object};
+use crate::pipes::{dirty, write_json, write_json_object};
 use crate::value::{Field, Value, word};
 
 /// Renders records as JSON lines into one buffer.
@@ -469,15 +469,6 @@ fn thousandths(x: f64) -> Option<(bool, u64, u32)> {
         return None;
     }
     Some((x.is_sign_negative(), k / 1000, (k % 1000) as u32))
-}
-
-/// Nonzero when a byte of `x` needs a JSON escape (as [`clean_prefix`](crate::pipes::clean_prefix) tests).
-#[inline(always)]
-fn dirty(x: u64) -> u64 {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGHS: u64 = 0x8080_8080_8080_8080;
-    let zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGHS;
-    zero(x ^ (ONES * b'"' as u64)) | zero(x ^ (ONES * b'\\' as u64)) | zero(x & (ONES * 0xe0))
 }
 
 #[cfg(test)]

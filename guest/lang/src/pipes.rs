@@ -13,7 +13,7 @@ use core::net::{IpAddr, Ipv4Addr};
 use crate::cell::Cell;
 use crate::ir::{Helper, PathPart, PipeFn, UrlPart, const_value};
 use crate::time;
-use crate::value::{Field, Value};
+use crate::value::{Field, Value, parse_ipv4};
 
 pub fn apply<'a>(f: &'a PipeFn, v: Value<'a>) -> Value<'a> {
     if matches!(v, Value::Ignore) {
@@ -56,9 +56,9 @@ pub fn apply<'a>(f: &'a PipeFn, v: Value<'a>) -> Value<'a> {
         // Delta §7: IPv6 and text that is no IPv4 address give null.
         (PipeFn::Ip4ToInt, Value::Ip(IpAddr::V4(a))) => Value::Digit(u32::from(a) as i64),
         (PipeFn::Ip4ToInt, Value::Ip(IpAddr::V6(_))) => Value::Null,
-        (PipeFn::Ip4ToInt, Value::Chars(s)) => match s.trim().parse::<Ipv4Addr>() {
-            Ok(a) => Value::Digit(i64::from(u32::from(a))),
-            Err(_) => Value::Null,
+        (PipeFn::Ip4ToInt, Value::Chars(s)) => match parse_ipv4(s.trim()) {
+            Some(a) => Value::Digit(i64::from(u32::from(a))),
+            None => Value::Null,
         },
         (PipeFn::FromTs { zone_hours, unit }, Value::Digit(d)) => match time::from_timestamp(d, *zone_hours, *unit) {
             Some(t) => Value::Time(t),
@@ -323,7 +323,7 @@ fn url_part<'a>(s: Cow<'a, str>, part: Option<UrlPart>) -> Value<'a> {
     };
     let out: Cow<'a, str> = match part {
         UrlPart::Domain => {
-            let is_ip = u.host.starts_with('[') || u.host.parse::<Ipv4Addr>().is_ok();
+            let is_ip = u.host.starts_with('[') || parse_ipv4(u.host).is_some();
             if is_ip {
                 return Value::Chars(s);
             }
@@ -550,16 +550,11 @@ pub fn json_escape_into(s: &str, out: &mut String) {
 /// when `x ^ '"'`, `x ^ '\\'` or `x & 0xe0` is zero. (The same bytes end a
 /// JSON string's plain run, so the host's JSONL reader finds strings with it.)
 pub fn clean_prefix(b: &[u8]) -> usize {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGHS: u64 = 0x8080_8080_8080_8080;
-    // High bit of each byte of `v` that is zero (exact for the first such byte).
-    let zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGHS;
     let mut i = 0;
     while i + 8 <= b.len() {
         let mut w = [0u8; 8];
         w.copy_from_slice(&b[i..i + 8]);
-        let x = u64::from_le_bytes(w);
-        let hit = zero(x ^ (ONES * b'"' as u64)) | zero(x ^ (ONES * b'\\' as u64)) | zero(x & (ONES * 0xe0));
+        let hit = dirty(u64::from_le_bytes(w));
         if hit != 0 {
             return i + (hit.trailing_zeros() / 8) as usize;
         }
@@ -569,6 +564,19 @@ pub fn clean_prefix(b: &[u8]) -> usize {
         i += 1;
     }
     i
+}
+
+/// The bytes of the word `x` (little-endian) that need a JSON escape, each
+/// flagged by its high bit: a byte is flagged when `x ^ '"'`, `x ^ '\\'` or
+/// `x & 0xe0` is zero there. The flag of the first such byte is exact (a
+/// later one may be a borrow's), which is all [`clean_prefix`] and the
+/// guest's line writer ask of it.
+#[inline(always)]
+pub(crate) fn dirty(x: u64) -> u64 {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGHS;
+    zero(x ^ (ONES * b'"' as u64)) | zero(x ^ (ONES * b'\\' as u64)) | zero(x & (ONES * 0xe0))
 }
 
 /// Whether byte `b` needs a JSON escape: `"`, `\\` and the controls below 0x20.
@@ -737,7 +745,7 @@ pub fn write_json_object<'f, 'v: 'f>(fields: impl Iterator<Item = &'f Field<'v>>
 /// networks reads parameters with it, to answer as the helper would.
 pub fn cell_ipv4(c: &Cell) -> Option<u32> {
     match c {
-        Cell::Text(s) => s.trim().parse::<Ipv4Addr>().ok().map(u32::from),
+        Cell::Text(s) => parse_ipv4(s.trim()).map(u32::from),
         Cell::Integer(i) => u32::try_from(*i).ok(),
         _ => None,
     }
@@ -746,7 +754,7 @@ pub fn cell_ipv4(c: &Cell) -> Option<u32> {
 fn cidr4(c: &Cell) -> Option<(u32, u32)> {
     let Cell::Text(s) = c else { return None };
     let (ip, bits) = s.trim().split_once('/')?;
-    let ip = u32::from(ip.parse::<Ipv4Addr>().ok()?);
+    let ip = u32::from(parse_ipv4(ip)?);
     let bits: u32 = bits.parse().ok().filter(|b| *b <= 32)?;
     let mask = if bits == 0 { 0 } else { u32::MAX << (32 - bits) };
     Some((ip & mask, ip | !mask))
