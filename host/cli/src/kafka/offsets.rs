@@ -219,11 +219,18 @@ pub(super) struct Callbacks(pub(super) Arc<Shared>);
 impl ClientContext for Callbacks {
     fn stats(&self, statistics: Statistics) {
         let Some(t) = statistics.topics.get(&self.0.topic) else { return };
+        // librdkafka gives -1 for the lag from the committed offset until
+        // this consumer has one of its own (a partition assigned late, with
+        // nothing new on it yet): the lag from the stored offset stands in
+        // then, and a partition with neither is left out, not shown as 0.
         let mut lag: Vec<(i32, i64)> = t
             .partitions
             .values()
-            .filter(|p| p.partition >= 0 && p.consumer_lag >= 0)
-            .map(|p| (p.partition, p.consumer_lag))
+            .filter(|p| p.partition >= 0)
+            .filter_map(|p| {
+                let lag = if p.consumer_lag >= 0 { p.consumer_lag } else { p.consumer_lag_stored };
+                (lag >= 0).then_some((p.partition, lag))
+            })
             .collect();
         lag.sort();
         if let Ok(mut l) = self.0.stats.lag.lock() {

@@ -542,10 +542,20 @@ fn workers_in_a_consumer_group() {
     let last = next.load(Ordering::Relaxed) as usize;
     wait_for_ids(&b, &["out4"], last, Duration::from_secs(60));
     let generations: Vec<String> = ports.iter().map(|p| metric(*p, "omlet_knowledge_generation")).collect();
-    // Every worker reports its partitions' lag (librdkafka's statistics, every second).
+    // Every worker reports its partitions' lag (librdkafka's statistics,
+    // every second; a worker that joined late may need a few of them before
+    // its partitions have offsets to measure from).
     for &p in &ports {
-        let text = metrics_text(p).unwrap_or_default();
-        assert!(text.contains("omlet_consumer_lag{topic=\"in4\",partition="), "no lag from the worker on {p}:\n{text}");
+        let has_lag = |text: &str| text.contains("omlet_consumer_lag{topic=\"in4\",partition=");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let text = metrics_text(p).unwrap_or_default();
+            if has_lag(&text) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "no lag from the worker on {p} within 30 s:\n{text}");
+            std::thread::sleep(Duration::from_millis(300));
+        }
     }
     for w in workers {
         let (status, _, log) = w.stop();
