@@ -30,10 +30,12 @@ use omlet_lang::{Route, RouteError};
 mod by_hand;
 #[cfg(target_arch = "wasm32")]
 mod mem;
+#[cfg(any(target_arch = "wasm32", test))]
+mod pool;
 
 #[cfg(target_arch = "wasm32")]
 #[global_allocator]
-static ALLOC: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
+static ALLOC: pool::global::Pooled = pool::global::Pooled;
 
 #[cfg(target_arch = "wasm32")]
 #[panic_handler]
