@@ -1617,8 +1617,6 @@ fn cond_holds_slow(c: &Cond, v: &Value<'_>) -> bool {
 /// instructions a record. Others by `str::contains`, whose worst case is
 /// linear.
 fn contains(hay: &str, needle: &str) -> bool {
-    const ONES: u64 = u64::from_ne_bytes([1; 8]);
-    const LOW7: u64 = ONES * 0x7f;
     let (h, n) = (hay.as_bytes(), needle.as_bytes());
     if n.len() > 16 || h.len() > 256 {
         return hay.contains(needle);
@@ -1632,10 +1630,9 @@ fn contains(hay: &str, needle: &str) -> bool {
     let at = |i: usize| value::same_bytes(&h[i + 1..i + n.len()], rest);
     let mut i = 0;
     while i + 8 <= h.len() && i <= last {
-        // The high bit of each byte of `x` that is zero, exactly (no borrow
-        // from one byte into the next): each marks a place of `first`.
-        let x = u64::from_le_bytes(value::word(h, i)) ^ (ONES * first as u64);
-        let mut zero = !(((x & LOW7).wrapping_add(LOW7)) | x | LOW7);
+        // The high bit of each byte that is `first`, exactly: each marks a
+        // place where the needle may start.
+        let mut zero = crate::bytes::eq_mask(u64::from_le_bytes(value::word(h, i)), first);
         while zero != 0 {
             let j = i + (zero.trailing_zeros() / 8) as usize;
             if j > last {

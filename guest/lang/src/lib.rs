@@ -18,6 +18,7 @@
 extern crate alloc;
 
 pub mod ast;
+pub mod bytes;
 pub mod cell;
 pub mod charset;
 pub mod compile;

@@ -10,6 +10,7 @@ use alloc::vec::Vec;
 use core::fmt::Write;
 use core::net::{IpAddr, Ipv4Addr};
 
+use crate::bytes;
 use crate::cell::Cell;
 use crate::ir::{Helper, PathPart, PipeFn, UrlPart, const_value};
 use crate::time;
@@ -185,7 +186,7 @@ fn get_path<'a>(v: Value<'a>, path: &[String]) -> Value<'a> {
 }
 
 fn path_part<'a>(s: Cow<'a, str>, part: Option<PathPart>) -> Value<'a> {
-    let norm: Cow<'a, str> = if s.bytes().any(|b| b == b'\\') { Cow::Owned(s.replace('\\', "/")) } else { s };
+    let norm: Cow<'a, str> = if bytes::find(s.as_bytes(), b'\\').is_some() { Cow::Owned(s.replace('\\', "/")) } else { s };
     let Some(part) = part else { return Value::Chars(norm) };
     let trimmed = norm.trim_end_matches('/');
     if trimmed.is_empty() {
@@ -193,7 +194,7 @@ fn path_part<'a>(s: Cow<'a, str>, part: Option<PathPart>) -> Value<'a> {
     }
     // Each part is a range of `trimmed`, a prefix of `norm`: a part of
     // borrowed text stays borrowed, with no copy per record.
-    let slash = trimmed.bytes().rposition(|b| b == b'/');
+    let slash = bytes::rfind(trimmed.as_bytes(), b'/');
     let range = match (part, slash) {
         (PathPart::Name, Some(i)) => i + 1..trimmed.len(),
         (PathPart::Name, None) => 0..trimmed.len(),
@@ -230,23 +231,12 @@ fn parse_url(s: &str) -> Option<Url<'_>> {
         return None;
     }
     let rest = s[colon + 1..].strip_prefix("//")?;
-    // One pass over the authority: where it ends (the first `/`, `?` or
-    // `#`), and its last `@` and last `:` (all ASCII, so the cuts fall on
-    // character boundaries). In wasm a search per delimiter is a call each,
-    // with its setup, over a few dozen bytes.
-    let (mut end, mut at, mut last_colon) = (rest.len(), None, None);
-    for (i, &c) in rest.as_bytes().iter().enumerate() {
-        match c {
-            b'/' | b'?' | b'#' => {
-                end = i;
-                break;
-            }
-            b'@' => at = Some(i),
-            b':' => last_colon = Some(i),
-            _ => {}
-        }
-    }
+    // Where the authority ends (the first `/`, `?` or `#`), and its last
+    // `@` and last `:` (all ASCII, so the cuts fall on character
+    // boundaries), eight bytes at a time ([`bytes`]).
+    let end = bytes::find3(rest.as_bytes(), b'/', b'?', b'#').unwrap_or(rest.len());
     let authority = &rest[..end];
+    let (at, last_colon) = (bytes::rfind(authority.as_bytes(), b'@'), bytes::rfind(authority.as_bytes(), b':'));
     let tail = &rest[end..];
     let host_from = at.map_or(0, |i| i + 1);
     let hostport = &authority[host_from..];
@@ -279,19 +269,9 @@ fn parse_url(s: &str) -> Option<Url<'_>> {
     };
     let port = port.filter(|p| Some(*p) != default);
     // The same for the rest: the first `#`, and the first `?` before it.
-    let (mut hash, mut question) = (tail.len(), None);
-    for (i, &c) in tail.as_bytes().iter().enumerate() {
-        match c {
-            b'#' => {
-                hash = i;
-                break;
-            }
-            b'?' if question.is_none() => question = Some(i),
-            _ => {}
-        }
-    }
+    let hash = bytes::find(tail.as_bytes(), b'#').unwrap_or(tail.len());
     let before_frag = &tail[..hash];
-    let (path, query) = match question {
+    let (path, query) = match bytes::find(before_frag.as_bytes(), b'?') {
         Some(q) => (&before_frag[..q], Some(&before_frag[q + 1..])),
         None => (before_frag, None),
     };
@@ -313,7 +293,7 @@ fn url_part<'a>(s: Cow<'a, str>, part: Option<UrlPart>) -> Value<'a> {
     let Some(part) = part else { return Value::Chars(s) };
     let Some(u) = parse_url(&s) else { return Value::Chars(s) };
     // Hosts compare without case: an ASCII host in lower case already stays a slice.
-    let lower = u.host.is_ascii() && !u.host.bytes().any(|b| b.is_ascii_uppercase());
+    let lower = u.host.is_ascii() && !bytes::has_upper(u.host.as_bytes());
     let host = || -> Cow<'a, str> { if lower { slice_of(&s, u.host) } else { Cow::Owned(u.host.to_lowercase()) } };
     // A port written as its decimal digits (no sign, no leading zero) is
     // written as it would be formatted.
