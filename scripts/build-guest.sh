@@ -30,8 +30,13 @@ fi
 # more, and 3000 was slower again (docs/decisions.md). Set here, not taken
 # from the caller's environment, so that the committed guest does not depend
 # on it.
+# wasm's 128-bit SIMD (simd128, a standard part of wasm that wasmtime runs
+# on x86-64 and aarch64) lets LLVM use 16-byte loads and compares where it
+# vectorises: in the guest's code, and in core's where core is built with it
+# (Debian's toolchain, -Zbuild-std). 0.7 % fewer instructions a nginx record
+# (valgrind, 30,350 -> 30,126), outputs byte-identical.
 unset CARGO_ENCODED_RUSTFLAGS
-export RUSTFLAGS="-C llvm-args=-inline-threshold=1000"
+export RUSTFLAGS="-C llvm-args=-inline-threshold=1000 -C target-feature=+simd128"
 
 if command -v rustup >/dev/null 2>&1 && rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknown; then
     echo "build-guest: using rustup's wasm32-unknown-unknown target" >&2
@@ -63,7 +68,7 @@ fi
 # `omlet build` puts back (host/src/build.rs, `splice_ir`).
 WASM_OPT_FLAGS=(-O4 --flexible-inline-max-function-size 200
     --enable-bulk-memory --enable-sign-ext --enable-nontrapping-float-to-int
-    --enable-mutable-globals --enable-multivalue --enable-reference-types)
+    --enable-mutable-globals --enable-multivalue --enable-reference-types --enable-simd)
 # A guest built with its names (CARGO_PROFILE_WASM_STRIP=none, for profiles)
 # keeps them.
 case "${CARGO_PROFILE_WASM_STRIP:-}" in none | false) KEEP_NAMES=1 ;; *) KEEP_NAMES= ;; esac
