@@ -457,7 +457,7 @@ impl<'a> Reader<'a> {
         if text_end != frame.len() {
             return Err("frame length does not match its header");
         }
-        let text = core::str::from_utf8(&frame[nodes_end..text_end]).map_err(|_| "frame text is not UTF-8")?;
+        let text = simdutf8::basic::from_utf8(&frame[nodes_end..text_end]).map_err(|_| "frame text is not UTF-8")?;
         Ok(Reader { sizes: &frame[12..sizes_end], nodes: &frame[sizes_end..nodes_end], text, at: 0 })
     }
 
