@@ -212,3 +212,32 @@ fn a_stalled_pipe_hands_over_the_records_read_so_far() {
     assert!(rest <= 1);
     drop(tx);
 }
+
+#[test]
+fn lines_are_text_exactly_when_std_says_so() {
+    // Past 64 bytes simdutf8 takes its SIMD path: each line is long enough.
+    let pad = "x".repeat(70);
+    let lines: Vec<Vec<u8>> = vec![
+        format!("{{\"a\":\"{pad}é€😀\"}}").into_bytes(),
+        [format!("{{\"a\":\"{pad}").as_bytes(), b"\xC3\x28\"}"].concat(),
+        [format!("{{\"a\":\"{pad}").as_bytes(), b"\xF0\x9F\x98\"}"].concat(),
+        [format!("{{\"a\":\"{pad}").as_bytes(), b"\xED\xA0\x80\"}"].concat(),
+    ];
+    let mut text = Vec::new();
+    for l in &lines {
+        text.extend_from_slice(l);
+        text.push(b'\n');
+    }
+    let reader: Box<dyn BufRead + Send> = Box::new(std::io::Cursor::new(text));
+    let got: Vec<Input> = read(reader, Format::Jsonl).map(|i| i.unwrap()).collect();
+    assert_eq!(got.len(), lines.len());
+    for (line, input) in lines.iter().zip(&got) {
+        match std::str::from_utf8(line) {
+            Ok(_) => assert!(input.record.is_ok(), "{:?}", input.record),
+            Err(e) => {
+                let message = input.record.as_ref().unwrap_err().to_string();
+                assert!(message.contains(&format!("at byte {} of the line", e.valid_up_to() + 1)), "{message}");
+            }
+        }
+    }
+}
