@@ -632,10 +632,10 @@ pub fn convert<'a>(value: Value<'a>, ty: &Type) -> Value<'a> {
 /// instructions in wasm, ten times a nginx record.
 #[inline(always)]
 pub fn convert_in_place(slot: &mut Value<'_>, ty: &Type) {
-    if let Type::Kind(kind) = ty {
-        if slot.kind() != *kind {
-            convert_kind_in_place(slot, *kind, ty);
-        }
+    if let Type::Kind(kind) = ty
+        && slot.kind() != *kind
+    {
+        convert_kind_in_place(slot, *kind, ty);
     }
 }
 
