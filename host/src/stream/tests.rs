@@ -215,14 +215,21 @@ fn a_stalled_pipe_hands_over_the_records_read_so_far() {
 
 #[test]
 fn lines_are_text_exactly_when_std_says_so() {
-    // Past 64 bytes simdutf8 takes its SIMD path: each line is long enough.
-    let pad = "x".repeat(70);
-    let lines: Vec<Vec<u8>> = vec![
-        format!("{{\"a\":\"{pad}é€😀\"}}").into_bytes(),
-        [format!("{{\"a\":\"{pad}").as_bytes(), b"\xC3\x28\"}"].concat(),
-        [format!("{{\"a\":\"{pad}").as_bytes(), b"\xF0\x9F\x98\"}"].concat(),
-        [format!("{{\"a\":\"{pad}").as_bytes(), b"\xED\xA0\x80\"}"].concat(),
+    // simdutf8 reads 64-byte blocks: with 50 to 90 bytes before it, each
+    // sequence lands inside the first block, across its end and in the tail.
+    let tails: [&[u8]; 5] = [
+        "é€😀".as_bytes(),
+        b"\xC3\x28",     // a lead byte, then no continuation
+        b"\xF0\x9F\x98", // a 4-byte sequence cut short
+        b"\xED\xA0\x80", // a surrogate
+        b"\xFF",
     ];
+    let mut lines: Vec<Vec<u8>> = Vec::new();
+    for pad in 50..90 {
+        for tail in tails {
+            lines.push([format!("{{\"a\":\"{}", "x".repeat(pad)).as_bytes(), tail, b"\"}"].concat());
+        }
+    }
     let mut text = Vec::new();
     for l in &lines {
         text.extend_from_slice(l);
@@ -231,13 +238,16 @@ fn lines_are_text_exactly_when_std_says_so() {
     let reader: Box<dyn BufRead + Send> = Box::new(std::io::Cursor::new(text));
     let got: Vec<Input> = read(reader, Format::Jsonl).map(|i| i.unwrap()).collect();
     assert_eq!(got.len(), lines.len());
+    let mut refused = 0;
     for (line, input) in lines.iter().zip(&got) {
         match std::str::from_utf8(line) {
             Ok(_) => assert!(input.record.is_ok(), "{:?}", input.record),
             Err(e) => {
+                refused += 1;
                 let message = input.record.as_ref().unwrap_err().to_string();
                 assert!(message.contains(&format!("at byte {} of the line", e.valid_up_to() + 1)), "{message}");
             }
         }
     }
+    assert_eq!(refused, 40 * 4);
 }
