@@ -286,13 +286,8 @@ pub(super) fn decode_output<T: wire::Decoded>(n: usize, out: BatchOut, named: fn
     match out {
         BatchOut::Frame(out) => decode_batch_output(n, out, named),
         BatchOut::Lines(out) => {
-            // The guest's text is checked, not trusted: by simdutf8 (see
-            // `text_of` in stream/read.rs), and by std when simdutf8 refuses
-            // it, which decides and says where.
-            let text = match simdutf8::basic::from_utf8(&out.text) {
-                Ok(text) => text,
-                Err(_) => std::str::from_utf8(&out.text).map_err(|e| Error::Internal(format!("batch lines: {e}")))?,
-            };
+            // The guest's text is checked, not trusted.
+            let text = crate::record::scan::utf8(&out.text).map_err(|e| Error::Internal(format!("batch lines: {e}")))?;
             wire::decode_lines(n, text, &out.ends, record_errors(out.errors, named))
         }
     }

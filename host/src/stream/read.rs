@@ -176,19 +176,13 @@ impl Iterator for Lines {
     }
 }
 
-/// A line's bytes as text, or where they stop being UTF-8.
-///
-/// Checked with simdutf8 (AVX2 or SSE4.2 where the CPU has them), 64 bytes
-/// a turn; std's check reads 16 a turn on ASCII. A line simdutf8 refuses
-/// goes to std, which decides and gives the position.
+/// A line's bytes as text ([`crate::record::scan::utf8`]: checked once),
+/// or where they stop being UTF-8.
 fn text_of(buf: Vec<u8>) -> Line {
-    if simdutf8::basic::from_utf8(&buf).is_ok() {
-        // SAFETY: simdutf8 has just found `buf` to be UTF-8.
-        return Line::Text(unsafe { String::from_utf8_unchecked(buf) });
-    }
-    match String::from_utf8(buf) {
-        Ok(t) => Line::Text(t),
-        Err(e) => Line::NotUtf8(e.utf8_error().valid_up_to(), String::from_utf8_lossy(e.as_bytes()).into_owned()),
+    match crate::record::scan::utf8(&buf) {
+        // SAFETY: `utf8` has just found `buf` to be UTF-8.
+        Ok(_) => Line::Text(unsafe { String::from_utf8_unchecked(buf) }),
+        Err(e) => Line::NotUtf8(e.valid_up_to(), String::from_utf8_lossy(&buf).into_owned()),
     }
 }
 
