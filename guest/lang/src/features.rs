@@ -177,7 +177,7 @@ impl Visitor<'_> {
 /// A pipe function newer than v1.17.4, and the release that added it (the
 /// pipe catalogue's `since`).
 fn pipe_fn(f: &PipeFn) -> Option<(&'static str, &'static str)> {
-    let row = crate::parse::pipe::row_of(f)?;
+    let row = crate::pipes::catalogue::row_of(f)?;
     Some((row.name, row.since?))
 }
 

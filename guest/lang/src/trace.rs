@@ -471,7 +471,7 @@ pub fn cut_to(mut text: String, max: usize) -> String {
 pub fn pipe_name(f: &crate::ir::PipeFn) -> String {
     let debug = format!("{f:?}");
     let args = debug.find(['(', ' ', '{']).map_or("", |i| &debug[i..]);
-    let name = crate::parse::pipe::row_of(f).map_or("(a pipe function)", |row| row.name);
+    let name = crate::pipes::catalogue::row_of(f).map_or("(a pipe function)", |row| row.name);
     // `Path(Some(Name))` reads as `path(name)`, `ToTs { zone_hours: 8, .. }`
     // as `Time::to_ts(zone_hours: 8, ..)`.
     let args = args.trim();

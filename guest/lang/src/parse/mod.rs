@@ -26,7 +26,6 @@
 //! overflow the stack, and the tree it builds is as shallow for the checker,
 //! the IR and the evaluator that recurse over it.
 
-use alloc::borrow::Cow;
 use alloc::boxed::Box;
 use alloc::format;
 use alloc::string::{String, ToString};
@@ -34,17 +33,17 @@ use alloc::vec::Vec;
 
 use crate::ast::*;
 use crate::diag::{Diagnostic, Span};
-use crate::ir::{Cond, Const, Helper, NowFn, PathPart, PipeFn, UrlPart};
+use crate::ir::{Cond, Const, Helper, NowFn, PipeFn};
 use crate::limits::Limits;
 use crate::syntax::{Recording, SyntaxKind};
-use crate::time::{self, TsUnit};
+use crate::time;
 use crate::value;
 
 mod calc;
 mod expr;
 mod matching;
 mod object;
-pub(crate) mod pipe;
+mod pipe;
 mod rule;
 mod sql;
 
@@ -515,7 +514,7 @@ fn edit_distance(a: &str, b: &str) -> usize {
 }
 
 /// The verbatim content of a quoted argument (§2.5), or `None`.
-fn quoted(a: &str) -> Option<String> {
+pub(crate) fn quoted(a: &str) -> Option<String> {
     let a = a.trim();
     let b = a.as_bytes();
     if b.len() >= 2 && (b[0] == b'\'' || b[0] == b'"') && b[b.len() - 1] == b[0] {
