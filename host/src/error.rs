@@ -97,29 +97,14 @@ pub enum Error {
         message: String,
     },
 
-    /// A lookup statement was rejected by the knowledge provider at load.
-    #[error("{file}:{line}:{column}: lookup `{sql}` fails on the knowledge base: {message}")]
-    Statement {
-        /// The rule file holding the lookup.
-        file: String,
-        /// Line of the lookup in `file` (1-based).
-        line: u32,
-        /// Column of the lookup in `file` (1-based).
-        column: u32,
-        /// The lookup as compiled from the rule, with `:name` parameters and
-        /// before any dialect rewrite.
-        sql: String,
-        /// The database's own error message.
-        message: String,
-        /// The name in the lookup that the error is about, when omlet can
-        /// tell (a column the table does not have): where a caret goes.
-        /// Boxed, so that `Error`, which every result carries, stays small.
-        name: Option<Box<String>>,
-    },
-
-    /// The knowledge base could not be loaded or reached.
-    #[error("knowledge: {0}")]
-    Knowledge(String),
+    /// The knowledge base failed: it could not be configured, opened,
+    /// loaded or reached, a lookup statement was rejected at load
+    /// ([`knowledge::Error::Statement`](omlet_knowledge::Error::Statement),
+    /// with the place in the rule file), or one of its own limits was reached
+    /// (a statement's bytes, an in-memory table's size). The knowledge
+    /// crate's error, kept whole: its text is this error's text.
+    #[error(transparent)]
+    Knowledge(#[from] omlet_knowledge::Error),
 
     /// Bad input data (`what` names the file and record).
     #[error("{what}: {message}")]
@@ -150,19 +135,10 @@ pub enum Limit {
     RuleBytes,
     /// An output is bigger than the Kafka producer's `message.max.bytes`.
     OutputBytes,
-    /// A lookup statement is longer than the host reads (64 KiB,
-    /// `knowledge::guard::MAX_STATEMENT_BYTES`), as the rule wrote it or as
-    /// written out for the database (MySQL's inline helpers copy their
-    /// arguments). The rule fails to load.
-    StatementBytes,
     /// A component given to load is bigger than
     /// `EngineConfig::max_component_bytes`; it is refused before wasmtime
     /// compiles it (and, from a file, before it is read).
     ComponentBytes,
-    /// A knowdb table to be held in memory is bigger than
-    /// `memory.max_table_mb` of the knowledge config, and its
-    /// `memory.over_limit` is `fail` (with `sql`, its lookups go to SQL).
-    TableMemory,
 }
 
 impl std::fmt::Display for Limit {
@@ -175,9 +151,7 @@ impl std::fmt::Display for Limit {
             Limit::LineBytes => "line bytes",
             Limit::RuleBytes => "rule bytes",
             Limit::OutputBytes => "output bytes",
-            Limit::StatementBytes => "lookup statement bytes",
             Limit::ComponentBytes => "component bytes",
-            Limit::TableMemory => "in-memory table size",
         })
     }
 }
@@ -206,7 +180,10 @@ impl Error {
             Error::Rejected { index, message } => Error::Rejected { index: *index, message: message.clone() },
             Error::Trap { code, message } => Error::Trap { code: *code, message: message.clone() },
             Error::Config(m) => Error::Config(m.clone()),
-            Error::Knowledge(m) => Error::Knowledge(m.clone()),
+            Error::Knowledge(k) => match duplicate_knowledge(k) {
+                Some(k) => Error::Knowledge(k),
+                None => Error::Internal(k.to_string()),
+            },
             Error::Internal(m) => Error::Internal(m.clone()),
             e => Error::Internal(e.to_string()),
         }
@@ -224,30 +201,25 @@ impl Error {
     }
 }
 
-/// A knowledge error as the library's own: each variant becomes the
-/// `Error` variant of the same name and text.
-impl From<omlet_knowledge::Error> for Error {
-    fn from(e: omlet_knowledge::Error) -> Error {
-        use omlet_knowledge::Error as K;
-        match e {
-            K::Io { path, source } => Error::Io { path, source },
-            K::Limit { limit, message } => match limit {
-                omlet_knowledge::Limit::StatementBytes => Error::Limit { limit: Limit::StatementBytes, message },
-                omlet_knowledge::Limit::TableMemory => Error::Limit { limit: Limit::TableMemory, message },
-                // `#[non_exhaustive]`: a limit added there and not yet here,
-                // told as text rather than as another limit.
-                other => Error::Knowledge(format!("limit reached ({other}): {message}")),
-            },
-            K::Statement { file, line, column, sql, message, name } => {
-                Error::Statement { file, line, column, sql, message, name }
-            }
-            K::Knowledge(m) => Error::Knowledge(m),
-            K::Input { what, message } => Error::Input { what, message },
-            K::Internal(m) => Error::Internal(m),
-            // `#[non_exhaustive]`: a variant added there, told here as text.
-            other => Error::Knowledge(other.to_string()),
-        }
-    }
+/// A copy of a knowledge error, where its variant can be copied (not one
+/// that holds an I/O error).
+fn duplicate_knowledge(e: &omlet_knowledge::Error) -> Option<omlet_knowledge::Error> {
+    use omlet_knowledge::Error as K;
+    Some(match e {
+        K::Limit { limit, message } => K::Limit { limit: *limit, message: message.clone() },
+        K::Statement { file, line, column, sql, message, name } => K::Statement {
+            file: file.clone(),
+            line: *line,
+            column: *column,
+            sql: sql.clone(),
+            message: message.clone(),
+            name: name.clone(),
+        },
+        K::Knowledge(m) => K::Knowledge(m.clone()),
+        K::Input { what, message } => K::Input { what: what.clone(), message: message.clone() },
+        K::Internal(m) => K::Internal(m.clone()),
+        _ => return None,
+    })
 }
 
 /// One compile error: where it is and what it says.

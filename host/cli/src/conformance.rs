@@ -491,10 +491,10 @@ pub fn tables_from_json(json: &str) -> Result<Vec<TableData>> {
         types: Vec<String>,
         rows: Vec<Vec<Json>>,
     }
-    let spec: Tables = serde_json::from_str(json).map_err(|e| Error::Knowledge(format!("knowledge: {e}")))?;
+    let spec: Tables = serde_json::from_str(json).map_err(|e| omlet::knowledge::Error::Knowledge(format!("knowledge: {e}")))?;
     let mut out = Vec::new();
     for (name, t) in spec.tables {
-        let t: Table = serde_json::from_value(t).map_err(|e| Error::Knowledge(format!("table {name}: {e}")))?;
+        let t: Table = serde_json::from_value(t).map_err(|e| omlet::knowledge::Error::Knowledge(format!("table {name}: {e}")))?;
         let rows = t
             .rows
             .iter()

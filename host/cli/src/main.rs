@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use clap::{Parser, Subcommand};
 use omlet::build::RuleSource;
+use omlet::knowledge::Error as KnowledgeError;
 use omlet::knowledge::sqlite::SqliteProvider;
 use omlet::stream::Format;
 use omlet::{Engine, Error, Knowledge};
@@ -167,7 +168,7 @@ async fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
-        Err(e @ Error::Statement { .. }) => {
+        Err(e @ Error::Knowledge(KnowledgeError::Statement { .. })) => {
             report(&[], &e);
             ExitCode::FAILURE
         }
@@ -192,7 +193,7 @@ struct Shown<'a> {
 /// miette: file:line:column, the source line and a marker under the span,
 /// and the hint.
 fn report(sources: &[RuleSource], err: &Error) {
-    if let Error::Statement { file, line, column, sql, message, name } = err {
+    if let Error::Knowledge(KnowledgeError::Statement { file, line, column, sql, message, name }) = err {
         // The same snippet as a compile error, from the rule file when it
         // can be read (a built component may come without its sources).
         let text =
@@ -708,7 +709,7 @@ async fn check(
             }
             Ok(ExitCode::SUCCESS)
         }
-        Err(e @ (Error::Compile { .. } | Error::Statement { .. })) => {
+        Err(e @ (Error::Compile { .. } | Error::Knowledge(KnowledgeError::Statement { .. }))) => {
             report(&sources, &e);
             Ok(ExitCode::FAILURE)
         }
@@ -760,7 +761,7 @@ fn json_diagnostics(e: &Error) -> Vec<serde_json::Value> {
                 })
             })
             .collect(),
-        Error::Statement { file, line, column, sql, message, .. } => vec![serde_json::json!({
+        Error::Knowledge(KnowledgeError::Statement { file, line, column, sql, message, .. }) => vec![serde_json::json!({
             "file": file, "line": line, "column": column, "span": null,
             "message": statement_message(sql, message), "hint": null,
         })],

@@ -1,6 +1,6 @@
-//! The error type of the knowledge crate. The `omlet` library turns each
-//! variant into its own `omlet::Error` of the same name and text (`From`), so
-//! a host sees one error type whichever crate failed.
+//! The error type of the knowledge crate. The `omlet` library carries it
+//! whole as `omlet::Error::Knowledge` (with the same text), so a host sees
+//! one error type whichever crate failed, and matches on this one inside it.
 
 use std::path::PathBuf;
 

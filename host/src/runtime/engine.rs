@@ -160,7 +160,7 @@ impl Engine {
     /// [`Error::Limit`] ([`Limit::RuleBytes`]) for one over the build limits
     /// or ([`Limit::ComponentBytes`]) for a `.wasm` file over
     /// [`EngineConfig::max_component_bytes`], [`Error::Load`] for a
-    /// component wasmtime refuses, and [`Error::Statement`] for a lookup the
+    /// component wasmtime refuses, and [`Error::Knowledge`] (a `Statement`) for a lookup the
     /// knowledge base refuses.
     pub async fn load_path(&self, path: impl AsRef<Path>, options: &LoadOptions) -> Result<Rule> {
         let path = path.as_ref();
