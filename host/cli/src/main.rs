@@ -294,7 +294,8 @@ fn parse_input_type(s: &str) -> Result<(String, String), String> {
     Ok((name.trim().to_string(), ty.to_string()))
 }
 
-/// What [`Error::Statement`] says after its position.
+/// What a refused lookup (`knowledge::Error::Statement`) says after its
+/// position.
 fn statement_message(sql: &str, message: &str) -> String {
     format!("lookup `{sql}` fails on the knowledge base: {message}")
 }
