@@ -38,31 +38,58 @@ use core::fmt::Write as _;
 use crate::syntax::{SyntaxElement, SyntaxKind as K, SyntaxNode, SyntaxToken, syntax};
 use crate::{Program, Source};
 
-/// Formats one rule source.
-///
-/// Errors: the input does not compile (the first compile error, as
-/// `line:column: message`), or (a formatter bug) the output would not
-/// compile to the same program.
-pub fn format_source(text: &str) -> Result<String, String> {
+/// Why [`format_source`] gave no output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FormatError {
+    /// The input does not compile: its first compile error. Only rules that
+    /// compile are formatted.
+    DoesNotCompile {
+        /// 1-based line of the error.
+        line: u32,
+        /// 1-based column (in characters) of the error.
+        column: u32,
+        /// What the compiler says.
+        message: String,
+    },
+    /// A formatter bug, caught before any output: the layout left part of
+    /// the syntax tree unread, or the formatted rule would not compile to
+    /// the same program. What went wrong, for the report.
+    Bug(String),
+}
+
+impl core::fmt::Display for FormatError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            FormatError::DoesNotCompile { line: 0, message, .. } => f.write_str(message),
+            FormatError::DoesNotCompile { line, column, message } => write!(f, "{line}:{column}: {message}"),
+            FormatError::Bug(what) => write!(f, "formatter bug: {what}; please report it"),
+        }
+    }
+}
+
+/// Formats one rule source: the input does not compile
+/// ([`FormatError::DoesNotCompile`]), or is returned in the canonical
+/// layout, which compiles to the same program (else
+/// [`FormatError::Bug`]).
+pub fn format_source(text: &str) -> Result<String, FormatError> {
     let before = compile(text)?;
     let out = Printer::new(text).print(&syntax(text))?;
-    let after =
-        compile(&out).map_err(|e| format!("formatter bug: the formatted rule does not compile ({e}); please report it"))?;
+    let after = compile(&out).map_err(|e| FormatError::Bug(format!("the formatted rule does not compile ({e})")))?;
     if fingerprint(&before) != fingerprint(&after) {
-        return Err("formatter bug: the formatted rule compiles to a different program; please report it".into());
+        return Err(FormatError::Bug("the formatted rule compiles to a different program".into()));
     }
     Ok(out)
 }
 
 // ----- the safety check -------------------------------------------------------
 
-fn compile(text: &str) -> Result<Program, String> {
+fn compile(text: &str) -> Result<Program, FormatError> {
     crate::compile(&[Source { file: "x.oml", text }], (0, 0)).map_err(|errs| {
-        errs.iter()
-            .flat_map(|fe| fe.diagnostics.first())
-            .next()
-            .map(|d| format!("{}:{}: {}", d.line, d.column, d.message))
-            .unwrap_or_else(|| "the rule does not compile".into())
+        match errs.iter().flat_map(|fe| fe.diagnostics.first()).next() {
+            Some(d) => FormatError::DoesNotCompile { line: d.line, column: d.column, message: d.message.clone() },
+            None => FormatError::DoesNotCompile { line: 0, column: 0, message: "the rule does not compile".into() },
+        }
     })
 }
 
@@ -256,9 +283,9 @@ impl<'s> Printer<'s> {
         Printer { src, out: Out::new(), prev: String::new(), prev_ctx: K::Root, tail: None }
     }
 
-    fn print(mut self, root: &SyntaxNode) -> Result<String, String> {
+    fn print(mut self, root: &SyntaxNode) -> Result<String, FormatError> {
         if let Some(e) = root.descendants().into_iter().find(|n| n.kind == K::Error) {
-            return Err(format!("formatter bug: the tree has an unread part at byte {}; please report it", e.span.start));
+            return Err(FormatError::Bug(format!("the tree has an unread part at byte {}", e.span.start)));
         }
         self.node(root);
         let mut text = self.out.finish();
@@ -625,7 +652,8 @@ mod tests {
     #[test]
     fn compile_errors_are_reported_with_position() {
         let e = format_source("name : t\n---\nx : int = read(a) ;\n").unwrap_err();
-        assert!(e.starts_with("3:5: "), "{e}");
+        assert!(matches!(e, FormatError::DoesNotCompile { line: 3, column: 5, .. }), "{e:?}");
+        assert!(e.to_string().starts_with("3:5: "), "{e}");
         assert!(format_source("name : t\nx = 1").is_err());
     }
 

@@ -263,9 +263,12 @@ fn show(text: &str, d: &Shown<'_>) {
 
 /// A formatter error for `file`: `file:line:column: message` for compile
 /// errors (which start with `line:column`), `file: message` otherwise.
-fn fmt_error(file: &str, e: &str) -> String {
-    let sep = if e.starts_with(|c: char| c.is_ascii_digit()) { ":" } else { ": " };
-    format!("{file}{sep}{e}")
+fn fmt_error(file: &str, e: &omlet_lang::fmt::FormatError) -> String {
+    use omlet_lang::fmt::FormatError;
+    match e {
+        FormatError::DoesNotCompile { line: 1.., .. } => format!("{file}:{e}"),
+        e => format!("{file}: {e}"),
+    }
 }
 
 /// What formatting would change in `file`, as a unified diff (two lines of
