@@ -27,7 +27,7 @@ fi
 # guest pays wasmtime's epoch check (the call deadline) on entry. 1000 made
 # the nginx rule ~8% faster batched (3.8 -> 3.5 us a record) for a module 30%
 # larger and ~80 ms more to compile at load; 500 gained half, 1500 nothing
-# more, and 3000 was slower again (docs/decisions.md). Set here, not taken
+# more, and 3000 was slower again (docs/decisions/0023-guest-build.md). Set here, not taken
 # from the caller's environment, so that the committed guest does not depend
 # on it.
 # wasm's 128-bit SIMD (simd128, a standard part of wasm that wasmtime runs
@@ -62,7 +62,7 @@ fi
 # leaves it locals, copies and branches to fold, and Cranelift compiles what
 # it is given. On the nginx rule, 4 % fewer instructions run in the guest
 # (valgrind, 32,000 records; -O3 alone gave 2.6 %, more inlining than this
-# gave less), for a module of the same size (docs/decisions.md). Debian's
+# gave less), for a module of the same size (docs/decisions/0023-guest-build.md). Debian's
 # package `binaryen` has it; it is installed when missing. Its data packing
 # ends the segment of the IR slot before the slot's zeroed fields, which
 # `omlet build` puts back (host/src/build.rs, `splice_ir`).

@@ -1,4 +1,4 @@
-//! Lookups against large tables with distinct keys (issue 31): what one
+//! Lookups against large tables with distinct keys: what one
 //! lookup costs on each path when caches cannot help, against the floor of
 //! hand-written Rust.
 //!

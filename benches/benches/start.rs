@@ -1,4 +1,4 @@
-//! How long a rule takes to load (issue 33, item 5): `Engine::load_component`
+//! How long a rule takes to load: `Engine::load_component`
 //! of the nginx rule's component, compiled by Cranelift (`start/compiled`,
 //! the code cache off) and read back from the code cache
 //! (`start/cached`); and `Engine::load_sources` of its source, read back from

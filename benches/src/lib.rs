@@ -1,5 +1,5 @@
 //! Shared set-up for the benches: data sizes, generated records and
-//! knowledge, and the rules of the matrix (issue 5).
+//! knowledge, and the rules of the matrix.
 //!
 //! Sizes come from the environment, with the defaults of the reference
 //! measurements: `OMLET_BENCH_ROWS` (10000), `OMLET_BENCH_HOT` (128),

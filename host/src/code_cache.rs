@@ -148,8 +148,8 @@ impl CodeCache {
     /// code that splices one into the other (`crate::build`), so its entry
     /// can be found from those alone. A start that finds it skips building
     /// the component (splicing the program into a copy of the guest and
-    /// encoding it with `wit-component`) and hashing its 1 MiB: about 5 ms
-    /// of a 17 ms `omlet run` start (docs/decisions.md).
+    /// encoding it with `wit-component`) and hashing its 1 MiB, a third of
+    /// an `omlet run` start (docs/decisions/0029-code-cache.md).
     pub fn rule(
         &self,
         engine: &Engine,

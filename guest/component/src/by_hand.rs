@@ -13,8 +13,8 @@
 //!     OMLET_GUEST=/tmp/byhand.wasm cargo run --release -p omlet-benches --example profile_nginx wasm 51200 5
 //!
 //! It answers the example's rule only: whatever rule is loaded, every
-//! record is evaluated as nginx.oml would. docs/decisions.md ("The
-//! evaluator's walk, measured against the rule by hand") has the figures.
+//! record is evaluated as nginx.oml would. docs/decisions/0027-evaluator.md
+//! says what the comparison is for.
 use alloc::borrow::Cow;
 use alloc::vec::Vec;
 use omlet_lang::eval::{Cell, Host};

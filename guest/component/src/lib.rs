@@ -96,7 +96,7 @@ const CACHE_REST: u32 = 4 * CACHE_CAPACITY as u32;
 /// starting over frees them all. With keys that repeat (hot sets) that buys
 /// hits; with distinct keys (one client address per record, against a
 /// table held in the host's memory) it buys nothing, and was a measurable
-/// share of such a run (issue 31). So a fill that brought fewer than
+/// share of such a run. So a fill that brought fewer than
 /// [`CACHE_USEFUL_HITS`] hits is followed by [`CACHE_REST`] answers that are
 /// not kept; then the cache tries again, so a hot set that comes back is
 /// cached again within one rest.

@@ -2,12 +2,11 @@
 //!
 //! Why: a record's evaluation allocates a handful of small blocks (an
 //! object's members, a `fmt` text, the cells of a cached lookup row: about
-//! 5.4 a nginx record) and frees them when its output is written. In wasm
-//! each pair cost about 290 instructions through dlmalloc (its `malloc`
-//! about 90, `free` about 107, the `GlobalAlloc` shims the rest): some 1,550
-//! of the 25,400 guest instructions a nginx record (valgrind). A block
-//! popped from, or pushed onto, a list of free blocks of its size costs a
-//! dozen.
+//! five a nginx record) and frees them when its output is written. In wasm
+//! each pair costs a few hundred instructions through dlmalloc's `malloc`
+//! and `free` and the `GlobalAlloc` shims: about 6 % of the guest's work on
+//! a nginx record. A block popped from, or pushed onto, a list of free
+//! blocks of its size costs a dozen.
 //!
 //! What it replaces: dlmalloc's own free lists, for blocks of at most
 //! [`SMALL`] bytes aligned to at most [`ALIGN`]. Every kept block is one

@@ -161,7 +161,7 @@ pub enum CondAtom {
 #[derive(Debug, Clone)]
 pub struct Sql {
     pub columns: Vec<String>,
-    /// `order by` columns (issue 31).
+    /// `order by` columns.
     pub order: Vec<OrderBy>,
     /// `limit N`.
     pub limit: Option<u64>,

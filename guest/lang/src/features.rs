@@ -1,4 +1,4 @@
-//! Which version of OML a rule needs (issue 32, item 8): the forms that the
+//! Which version of OML a rule needs: the forms that the
 //! OML 1.25 addendum added since v1.17.4, each with the release that brought
 //! it, and the forms that only omlet has. `omlet check` reports them, so
 //! that an author knows before deploying whether a rule still runs on an

@@ -3,11 +3,10 @@
 //! Why: a host that only writes its outputs out (`omlet run`, the Kafka
 //! worker) used to get each record as frame nodes, which the guest wrote and
 //! the host read back only to render the same JSON line
-//! (`Record::to_json`). Measured on the nginx example (valgrind, per record),
-//! writing the frame cost the guest about 3,600 instructions and the host's
-//! decode and render about 4,500: more than a fifth of a record's cost spent
-//! moving it across the boundary. Written here, the line crosses as one
-//! string.
+//! (`Record::to_json`). On the nginx example, writing the frame in the guest
+//! and decoding and rendering it in the host took more than a fifth of a
+//! record's cost, only to move it across the boundary. Written here, the
+//! line crosses as one string.
 //!
 //! What it replaces: on that path only, [`crate::frame::Writer::record_hiding`]
 //! and the host's frame-to-JSON renderer. Every other caller (the library's
@@ -35,8 +34,8 @@ use crate::value::{Field, Value, word};
 /// (zeroed once, not pushed onto), at an index kept in a register, one
 /// bounds check a write. In wasm
 /// a `Vec`'s length and capacity live in linear memory, and a push reads and
-/// writes them back each time: through `Vec` pushes the line cost about twice
-/// as much (valgrind, nginx). A line the cursor cannot finish (no room left:
+/// writes them back each time: through `Vec` pushes the line costs about
+/// twice as much. A line the cursor cannot finish (no room left:
 /// the buffer then grows and the line starts over; a text that needs an
 /// escape; a value nested deep) is written by [`Slow`], the plain writer,
 /// and copied in.

@@ -1,4 +1,4 @@
-//! Warnings that catch silent loss (issue 33, item 2): rules that compile
+//! Warnings that catch silent loss: rules that compile
 //! and run, and still lose a field without a word.
 //!
 //! - a `read` of a field that an earlier statement `take`s into another

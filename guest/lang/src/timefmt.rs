@@ -1,5 +1,5 @@
 //! `Time::parse(format[, zone])`: text to a time value, beyond the reference
-//! (docs/language.md §7.3, docs/decisions.md "Text to time").
+//! (docs/language.md §7.3, docs/decisions/0043-text-functions-time-parse-and-fail.md).
 //!
 //! A format is read once, at compile time, into [`TimeFormat`]; an unknown
 //! directive is a compile error. Parsing is a single pass over the text with

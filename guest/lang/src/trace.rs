@@ -1,4 +1,4 @@
-//! Evaluation traces: why a field is there, or why it is absent (issue 33).
+//! Evaluation traces: why a field is there, or why it is absent.
 //!
 //! Why: OML fails quietly by design. A missing field, a conversion that
 //! gives nothing, a lookup that misses or errs, or a match that no arm

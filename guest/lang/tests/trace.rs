@@ -1,4 +1,4 @@
-//! Traces (issue 33): what `explain` says of each kind of statement, pinned
+//! Traces: what `explain` says of each kind of statement, pinned
 //! as text. The wasm side of the same is in the host's tests.
 
 mod common;

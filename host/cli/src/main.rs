@@ -625,7 +625,7 @@ async fn check(
 ) -> omlet::Result<ExitCode> {
     let sources = sources(rules)?;
     let (mut notes, mut warnings) = (Vec::new(), Vec::new());
-    // Silent loss the syntax tree shows (issue 33): a read after a take, an
+    // Silent loss the syntax tree shows: a read after a take, an
     // arm never taken, a field no sample record has.
     let sample = match sample {
         Some(p) => Some(sample_fields(p)?),
@@ -721,7 +721,7 @@ async fn check(
     }
 }
 
-/// What version of OML a file's rule needs (issue 32, item 8), when it uses
+/// What version of OML a file's rule needs, when it uses
 /// forms newer than v1.17.4: `f.oml: needs OML 1.25.4 or later (array { } at
 /// 3:5, …); omlet only: lower at 5:1`.
 fn language_line(file: &str, features: &[omlet_lang::features::Feature]) -> Option<String> {

@@ -170,8 +170,8 @@ mod helpers {
     /// Steps through `sql` on the raw connection `db`, appending its rows
     /// to `data` with their storage classes, as sqlx would read them but
     /// without its per-row decoding and channel: reading a 1 M-row table
-    /// into memory took 3 s through sqlx (issue 31's target is 3 s for the
-    /// whole load). It runs on the calling task, at bind, once per table.
+    /// into memory took 3 s through sqlx (the whole load is meant to take
+    /// less). It runs on the calling task, at bind, once per table.
     pub fn scan(
         db: *mut ffi::sqlite3,
         sql: &str,

@@ -127,8 +127,8 @@ pub struct EngineConfig {
     /// ([`Rule::evaluate_blocking`](crate::Rule::evaluate_blocking)) are never coalesced: a thread that waits
     /// for another's batch parks in the kernel. Many tasks making one-record
     /// calls gain the most, two per thread about nothing, one task nothing
-    /// (BENCHMARKS.md shows both ways; docs/decisions.md, "One record per
-    /// call", says why); turn it off to rule it out.
+    /// (BENCHMARKS.md shows both ways; docs/decisions/0016-coalescing.md
+    /// says why); turn it off to rule it out.
     ///
     /// A task never joins a gathering it opened itself, and a caller whose
     /// gathering's opener is kept but not polled (an `evaluate` future polled

@@ -1,6 +1,6 @@
 //! A rule replaced while records flow: `omlet run --watch` and the Kafka
 //! worker load a changed rule set and swap it in between batches
-//! (issue 33, item 6).
+//!.
 //!
 //! Why: a worker of a consumer group runs for weeks; stopping it to load a
 //! corrected rule set costs a rebalance of the group and a gap in the

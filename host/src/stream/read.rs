@@ -39,7 +39,8 @@ pub struct ReadLimits {
     pub max_line_bytes: usize,
     /// Most lines one CSV record may span inside a quoted field (default 64).
     /// A record whose quote is still open past that is one error, and reading
-    /// starts again at the line after its first (docs/decisions.md).
+    /// starts again at the line after its first
+    /// (docs/decisions/0006-reading-input.md).
     pub csv_max_record_lines: usize,
     /// Not a bound: what an empty CSV cell becomes (default
     /// [`EmptyCell::Absent`], so that a rule's default body applies to it).

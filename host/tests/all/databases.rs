@@ -510,7 +510,7 @@ async fn snapshots_follow_changes(url: &str, notify: bool) {
     eprintln!("{kind}: the change reached lookups in {took:?}");
 }
 
-/// `order by … limit` (issue 31): the upstream form of an IP-range lookup
+/// `order by … limit`: the upstream form of an IP-range lookup
 /// over overlapping ranges picks the narrowest, and lookups of a repeated
 /// key get the first row in the statement's order, alone or batched.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -571,7 +571,7 @@ insert into r values {};",
     }
 }
 
-/// IPv6 ranges and networks (issue 32): a table keyed by `ip_key` text,
+/// IPv6 ranges and networks: a table keyed by `ip_key` text,
 /// looked up with helpers of values (computed by the guest) on every
 /// database; helpers of columns where the database has them, and a clear
 /// refusal at load where it does not.
@@ -677,7 +677,7 @@ async fn load_err(k: Arc<Knowledge>, rule: &str) -> String {
 
 /// Catalogue tables, functions outside the allow-list and tables outside
 /// `tables` fail the load with the rule's position, on a real server.
-/// Catalogue tables are refused even when `tables` lists them (issue 30).
+/// Catalogue tables are refused even when `tables` lists them.
 async fn rules_reach_only_their_tables(url: &str, catalogue: &[&str], file_fn: &str) {
     let k = KnowledgeConfig::for_url(url).open().await.unwrap();
     perf_table(&k, 3).await;
@@ -690,7 +690,7 @@ async fn rules_reach_only_their_tables(url: &str, catalogue: &[&str], file_fn: &
         let m = load_err(c.open().await.unwrap(), &rule).await;
         assert!(m.contains("catalog") && m.contains("even when `tables` lists it"), "{m}");
     }
-    // The session's user is no column (issue 30: it was a user-name oracle).
+    // The session's user is no column (it was a user-name oracle).
     let m = load_err(k.clone(), "name : t\n---\nv = select value from perf where current_user = read(u) ;\n").await;
     assert!(m.contains("`current_user` is not a column name"), "{m}");
     let m =
@@ -762,7 +762,7 @@ async fn backslash_is_a_character(k: &Knowledge, union: &str) {
 
 /// PostgreSQL reads `\` in a literal as an escape when
 /// `standard_conforming_strings` is off, which a server, database or role
-/// may set (issue 30): `'\'` then never ends where the guard saw it end, and
+/// may set: `'\'` then never ends where the guard saw it end, and
 /// the rest of the statement can be a UNION. Every connection sets it on
 /// (and `backslash_quote` off) whatever the role says.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -806,7 +806,7 @@ async fn a_backslash_in_a_literal_is_a_character_on_sqlite() {
 }
 
 /// A statement nesting 50,000 parentheses overflowed the guard's stack at
-/// load and aborted the process (issue 30): now the load fails.
+/// load and aborted the process: now the load fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deeply_nested_lookups_fail_the_load_not_the_process() {
     let k = KnowledgeConfig::for_url("sqlite::memory:").open().await.unwrap();
@@ -822,7 +822,7 @@ async fn deeply_nested_lookups_fail_the_load_not_the_process() {
 
 /// On MySQL and MariaDB each helper call is written out inline and copies
 /// its argument up to fifteen times: `ip4_int` nested nine deep took 763 MB
-/// at load (issue 30). The rewrite stops at 64 KiB with a typed error.
+/// at load. The rewrite stops at 64 KiB with a typed error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nested_helpers_stop_at_the_size_bound_on_mariadb() {
     let m = MariaDb::start();
@@ -845,7 +845,7 @@ async fn nested_helpers_stop_at_the_size_bound_on_mariadb() {
 
 /// The guard reads function names in any case; the rewrite now does too, so
 /// `IP4_INT(…)` is omlet's helper, never a function of that name that the
-/// database's users created (issue 30).
+/// database's users created.
 async fn upper_case_helpers_are_omlets_own(url: &str, impostor: &str) {
     let k = KnowledgeConfig::for_url(url).open().await.unwrap();
     k.provider()

@@ -17,8 +17,8 @@
 //! accessors, literals), [`pipe`], [`object`] (`object`, `array`, `fmt`),
 //! [`matching`] and [`sql`]. This file holds the cursor: every step goes
 //! through `bump`, `eat`, `eat_word`, `eat_str` or `expect`, never through
-//! arithmetic on the position (docs/decisions.md says why the cursor reads
-//! characters rather than a token stream).
+//! arithmetic on the position (docs/decisions/0045-parser-split-by-construct.md
+//! says why the cursor reads characters rather than a token stream).
 //!
 //! Nesting is bounded ([`Limits::max_depth`]): every recursive path of the
 //! parser (expressions in objects, match arms and default bodies; SQL

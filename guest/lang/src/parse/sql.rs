@@ -21,7 +21,7 @@ impl<'s> Parser<'s> {
     }
 
     /// `[order by col [asc|desc] {, col [asc|desc]}] [limit N]` after the
-    /// condition (issue 31): which row is the first when several match.
+    /// condition: which row is the first when several match.
     fn order_limit(&mut self) -> PResult<(Vec<OrderBy>, Option<u64>)> {
         let mut order = Vec::new();
         self.ws();

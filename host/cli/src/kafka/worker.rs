@@ -492,7 +492,7 @@ mod tests {
         }
     }
 
-    // The race of workers stopped one after another (session 24): the group
+    // The race of workers stopped one after another: the group
     // refuses the last commit while it rebalances, then takes it.
     #[tokio::test]
     async fn a_last_commit_refused_mid_rebalance_is_made_again_until_taken() {

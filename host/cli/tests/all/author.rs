@@ -1,4 +1,4 @@
-//! The rule author's experience (issue 17): no silent loss, errors that
+//! The rule author's experience: no silent loss, errors that
 //! point at the fix, and a command line that behaves like jq's and opa's.
 
 use crate::cli::{omlet, omlet_with_input, text};
@@ -112,7 +112,7 @@ fn check_names_a_misspelled_sql_helper() {
 }
 
 /// `omlet check` names the release of OML a rule needs, and the forms only
-/// omlet has (issue 32, item 8); a v1.17 rule gets no such line.
+/// omlet has; a v1.17 rule gets no such line.
 #[test]
 fn check_names_the_language_version_a_rule_needs() {
     let dir = tempfile::tempdir().unwrap();

@@ -1,4 +1,4 @@
-//! `omlet run` as workers of a Kafka consumer group (issue 15), on a real
+//! `omlet run` as workers of a Kafka consumer group, on a real
 //! broker (KRaft, Maven Central's jars) and a real PostgreSQL, both started
 //! here on loopback and stopped afterwards. One broker serves the four
 //! scenarios, which run one after the other in one test (each on its own
