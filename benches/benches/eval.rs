@@ -71,7 +71,7 @@ fn native(program: &Program, host: &mut dyn Host, records: &[Record], iters: u64
     let t = Instant::now();
     for i in 0..iters as usize {
         let rec = records[i % records.len()].clone();
-        std::hint::black_box(omlet_lang::evaluate(program, 0, rec.into_fields(), host).unwrap());
+        std::hint::black_box(omlet_lang::evaluate(program, 0, rec.into(), host).unwrap());
     }
     t.elapsed()
 }
@@ -325,7 +325,7 @@ fn benches(c: &mut Criterion) {
     // a fiber; `echo` passes one pure-bench record's frame in and back out.
     let frame = {
         let mut w = omlet_lang::frame::Writer::with_capacity(1, 1);
-        w.record(records[0].fields());
+        w.record(&Vec::from(records[0].clone()));
         w.finish()
     };
     let mut floor_sync = rt.block_on(floor::Floor::new(&engine, false)).unwrap();

@@ -26,7 +26,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 ///   cost with next to no evaluation, roughly the ceiling for records of
 ///   this size (into a sink; the CLI also writes a file).
 ///
-/// And the same runs against large tables (issue 31), each over a knowdb of
+/// And the same runs against large tables, each over a knowdb of
 /// `OMLET_BENCH_LARGE_ROWS` rows (1 M; 100 K in quick mode) held in memory,
 /// with `K` distinct client addresses among the records (128, 4,096, 65,536,
 /// and one per record):
@@ -210,7 +210,8 @@ fn timed_run(
             Ok(())
         };
         let inputs = omlet::stream::read(reader, Format::Jsonl);
-        omlet::stream::run_json(rule, inputs, RouteBy::Only, BATCH, concurrency, sink).await.unwrap();
+        let options = omlet::stream::RunOptions { route: RouteBy::Only, batch: BATCH, concurrency };
+        omlet::stream::run_json(rule, inputs, &options, sink).await.unwrap();
         out.flush().unwrap();
         (records, written, failed, started.elapsed().as_secs_f64())
     });

@@ -64,7 +64,7 @@ fn main() {
         for _ in 0..runs {
             let t = Instant::now();
             for i in 0..n {
-                let fields = records[i % records.len()].clone().into_fields();
+                let fields = Vec::from(records[i % records.len()].clone());
                 std::hint::black_box(omlet_lang::evaluate(&program, 0, fields, &mut host).unwrap());
             }
             passes.push(t.elapsed().as_secs_f64() * 1e6 / n as f64);

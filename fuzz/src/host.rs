@@ -1,10 +1,8 @@
 //! Fuzz bodies for the host crate `omlet`: its frame decoder, JSONL/CSV
 //! input, JSON records, and the knowdb loader.
 //!
-//! `frame_host` uses the host's frame decoder, which is private
-//! (`mod wire`): the crate that includes this file compiles
-//! `host/src/wire.rs` in as `crate::wire`, with the `crate::record::Record`
-//! and `crate::{Error, Result}` it names (see `fuzz/src/lib.rs`).
+//! `frame_host` uses the host's frame decoders through `omlet::fuzzing`
+//! (the `fuzzing` feature).
 
 use std::io::{BufRead, BufReader, Cursor};
 use std::path::PathBuf;
@@ -21,7 +19,7 @@ use omlet::stream::{EmptyCell, Format, ReadLimits, read_with};
 /// reader does, and give one outcome per input.
 pub fn frame_host(data: &[u8]) {
     let Some((&head, frame)) = data.split_first() else { return };
-    let host = crate::wire::decode_record(frame);
+    let host = omlet::fuzzing::decode_record(frame);
     let guest = omlet_lang::frame::Reader::new(frame).and_then(|mut r| {
         if r.records() != 1 {
             return Err("not one record");
@@ -34,13 +32,13 @@ pub fn frame_host(data: &[u8]) {
     let n = (head & 0x0f) as usize;
     let failed = (0..4usize).filter(|i| head & (0x10 << i) != 0);
     let errors = || failed.clone().map(|i| (i, omlet::Error::Internal(format!("input {i} failed"))));
-    let records = crate::wire::decode_batch::<crate::record::Record>(n, frame, errors());
+    let records = omlet::fuzzing::decode_batch_records(n, frame, errors());
     if let Ok(results) = &records {
         assert_eq!(results.len(), n, "a batch must give one outcome per input");
     }
     // The JSON lines of `stream::run_json` come from the same nodes: the same
     // outcomes, each line the record's own JSON.
-    let lines = crate::wire::decode_batch::<String>(n, frame, errors());
+    let lines = omlet::fuzzing::decode_batch_lines(n, frame, errors());
     match (records, lines) {
         (Ok(records), Ok(lines)) => {
             for (record, line) in records.iter().zip(&lines) {
@@ -59,7 +57,7 @@ pub fn frame_host(data: &[u8]) {
 fn consume(input: &[u8], format: Format, limits: &ReadLimits, buffer: usize) {
     let reader: Box<dyn BufRead + Send> = Box::new(BufReader::with_capacity(buffer, Cursor::new(input.to_vec())));
     let (mut number, mut line) = (0u64, 0u64);
-    let mut items = read_with(reader, format, limits);
+    let mut items = read_with(reader, format, limits).into_iter();
     while let Some(item) = items.next() {
         // Reading bytes in memory fails only on a CSV header that cannot
         // be read: one error for the whole input, before any record, and

@@ -11,19 +11,3 @@ pub mod replay;
 
 #[cfg(feature = "host")]
 pub mod host;
-
-// `host::frame_host` uses the host's private frame decoder, compiled in
-// from its source file; it needs these names at the crate root.
-#[cfg(feature = "host")]
-#[allow(unused_imports)]
-use omlet::{Error, Result};
-
-#[cfg(feature = "host")]
-mod record {
-    pub use omlet::record::{Record, scan};
-}
-
-#[cfg(feature = "host")]
-#[path = "../../host/src/wire.rs"]
-#[allow(dead_code, clippy::all)]
-mod wire;

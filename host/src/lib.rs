@@ -58,13 +58,14 @@ pub mod clock;
 mod coalesce;
 pub mod code_cache;
 mod error;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 pub mod guest;
 /// Knowledge bases: the `omlet-knowledge` crate (see its own page).
 pub use omlet_knowledge as knowledge;
 pub mod record;
 mod runtime;
 pub mod stream;
-mod wire;
 
 pub use build::{BuildLimits, RuleSource};
 pub use error::{Diagnostic, Error, Limit, Result};

@@ -369,14 +369,14 @@ async fn run_case_inner(
                 options = options.intranet_nets(n.clone());
             }
             let rule = engine.load_component(&component, &options).await.map_err(|e| e.to_string())?;
-            let record = Record::from_fields(input);
+            let record = Record::from(input);
             match trace {
                 Some(t) => {
                     let e = rule.explain_on(route, &record).await.map_err(|e| e.to_string())?;
                     *t = e.trace.to_text();
-                    e.output.map(|r| r.into_fields()).map_err(|e| e.to_string())
+                    e.output.map(Vec::from).map_err(|e| e.to_string())
                 }
-                None => rule.evaluate_on(route, &record).await.map(|r| r.into_fields()).map_err(|e| e.to_string()),
+                None => rule.evaluate_on(route, &record).await.map(Vec::from).map_err(|e| e.to_string()),
             }
         }
         Mode::Native => {
@@ -577,7 +577,7 @@ impl TestDb {
 }
 
 fn input_record(json: &str, types: &std::collections::BTreeMap<String, String>) -> std::result::Result<Fields, String> {
-    let mut rec = record::from_json_str(json).map_err(|e| format!("input: {e}"))?.into_fields();
+    let mut rec = Vec::from(record::from_json_str(json).map_err(|e| format!("input: {e}"))?);
     retype(&mut rec, types).map_err(|e| format!("input {e}"))?;
     Ok(rec)
 }
@@ -591,12 +591,12 @@ pub fn retype(
     fields: &mut Vec<Field<'static>>,
     types: &std::collections::BTreeMap<String, String>,
 ) -> std::result::Result<(), String> {
-    let mut r = Record::from_fields(std::mem::take(fields));
+    let mut r = Record::from(std::mem::take(fields));
     let done = r.retype(types).map_err(|e| match e {
         Error::Input { what, message } => format!("{what}: {message}"),
         e => e.to_string(),
     });
-    *fields = r.into_fields();
+    *fields = Vec::from(r);
     done
 }
 

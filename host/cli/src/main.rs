@@ -607,7 +607,7 @@ fn sample_fields(path: &Path) -> omlet::Result<std::collections::BTreeSet<String
     let f = std::fs::File::open(path).map_err(|e| Error::Io { path: path.into(), source: e })?;
     let reader: Box<dyn BufRead + Send> = Box::new(std::io::BufReader::new(f));
     let mut names = std::collections::BTreeSet::new();
-    for item in omlet::stream::read(reader, Format::of_path(&path.display().to_string())).take(10_000) {
+    for item in omlet::stream::read(reader, Format::of_path(&path.display().to_string())).into_iter().take(10_000) {
         if let Ok(r) = item?.record {
             names.extend(r.names().map(str::to_string));
         }

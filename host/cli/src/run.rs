@@ -232,7 +232,7 @@ impl RunArgs {
             stats: self.stats,
             stats_file: self.stats_file,
             batch: self.batch.max(1),
-            concurrency: self.concurrency.map_or_else(default_concurrency, usize::from),
+            concurrency: self.concurrency.map_or_else(omlet::stream::default_concurrency, usize::from),
             quiet: self.quiet,
             no_knowledge: self.no_knowledge,
             explain,
@@ -271,6 +271,13 @@ pub(crate) struct RunOptions {
     pub(crate) explain: Option<Explain>,
     /// `--watch`: load the rule again when its files change.
     pub(crate) watch: bool,
+}
+
+impl RunOptions {
+    /// How the library's run goes.
+    fn stream_options(&self) -> omlet::stream::RunOptions {
+        omlet::stream::RunOptions { route: self.route.clone(), batch: self.batch, concurrency: self.concurrency }
+    }
 }
 
 /// Which records `omlet run --explain` explains, and how it prints them.
@@ -481,14 +488,6 @@ async fn explain_records(rule: &omlet::Rule, o: &RunOptions, x: &Explain) -> oml
     Ok(ExitCode::SUCCESS)
 }
 
-/// `--concurrency` when not given: one call per core, and one more. The
-/// caller's task writes each call's outputs in order; with one call per core,
-/// a core would wait while it does (on 2 cores, 2 calls gave 176-186 K
-/// records/s and 3 calls 211-215 K, docs/decisions.md). An unknown core
-/// count counts as one core.
-fn default_concurrency() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get()).saturating_add(1).min(256)
-}
 
 /// `omlet run`: the rule loaded (and refused early when it cannot do its
 /// job), then the records explained, or run from Kafka, or from the input.
@@ -710,7 +709,7 @@ async fn run_input(
         })?),
         None => None,
     };
-    let result = omlet::stream::run_json(live, inputs, o.route.clone(), o.batch, o.concurrency, sink).await;
+    let result = omlet::stream::run_json(live, inputs, &o.stream_options(), sink).await;
     progress.finish_and_clear();
     // Every line must have been written before the summary says so: a
     // failed flush fails the run, naming the records whose lines may be

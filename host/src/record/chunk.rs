@@ -1,5 +1,5 @@
-//! Records read into one frame per chunk, on the thread that reads a run's
-//! input.
+//! Records read into one frame per chunk: [`ChunkWriter`], owned by the
+//! reader of a run's input.
 //!
 //! Why: a JSONL record read on its own goes into a one-record frame of its
 //! own, and a batch of them is joined into the frame of a guest call (every
@@ -10,26 +10,23 @@
 //! allocation per record and no join.
 //!
 //! What it replaces: per record, one allocation of its own frame and the
-//! copy and span pass of the join (the reading thread's `take_frame` and the
-//! worker's join of those frames).
+//! copy and span pass of the join.
 //!
 //! What it costs: a record keeps its whole chunk's frame alive (a chunk is at
 //! most `stream::MAX_BATCH_BYTES` of input), and a record taken apart into
 //! fields, or sent in a batch that is not its whole chunk (records routed by
 //! field), is first cut out of the chunk ([`Frame::part`]).
 //!
-//! How: [`reading`] turns the mode on for the thread; [`from_json_line`]
-//! then writes each record into the chunk being filled and gives it the
-//! chunk's [`Cell`], which [`seal`] fills when the chunk is handed over. A
-//! record looked at before that (an input iterator that retypes its
-//! records, say) seals its chunk there and then ([`Cell::get`]), from any
-//! thread, and a chunk still open when its reading thread ends is sealed
-//! then: every record can always be read. The chunk being filled is behind
-//! a mutex for that; only its reading thread takes it in the normal course.
-//!
-//! [`from_json_line`]: super::from_json_line
+//! How: the JSONL reader of a run holds a [`ChunkWriter`] (the run turns it
+//! on, `stream::Inputs`); [`ChunkWriter::read_line`] writes each record into
+//! the chunk being filled and gives it the chunk's [`Cell`], which
+//! [`ChunkWriter::seal`] fills when the run hands the chunk over. A record
+//! looked at before that (an input map that retypes its records, say) seals
+//! its chunk there and then ([`Cell::get`]), from any thread, and a chunk
+//! still open when its writer is dropped is sealed then: every record can
+//! always be read. The chunk being filled is behind a mutex for that; only
+//! its writer takes it in the normal course.
 
-use std::cell::RefCell;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 
 use omlet_lang::frame::{Part, Writer};
@@ -38,7 +35,7 @@ use super::{Bytes, Record};
 
 /// The frame a chunk's records are read from: filled when the chunk is
 /// sealed.
-pub struct Cell {
+pub(crate) struct Cell {
     frame: OnceLock<Frame>,
     /// The chunk being filled, to seal it from here when a record is read
     /// before it was.
@@ -49,7 +46,7 @@ impl Cell {
     /// The chunk's frame, sealing the chunk first if it is still being
     /// filled. `None` only for a chunk whose filling is gone without it
     /// being sealed, which [`Filling`]'s `drop` rules out.
-    pub fn get(&self) -> Option<&Frame> {
+    pub(crate) fn get(&self) -> Option<&Frame> {
         if let Some(frame) = self.frame.get() {
             return Some(frame);
         }
@@ -64,7 +61,7 @@ impl Cell {
 }
 
 /// A chunk's frame, once the chunk is sealed.
-pub struct Frame {
+pub(crate) struct Frame {
     bytes: Vec<u8>,
     /// Where the nodes and the text start in `bytes`.
     nodes_at: usize,
@@ -75,22 +72,17 @@ pub struct Frame {
 
 impl Frame {
     /// The frame's bytes, as the guest reads them.
-    pub fn bytes(&self) -> &[u8] {
+    pub(crate) fn bytes(&self) -> &[u8] {
         &self.bytes
     }
 
     /// How many records it holds.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.ranges.len()
     }
 
-    /// Whether it holds none.
-    pub fn is_empty(&self) -> bool {
-        self.ranges.is_empty()
-    }
-
     /// Record `i`, cut out of the frame.
-    pub fn part(&self, i: usize) -> Option<Part<'_>> {
+    pub(crate) fn part(&self, i: usize) -> Option<Part<'_>> {
         let [n0, n1, t0, t1] = *self.ranges.get(i)?;
         let size = self.bytes.get(12 + 4 * i..16 + 4 * i)?;
         Some(Part {
@@ -130,50 +122,55 @@ impl Filling {
 }
 
 impl Drop for Filling {
-    /// Records still open when their thread ends can be read all the same.
+    /// Records still open when their writer is dropped can be read all the
+    /// same.
     fn drop(&mut self) {
         self.seal();
     }
 }
 
-thread_local! {
-    /// On a reading thread (see [`reading`]), the chunk being filled.
-    static FILLING: RefCell<Option<Arc<Mutex<Filling>>>> = const { RefCell::new(None) };
+/// The chunk a reader is filling: records go into it with
+/// [`ChunkWriter::read_line`] until [`ChunkWriter::seal`] hands its frame to
+/// the records' [`Cell`].
+pub(crate) struct ChunkWriter {
+    filling: Arc<Mutex<Filling>>,
 }
 
-/// Turns chunk mode on for this thread, for the rest of its life: JSONL
-/// records it reads go into chunk frames, and it [`seal`]s each chunk as it
-/// hands over its records.
-pub(crate) fn reading() {
-    let filling = Arc::new_cyclic(|me: &Weak<Mutex<Filling>>| {
-        Mutex::new(Filling {
-            writer: Writer::new(),
-            ranges: Vec::new(),
-            cell: Arc::new(Cell { frame: OnceLock::new(), filling: me.clone() }),
-            me: me.clone(),
-        })
-    });
-    FILLING.with(|f| *f.borrow_mut() = Some(filling));
-}
+impl ChunkWriter {
+    /// A writer with an empty chunk.
+    pub(crate) fn new() -> ChunkWriter {
+        let filling = Arc::new_cyclic(|me: &Weak<Mutex<Filling>>| {
+            Mutex::new(Filling {
+                writer: Writer::new(),
+                ranges: Vec::new(),
+                cell: Arc::new(Cell { frame: OnceLock::new(), filling: me.clone() }),
+                me: me.clone(),
+            })
+        });
+        ChunkWriter { filling }
+    }
 
-/// Ends the chunk being filled: the records read since the last seal are
-/// read from its frame from now on. Does nothing on a thread not in chunk
-/// mode.
-pub(crate) fn seal() {
-    FILLING.with(|f| {
-        if let Some(filling) = f.borrow().as_ref() {
-            filling.lock().unwrap_or_else(PoisonError::into_inner).seal();
+    /// Reads one JSON object into the chunk being filled, as
+    /// [`from_json_line`](super::from_json_line) reads it into a frame of its
+    /// own (and as that function does, the usual way when it cannot be
+    /// written straight into a frame).
+    pub(crate) fn read_line(&mut self, text: &str) -> std::result::Result<Record, String> {
+        match self.write(|w| super::json::write_line(text, super::json::Read::Any, w)) {
+            Some(record) => Ok(record),
+            None => super::from_json_line(text),
         }
-    });
-}
+    }
 
-/// On a thread in chunk mode, the record that `write` writes into the chunk
-/// being filled (`None` from `write` when it could not: a `None` then, and
-/// the line is read the usual way). `None` on other threads.
-pub(super) fn read_into(write: impl FnOnce(&mut Writer) -> bool) -> Option<Record> {
-    FILLING.with(|f| {
-        let f = f.try_borrow().ok()?;
-        let mut f = f.as_ref()?.lock().unwrap_or_else(PoisonError::into_inner);
+    /// Ends the chunk being filled: the records read since the last seal are
+    /// read from its frame from now on.
+    pub(crate) fn seal(&mut self) {
+        self.filling.lock().unwrap_or_else(PoisonError::into_inner).seal();
+    }
+
+    /// The record that `write` writes into the chunk being filled, or `None`
+    /// (and the chunk as it was) when it could not.
+    fn write(&mut self, write: impl FnOnce(&mut Writer) -> bool) -> Option<Record> {
+        let mut f = self.filling.lock().unwrap_or_else(PoisonError::into_inner);
         let mark = f.writer.mark();
         let (n0, t0) = (f.writer.node_bytes(), f.writer.text_bytes());
         if !write(&mut f.writer) {
@@ -189,5 +186,5 @@ pub(super) fn read_into(write: impl FnOnce(&mut Writer) -> bool) -> Option<Recor
         };
         f.ranges.push(range);
         Some(Record { fields: OnceLock::new(), frame: Some(Bytes::Chunk(f.cell.clone(), index)) })
-    })
+    }
 }

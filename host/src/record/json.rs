@@ -49,11 +49,6 @@ pub fn from_json_str(text: &str) -> std::result::Result<Record, String> {
 /// assert_eq!(r, omlet::record::from_json_str(line).unwrap());
 /// ```
 pub fn from_json_line(text: &str) -> std::result::Result<Record, String> {
-    // On a thread that reads chunks (`stream::run`'s reading thread), into
-    // the chunk being filled.
-    if let Some(record) = super::chunk::read_into(|w| write_line(text, Read::Any, w)) {
-        return Ok(record);
-    }
     match frame_from_json_str(text) {
         Some(frame) => {
             Ok(Record { fields: std::sync::OnceLock::new(), frame: Some(super::Bytes::Own(frame.into_boxed_slice())) })
@@ -488,7 +483,7 @@ impl<'de, const EXACT: bool> serde::Deserialize<'de> for TopLevel<EXACT> {
 }
 
 /// A record's field name, read directly by serde: the shared copy of the
-/// name (`wire::names`, bounded) when there is one, so that the few names
+/// name (`record::names`, bounded) when there is one, so that the few names
 /// every record repeats are not allocated again for each record.
 pub(super) struct Key;
 
@@ -503,7 +498,7 @@ impl<'de> serde::de::DeserializeSeed<'de> for Key {
                 f.write_str("a field name")
             }
             fn visit_str<E>(self, s: &str) -> std::result::Result<Self::Value, E> {
-                Ok(crate::wire::names::cow(s))
+                Ok(super::names::cow(s))
             }
         }
         d.deserialize_str(V)

@@ -16,10 +16,11 @@ use serde_json::Value as Json;
 
 use crate::{Error, Result};
 
-pub mod chunk;
+pub(crate) mod chunk;
+pub(crate) mod frame;
 mod json;
-#[doc(hidden)]
-pub mod scan;
+pub(crate) mod names;
+pub(crate) mod scan;
 
 use json::{JsonValue, TopLevel, write_fields_json};
 pub use json::{fields_json, from_json, from_json_line, from_json_str, to_json_string, value_from_json};
@@ -269,16 +270,15 @@ impl Record {
         self.fields().iter().filter(|f| !matches!(f.value, LangValue::Ignore))
     }
 
-    /// The evaluator's fields (the wire and the CLI's native runs).
-    #[doc(hidden)]
-    pub fn fields(&self) -> &[Field<'static>] {
+    /// The evaluator's fields.
+    pub(crate) fn fields(&self) -> &[Field<'static>] {
         self.fields.get_or_init(|| {
             let decoded = match &self.frame {
-                Some(Bytes::Own(frame)) => crate::wire::decode_record(frame),
+                Some(Bytes::Own(own)) => frame::decode_record(own),
                 Some(Bytes::Chunk(..)) => match self.part() {
                     Some(part) => omlet_lang::frame::join_parts(std::iter::once(part))
                         .map_err(String::from)
-                        .and_then(|frame| crate::wire::decode_record(&frame)),
+                        .and_then(|joined| frame::decode_record(&joined)),
                     None => Err("its chunk's frame is gone".to_string()),
                 },
                 None => return Vec::new(),
@@ -299,22 +299,19 @@ impl Record {
     }
 
     /// A record of the evaluator's fields.
-    #[doc(hidden)]
-    pub fn from_fields(fields: Vec<Field<'static>>) -> Record {
+    pub(crate) fn from_fields(fields: Vec<Field<'static>>) -> Record {
         Record { fields: OnceLock::from(fields), frame: None }
     }
 
     /// The evaluator's fields, taken out.
-    #[doc(hidden)]
-    pub fn into_fields(self) -> Vec<Field<'static>> {
+    pub(crate) fn into_fields(self) -> Vec<Field<'static>> {
         self.fields();
         self.fields.into_inner().unwrap_or_default()
     }
 
-    /// The record's own one-record frame, when it has one. (Public for the
-    /// wire tests, which compile `wire.rs` into a crate of their own.)
-    #[doc(hidden)]
-    pub fn own_frame(&self) -> Option<&[u8]> {
+    /// The record's own one-record frame, when it has one.
+    #[cfg(test)]
+    pub(crate) fn own_frame(&self) -> Option<&[u8]> {
         match &self.frame {
             Some(Bytes::Own(frame)) => Some(frame),
             _ => None,
@@ -323,8 +320,7 @@ impl Record {
 
     /// The record's nodes and text, when it was read straight into a frame
     /// (its own, or its chunk's) and that frame holds it alone or is sealed.
-    #[doc(hidden)]
-    pub fn part(&self) -> Option<omlet_lang::frame::Part<'_>> {
+    pub(crate) fn part(&self) -> Option<omlet_lang::frame::Part<'_>> {
         match self.frame.as_ref()? {
             Bytes::Own(frame) => omlet_lang::frame::Part::of(frame).ok(),
             Bytes::Chunk(cell, index) => cell.get()?.part(*index as usize),
@@ -332,8 +328,7 @@ impl Record {
     }
 
     /// The chunk the record was read into, and its place there.
-    #[doc(hidden)]
-    pub fn chunk(&self) -> Option<(&std::sync::Arc<chunk::Cell>, u32)> {
+    pub(crate) fn chunk(&self) -> Option<(&std::sync::Arc<chunk::Cell>, u32)> {
         match self.frame.as_ref()? {
             Bytes::Chunk(cell, index) => Some((cell, *index)),
             Bytes::Own(_) => None,
@@ -341,15 +336,31 @@ impl Record {
     }
 
     /// Appends the record to a frame being written: its frame's bytes when
-    /// it has them, else its fields (the wire).
-    #[doc(hidden)]
-    pub fn write_frame(&self, w: &mut omlet_lang::frame::Writer) {
+    /// it has them, else its fields.
+    pub(crate) fn write_frame(&self, w: &mut omlet_lang::frame::Writer) {
         if let Some(part) = self.part()
             && w.append_part(part).is_ok()
         {
             return;
         }
         w.record(self.fields());
+    }
+}
+
+/// A record of the evaluator's own fields (`omlet_lang`'s form of a record):
+/// for a host that also runs the language natively, as `omlet test --native`
+/// and the benches do.
+impl From<Vec<Field<'static>>> for Record {
+    fn from(fields: Vec<Field<'static>>) -> Record {
+        Record::from_fields(fields)
+    }
+}
+
+/// The record's fields in the evaluator's own form (see the `From` impl
+/// above), ignored fields included.
+impl From<Record> for Vec<Field<'static>> {
+    fn from(record: Record) -> Vec<Field<'static>> {
+        record.into_fields()
     }
 }
 

@@ -77,8 +77,8 @@ fn values_round_trip_through_records_and_serde() {
 
 #[test]
 fn json_keys_are_shared_between_records() {
-    let _table = crate::wire::names::TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    crate::wire::names::reset();
+    let _table = crate::record::names::TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    crate::record::names::reset();
     let a = from_json_str(r#"{"a_key_of_this_test":1,"a\u0062c":2}"#).unwrap();
     let b = from_json_str(r#"{"a_key_of_this_test":3}"#).unwrap();
     assert_eq!(a.names().collect::<Vec<_>>(), ["a_key_of_this_test", "abc"], "an escaped key reads unescaped");
@@ -91,7 +91,7 @@ fn json_keys_are_shared_between_records() {
 #[test]
 fn wide_records_with_repeated_keys_read_like_small_ones() {
     // Its 200,000 keys fill the shared table of names: not beside the tests of that table.
-    let _table = crate::wire::names::TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let _table = crate::record::names::TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     // Past the index threshold: repeated keys keep their first place and last value.
     let mut text = String::from("{");
     for i in 0..100 {
@@ -280,79 +280,72 @@ fn random_lines_read_into_frames_as_into_fields() {
 
 #[test]
 fn records_read_into_a_chunk_are_the_records_read_alone() {
-    // On a thread of its own: chunk mode lasts for the thread's life.
-    std::thread::spawn(|| {
-        let lines = [
-            r#"{"a":"1","n":2,"ok":true}"#,
-            r#"{"nested":{"x":[1,"two"]},"f":1.5}"#,
-            // A key with an escape is read the usual way, outside the chunk.
-            r#"{"k\"ey":"v"}"#,
-            r#"{"b":"\u00e9t\u00e9","z":null}"#,
-        ];
-        chunk::reading();
-        let read: Vec<Record> = lines.iter().map(|l| from_json_line(l).unwrap()).collect();
-        chunk::seal();
-        let alone: Vec<Record> = lines.iter().map(|l| from_json_str(l).unwrap()).collect();
-        let places: Vec<Option<u32>> = read.iter().map(|r| r.chunk().map(|(_, i)| i)).collect();
-        assert_eq!(places, [Some(0), Some(1), None, Some(2)]);
-        for (r, a) in read.iter().zip(&alone) {
-            assert_eq!(r.fields(), a.fields());
-            let (mut w, mut want) = (omlet_lang::frame::Writer::new(), omlet_lang::frame::Writer::new());
-            r.write_frame(&mut w);
-            want.record(a.fields());
-            assert_eq!(w.finish(), want.finish());
-        }
-        // The whole chunk, in order, is the chunk's own frame; any other
-        // batch is joined from the records' parts. Both are the frame of
-        // the same records written one by one.
-        let batch = |rs: &[&Record]| {
-            let mut w = omlet_lang::frame::Writer::new();
-            rs.iter().for_each(|r| w.record(r.fields()));
-            w.finish()
-        };
-        let whole = [&read[0], &read[1], &read[3]];
-        let frame = crate::wire::encode_frame(whole.iter().copied());
-        assert!(matches!(frame, crate::wire::BatchFrame::Chunk(_)));
-        assert_eq!(frame.bytes(), batch(&whole));
-        for some in [vec![&read[1], &read[0]], vec![&read[3]], vec![&read[0], &read[2], &read[3]]] {
-            let frame = crate::wire::encode_frame(some.iter().copied());
-            assert!(matches!(frame, crate::wire::BatchFrame::Own(_)));
-            assert_eq!(frame.bytes(), batch(&some));
-        }
-        // The next chunk starts again at 0, in a frame of its own.
-        let next = from_json_line(lines[0]).unwrap();
-        chunk::seal();
-        let (cell, at) = next.chunk().unwrap();
-        assert_eq!(at, 0);
-        assert!(!std::sync::Arc::ptr_eq(cell, read[0].chunk().unwrap().0));
-        assert_eq!(next.fields(), alone[0].fields());
-    })
-    .join()
-    .unwrap();
-    // A record looked at before its chunk is handed over (an input iterator
-    // that retypes its records) seals the chunk there and then, on its
+    let lines = [
+        r#"{"a":"1","n":2,"ok":true}"#,
+        r#"{"nested":{"x":[1,"two"]},"f":1.5}"#,
+        // A key with an escape is read the usual way, outside the chunk.
+        r#"{"k\"ey":"v"}"#,
+        r#"{"b":"\u00e9t\u00e9","z":null}"#,
+    ];
+    let mut chunks = chunk::ChunkWriter::new();
+    let read: Vec<Record> = lines.iter().map(|l| chunks.read_line(l).unwrap()).collect();
+    chunks.seal();
+    let alone: Vec<Record> = lines.iter().map(|l| from_json_str(l).unwrap()).collect();
+    let places: Vec<Option<u32>> = read.iter().map(|r| r.chunk().map(|(_, i)| i)).collect();
+    assert_eq!(places, [Some(0), Some(1), None, Some(2)]);
+    for (r, a) in read.iter().zip(&alone) {
+        assert_eq!(r.fields(), a.fields());
+        let (mut w, mut want) = (omlet_lang::frame::Writer::new(), omlet_lang::frame::Writer::new());
+        r.write_frame(&mut w);
+        want.record(a.fields());
+        assert_eq!(w.finish(), want.finish());
+    }
+    // The whole chunk, in order, is the chunk's own frame; any other
+    // batch is joined from the records' parts. Both are the frame of
+    // the same records written one by one.
+    let batch = |rs: &[&Record]| {
+        let mut w = omlet_lang::frame::Writer::new();
+        rs.iter().for_each(|r| w.record(r.fields()));
+        w.finish()
+    };
+    let whole = [&read[0], &read[1], &read[3]];
+    let frame = crate::record::frame::encode_frame(whole.iter().copied());
+    assert!(matches!(frame, crate::record::frame::BatchFrame::Chunk(_)));
+    assert_eq!(frame.bytes(), batch(&whole));
+    for some in [vec![&read[1], &read[0]], vec![&read[3]], vec![&read[0], &read[2], &read[3]]] {
+        let frame = crate::record::frame::encode_frame(some.iter().copied());
+        assert!(matches!(frame, crate::record::frame::BatchFrame::Own(_)));
+        assert_eq!(frame.bytes(), batch(&some));
+    }
+    // The next chunk starts again at 0, in a frame of its own.
+    let next = chunks.read_line(lines[0]).unwrap();
+    chunks.seal();
+    let (cell, at) = next.chunk().unwrap();
+    assert_eq!(at, 0);
+    assert!(!std::sync::Arc::ptr_eq(cell, read[0].chunk().unwrap().0));
+    assert_eq!(next.fields(), alone[0].fields());
+
+    // A record looked at before its chunk is handed over (an input map
+    // that retypes its records) seals the chunk there and then, on the
     // reading thread or any other; the records after it start a new chunk.
-    let (early, moved, open) = std::thread::spawn(|| {
-        chunk::reading();
-        let early = from_json_line(r#"{"ts":"2024-05-01 12:00:00"}"#).unwrap();
-        assert_eq!(early.get("ts"), Some(Value::Chars("2024-05-01 12:00:00".into())));
-        let moved = from_json_line(r#"{"a":"1"}"#).unwrap();
-        assert_eq!(moved.chunk().map(|(_, i)| i), Some(0), "a new chunk after the early seal");
-        let moved = std::thread::spawn(move || {
-            assert_eq!(moved.get("a"), Some(Value::Chars("1".into())), "sealed from another thread");
-            moved
-        })
-        .join()
-        .unwrap();
-        // Still open when the thread ends: sealed then.
-        let open = from_json_line(r#"{"b":2}"#).unwrap();
-        (early, moved, open)
+    let mut chunks = chunk::ChunkWriter::new();
+    let early = chunks.read_line(r#"{"ts":"2024-05-01 12:00:00"}"#).unwrap();
+    assert_eq!(early.get("ts"), Some(Value::Chars("2024-05-01 12:00:00".into())));
+    let moved = chunks.read_line(r#"{"a":"1"}"#).unwrap();
+    assert_eq!(moved.chunk().map(|(_, i)| i), Some(0), "a new chunk after the early seal");
+    let moved = std::thread::spawn(move || {
+        assert_eq!(moved.get("a"), Some(Value::Chars("1".into())), "sealed from another thread");
+        moved
     })
     .join()
     .unwrap();
+    // Still open when the writer is dropped: sealed then.
+    let open = chunks.read_line(r#"{"b":2}"#).unwrap();
+    drop(chunks);
     assert_eq!(early, from_json_str(r#"{"ts":"2024-05-01 12:00:00"}"#).unwrap());
     assert_eq!(moved, from_json_str(r#"{"a":"1"}"#).unwrap());
     assert_eq!(open.get("b"), Some(Value::Digit(2)));
-    // Elsewhere, a record keeps a frame of its own.
+    // Outside a chunk, on any thread, a record keeps a frame of its own:
+    // `from_json_line` reads the same way everywhere.
     assert!(from_json_line(r#"{"a":"1"}"#).unwrap().own_frame().is_some());
 }

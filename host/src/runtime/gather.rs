@@ -6,7 +6,8 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use super::rule::{Rule, decode_batch_output};
+use super::output::decode_batch_output;
+use super::rule::Rule;
 use super::{Route, same_route, wit_route};
 use crate::coalesce::{Arrival, Coalescer, Joined, Joining, Opened, current_caller};
 use crate::record::Record;

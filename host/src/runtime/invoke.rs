@@ -329,7 +329,7 @@ impl Rule {
     /// fiber-less path, from a component that has `evaluate-batch-lines`.
     /// Elsewhere the output is `evaluate-batch`'s frame (the async path waits
     /// on lookups, which cost far more than rendering on the host).
-    pub(super) async fn call_batch_as<T: crate::wire::Decoded>(
+    pub(super) async fn call_batch_as<T: crate::runtime::output::Decoded>(
         &self,
         route: &ev::Route,
         frame: &[u8],

@@ -38,6 +38,7 @@ mod gather;
 mod imports;
 mod info;
 mod invoke;
+pub(crate) mod output;
 mod pool;
 mod rule;
 mod store;

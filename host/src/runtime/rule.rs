@@ -8,13 +8,14 @@ use omlet_lang::trace::Trace;
 use super::engine::Engine;
 use super::gather::{Step, wait_joined};
 use super::info::{Explained, RuleInfo, merge_layers};
-use super::invoke::{BatchOut, Instance, SyncPath, record_error};
+use super::invoke::{Instance, SyncPath};
+use super::output::{Decoded, decode_output, decode_record};
 use super::pool::Pool;
 use super::store::{Shared, StoreState};
 use super::{Route, block_on, field_path, wit_route};
 use crate::coalesce::Coalescer;
 use crate::record::Record;
-use crate::wire;
+use crate::record::frame;
 use crate::{Error, Result};
 
 use super::bindings;
@@ -110,7 +111,7 @@ impl Rule {
             Ok(r) => wit_route(r),
             Err(e) => return Ok(Explained { output: Err(e), trace: Trace::default() }),
         };
-        let input = wire::with_record_frame(record, |f| self.check_size(f).map(|()| f.to_vec()))?;
+        let input = frame::with_record_frame(record, |f| self.check_size(f).map(|()| f.to_vec()))?;
         let out = self.call_explain(&route, &input).await?;
         let mut trace: Trace =
             serde_json::from_str(&out.trace).map_err(|e| Error::Internal(format!("the component's trace does not read: {e}")))?;
@@ -139,8 +140,8 @@ impl Rule {
     /// affected record's own error.
     ///
     /// Each output comes decoded as `T`: a [`Record`], or its JSON line
-    /// (`String`, see [`wire::Decoded`]).
-    pub(crate) async fn evaluate_batch_iter<'r, T: wire::Decoded>(
+    /// (`String`, see [`Decoded`]).
+    pub(crate) async fn evaluate_batch_iter<'r, T: Decoded>(
         &self,
         route: Route<'_>,
         records: impl ExactSizeIterator<Item = &'r Record> + Clone,
@@ -180,7 +181,7 @@ impl Rule {
     }
 
     /// [`Rule::evaluate_batch_iter`] on a WIT route.
-    pub(super) async fn batch_iter<'r, T: wire::Decoded>(
+    pub(super) async fn batch_iter<'r, T: Decoded>(
         &self,
         route: &ev::Route,
         records: impl ExactSizeIterator<Item = &'r Record> + Clone,
@@ -195,7 +196,7 @@ impl Rule {
         }
         let mut results = Vec::with_capacity(n);
         for (index, r) in records.enumerate() {
-            let one = wire::encode_record(r);
+            let one = frame::encode_record(r);
             let result = match self.check_size(&one) {
                 Err(e) => Err(e),
                 Ok(()) => match self.call_batch_as::<T>(route, &one).await?.and_then(|out| decode_output(1, out, |i| i)) {
@@ -257,7 +258,7 @@ impl Rule {
     /// thread's buffer (no allocation); the frame as its own bytes when the
     /// call must be made on the async path.
     pub(super) fn alone_sync(&self, route: &ev::Route, record: &Record) -> Alone {
-        wire::with_record_frame(record, |input| {
+        frame::with_record_frame(record, |input| {
             if let Err(e) = self.check_size(input) {
                 return Alone::Done(Err(e));
             }
@@ -271,42 +272,13 @@ impl Rule {
     /// Several records as one frame, when it is within the record limit (so
     /// that it holds no record over it); `None` for one record, or a frame
     /// too large, whose records go one by one.
-    pub(super) fn whole_frame<'r>(&self, records: impl ExactSizeIterator<Item = &'r Record> + Clone) -> Option<wire::BatchFrame> {
+    pub(super) fn whole_frame<'r>(&self, records: impl ExactSizeIterator<Item = &'r Record> + Clone) -> Option<frame::BatchFrame> {
         if records.len() < 2 {
             return None;
         }
-        let frame = wire::encode_frame(records);
+        let frame = frame::encode_frame(records);
         (frame.bytes().len() <= self.inner.engine.config.max_record_bytes).then_some(frame)
     }
-}
-
-/// A batch call's output decoded as `T`, from a frame or from JSON lines,
-/// each record's error naming the record as `named(its index in the batch)`.
-pub(super) fn decode_output<T: wire::Decoded>(n: usize, out: BatchOut, named: fn(usize) -> usize) -> Result<Vec<Result<T>>> {
-    match out {
-        BatchOut::Frame(out) => decode_batch_output(n, out, named),
-        BatchOut::Lines(out) => {
-            // The guest's text is checked, not trusted.
-            let text = crate::record::scan::utf8(&out.text).map_err(|e| Error::Internal(format!("batch lines: {e}")))?;
-            wire::decode_lines(n, text, &out.ends, record_errors(out.errors, named))
-        }
-    }
-}
-
-/// An `evaluate-batch` output decoded, each record's error naming the record
-/// as `named(its index in the batch)`.
-pub(super) fn decode_batch_output<T: wire::Decoded>(
-    n: usize,
-    out: ev::BatchOutput,
-    named: fn(usize) -> usize,
-) -> Result<Vec<Result<T>>> {
-    wire::decode_batch(n, &out.records, record_errors(out.errors, named))
-}
-
-/// A batch's record errors by their index in the batch, each naming its
-/// record as `named(that index)`.
-fn record_errors(errors: Vec<ev::RecordError>, named: fn(usize) -> usize) -> impl Iterator<Item = (usize, Error)> {
-    errors.into_iter().map(move |e| (e.index as usize, record_error(named(e.index as usize), e.error)))
 }
 
 /// Where a one-record call stands after the fiber-less path.
@@ -315,9 +287,4 @@ pub(super) enum Alone {
     Done(Result<Record>),
     /// To be made on the async path, with this frame.
     Async(Vec<u8>),
-}
-
-/// The record of an output frame.
-pub(super) fn decode_record(frame: &[u8]) -> Result<Record> {
-    wire::decode_record(frame).map_err(|m| Error::Internal(format!("the guest's output record: {m}")))
 }

@@ -5,7 +5,6 @@ use std::io::Read;
 
 use std::sync::Arc;
 
-use super::run::idle_hand_over;
 use crate::{Error, Result};
 
 /// Asks the readers of a run to stop: a [`Pipe`] that sees it ends its
@@ -42,9 +41,11 @@ pub(super) const STOP_POLL: std::time::Duration = std::time::Duration::from_mill
 /// Bytes read from a source on a thread of their own (`omlet-pipe`), so that
 /// the reader of a run never blocks for long on a source that stalls (a pipe
 /// from `tail -F`, a socket, a terminal):
-/// - after `idle` without bytes, the records read so far are handed over for
-///   evaluation (when the pipe is read on a [`run`](super::run())'s reading thread), so a
-///   producer that pauses does not hold a partial chunk back;
+/// - after `idle` without bytes, a read fails with
+///   [`std::io::ErrorKind::WouldBlock`]: the stream readers take it as word
+///   that the source is idle, and a [`run`](super::run()) hands over the
+///   records read so far, so a producer that pauses does not hold a partial
+///   chunk back. (A caller that reads a pipe itself retries such a read.)
 /// - once its [`Stop`] is asked for, the pipe gives out the bytes its thread
 ///   has already read and then ends, as a source at its end does. A line cut
 ///   there is read as it stands (and is an error line when it is no record).
@@ -94,7 +95,6 @@ impl Read for Pipe {
         use std::sync::mpsc::{RecvTimeoutError, TryRecvError};
         let slice = STOP_POLL.min(self.idle).max(std::time::Duration::from_millis(1));
         let mut waited = std::time::Duration::ZERO;
-        let mut handed = false;
         while self.at >= self.buf.len() {
             if self.stop.is_stopped() {
                 // What the thread already read is given out; then the end.
@@ -111,9 +111,8 @@ impl Read for Pipe {
                 Err(RecvTimeoutError::Disconnected) => return Ok(0),
                 Err(RecvTimeoutError::Timeout) => {
                     waited += slice;
-                    if !handed && waited >= self.idle {
-                        handed = true;
-                        idle_hand_over();
+                    if waited >= self.idle {
+                        return Err(std::io::ErrorKind::WouldBlock.into());
                     }
                 }
             }

@@ -9,6 +9,7 @@ use omlet_lang::value::{Field, Value};
 
 use super::Input;
 use crate::error::Limit;
+use crate::record::chunk::ChunkWriter;
 use crate::record::{self, Record};
 use crate::{Error, Result};
 
@@ -68,7 +69,7 @@ pub(super) const RAW_PREFIX: usize = 256;
 
 /// Reads records from `reader` in `format`, lazily, with the default
 /// [`ReadLimits`].
-pub fn read(reader: Box<dyn BufRead + Send>, format: Format) -> Box<dyn Iterator<Item = Result<Input>> + Send> {
+pub fn read(reader: Box<dyn BufRead + Send>, format: Format) -> Inputs {
     read_with(reader, format, &ReadLimits::default())
 }
 
@@ -76,15 +77,16 @@ pub fn read(reader: Box<dyn BufRead + Send>, format: Format) -> Box<dyn Iterator
 /// for: a line that is too long, or not UTF-8, or not a record becomes an
 /// [`Input`] whose `record` is the error, and reading goes on. Only a failure
 /// to read at all (an I/O error) is an `Err` item.
-pub fn read_with(
-    reader: Box<dyn BufRead + Send>,
-    format: Format,
-    limits: &ReadLimits,
-) -> Box<dyn Iterator<Item = Result<Input>> + Send> {
-    let lines = Lines { reader, max: limits.max_line_bytes, number: 0, failed: false };
-    match format {
-        Format::Jsonl => Box::new(jsonl(lines)),
-        Format::Csv => Box::new(Csv {
+///
+/// A read of `reader` that fails with [`std::io::ErrorKind::WouldBlock`] is
+/// no failure: it says the source is idle ([`Pipe`](super::Pipe) says so
+/// after its idle time), and a [`run`](super::run()) hands over the records
+/// read so far; a line read in part is kept and read on.
+pub fn read_with(reader: Box<dyn BufRead + Send>, format: Format, limits: &ReadLimits) -> Inputs {
+    let lines = Lines { reader, max: limits.max_line_bytes, number: 0, failed: false, partial: Partial::default() };
+    Inputs::of(match format {
+        Format::Jsonl => Source::Jsonl(Jsonl { lines, number: 0, chunk: None }),
+        Format::Csv => Source::Csv(Box::new(Csv {
             lines,
             pending: VecDeque::new(),
             split: VecDeque::new(),
@@ -95,7 +97,114 @@ pub fn read_with(
             max_bytes: limits.max_line_bytes,
             empty: limits.csv_empty_cell,
             scan: CsvScan::default(),
-        }),
+        })),
+    })
+}
+
+/// A run's input: records as they are read, numbered, and the moments their
+/// source went idle. [`read`] and [`read_with`] give one; any iterator of
+/// inputs becomes one with `into()` (a host's own source, say).
+///
+/// It owns what reading needs from one record to the next: for JSONL read
+/// by a [`run`](super::run()), the frame that the records of each chunk are
+/// written into (`record::chunk`). Iterate it (`for input in inputs`) to
+/// read it outside a run.
+pub struct Inputs {
+    source: Source,
+    /// Applied to every input, in order ([`Inputs::map`]).
+    maps: Vec<Box<dyn FnMut(Result<Input>) -> Result<Input> + Send>>,
+}
+
+/// Where an [`Inputs`] reads from.
+enum Source {
+    Jsonl(Jsonl),
+    Csv(Box<Csv>),
+    /// Inputs a host made itself.
+    Other(Box<dyn Iterator<Item = Result<Input>> + Send>),
+}
+
+/// What reading an [`Inputs`] gives next.
+pub(super) enum Event {
+    /// The next input.
+    Input(Result<Input>),
+    /// The source is idle: the records read so far may be handed over.
+    Idle,
+}
+
+impl Inputs {
+    fn of(source: Source) -> Inputs {
+        Inputs { source, maps: Vec::new() }
+    }
+
+    /// These inputs with `f` applied to each, as they are read (to retype
+    /// records, say). Unlike `Iterator::map`, the result is still
+    /// [`Inputs`], which a [`run`](super::run()) reads at full speed.
+    pub fn map(mut self, f: impl FnMut(Result<Input>) -> Result<Input> + Send + 'static) -> Inputs {
+        self.maps.push(Box::new(f));
+        self
+    }
+
+    /// The next input, or word that the source is idle.
+    pub(super) fn next_event(&mut self) -> Option<Event> {
+        let event = match &mut self.source {
+            Source::Jsonl(j) => j.next_event(),
+            Source::Csv(c) => c.next_event(),
+            Source::Other(i) => i.next().map(Event::Input),
+        }?;
+        Some(match event {
+            Event::Input(mut input) => {
+                for f in &mut self.maps {
+                    input = f(input);
+                }
+                Event::Input(input)
+            }
+            Event::Idle => Event::Idle,
+        })
+    }
+
+    /// From now on, JSONL records are written into one frame per chunk, a
+    /// chunk ending at each [`Inputs::end_chunk`] (`record::chunk`).
+    pub(super) fn chunk_frames(&mut self) {
+        if let Source::Jsonl(j) = &mut self.source {
+            j.chunk.get_or_insert_with(ChunkWriter::new);
+        }
+    }
+
+    /// Ends the chunk being filled, before its records are handed over.
+    pub(super) fn end_chunk(&mut self) {
+        if let Source::Jsonl(Jsonl { chunk: Some(chunk), .. }) = &mut self.source {
+            chunk.seal();
+        }
+    }
+}
+
+impl<I: Iterator<Item = Result<Input>> + Send + 'static> From<I> for Inputs {
+    fn from(inputs: I) -> Inputs {
+        Inputs::of(Source::Other(Box::new(inputs)))
+    }
+}
+
+impl IntoIterator for Inputs {
+    type Item = Result<Input>;
+    type IntoIter = InputsIter;
+
+    fn into_iter(self) -> InputsIter {
+        InputsIter(self)
+    }
+}
+
+/// The inputs of an [`Inputs`], one after the other (idle moments skipped).
+pub struct InputsIter(Inputs);
+
+impl Iterator for InputsIter {
+    type Item = Result<Input>;
+
+    fn next(&mut self) -> Option<Result<Input>> {
+        loop {
+            if let Event::Input(input) = self.0.next_event()? {
+                return Some(input);
+            }
+        }
     }
 }
 
@@ -122,45 +231,65 @@ pub(super) struct Lines {
     max: usize,
     number: u64,
     failed: bool,
+    /// The line being read, kept across an idle source's `WouldBlock`.
+    partial: Partial,
+}
+
+/// A line read in part: its bytes kept (at most `max`, then its first
+/// bytes), how long it is so far, and whether any byte came.
+#[derive(Default)]
+pub(super) struct Partial {
+    buf: Vec<u8>,
+    total: usize,
+    any: bool,
+}
+
+/// Whether a read error only says that the source is idle (see [`read_with`]).
+pub(super) fn is_idle(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::WouldBlock
 }
 
 impl Iterator for Lines {
+    /// A line, or a read error: one that [`is_idle`] keeps the line read so
+    /// far and can be followed by more lines; any other ends the lines.
     type Item = std::io::Result<(u64, Line)>;
 
     fn next(&mut self) -> Option<Self::Item> {
         if self.failed {
             return None;
         }
-        let (mut buf, mut total, mut any) = (Vec::new(), 0usize, false);
         loop {
             let avail = match self.reader.fill_buf() {
                 Ok(b) => b,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) if is_idle(&e) => return Some(Err(e)),
                 Err(e) => {
                     self.failed = true;
                     return Some(Err(e));
                 }
             };
+            let p = &mut self.partial;
             if avail.is_empty() {
-                if !any {
+                if !p.any {
                     return None;
                 }
                 break;
             }
-            any = true;
+            p.any = true;
             let (len, end) = match memchr::memchr(b'\n', avail) {
                 Some(i) => (i, true),
                 None => (avail.len(), false),
             };
             // Past the limit only the first bytes are kept, to name the line.
-            let keep = if total + len <= self.max { len } else { RAW_PREFIX.saturating_sub(buf.len()).min(len) };
-            buf.extend_from_slice(&avail[..keep]);
-            total += len;
+            let keep = if p.total + len <= self.max { len } else { RAW_PREFIX.saturating_sub(p.buf.len()).min(len) };
+            p.buf.extend_from_slice(&avail[..keep]);
+            p.total += len;
             self.reader.consume(len + end as usize);
             if end {
                 break;
             }
         }
+        let Partial { mut buf, total, .. } = std::mem::take(&mut self.partial);
         self.number += 1;
         if self.number == 1 && buf.starts_with(b"\xEF\xBB\xBF") {
             // A byte-order mark opens some files written on Windows: it is
@@ -201,29 +330,44 @@ pub(super) fn bad_line(at: u64, message: String) -> Error {
     Error::Input { what: format!("line {at}"), message }
 }
 
-pub(super) fn jsonl(lines: Lines) -> impl Iterator<Item = Result<Input>> + Send {
-    let max = lines.max;
-    let mut number = 0u64;
-    lines.filter_map(move |line| {
-        let (at, line) = match line {
-            Ok(l) => l,
-            Err(e) => return Some(Err(Error::io("input", e))),
-        };
-        if let Line::Text(t) = &line
-            && blank(t)
-        {
-            return None;
+/// JSONL records over bounded lines: a blank line is none, any other line
+/// one record or one error.
+pub(super) struct Jsonl {
+    lines: Lines,
+    number: u64,
+    /// Where records go when a run reads them (`Inputs::chunk_frames`);
+    /// else each into a frame of its own.
+    chunk: Option<ChunkWriter>,
+}
+
+impl Jsonl {
+    fn next_event(&mut self) -> Option<Event> {
+        loop {
+            let (at, line) = match self.lines.next()? {
+                Ok(l) => l,
+                Err(e) if is_idle(&e) => return Some(Event::Idle),
+                Err(e) => return Some(Event::Input(Err(Error::io("input", e)))),
+            };
+            if let Line::Text(t) = &line
+                && blank(t)
+            {
+                continue;
+            }
+            self.number += 1;
+            let record = match line_error(&line, at, self.lines.max) {
+                Some(e) => Err(e),
+                None => match &mut self.chunk {
+                    Some(chunk) => chunk.read_line(line.raw()),
+                    None => record::from_json_line(line.raw()),
+                }
+                .map_err(|m| bad_line(at, m)),
+            };
+            let raw = match line {
+                Line::Text(t) | Line::TooLong(_, t) | Line::NotUtf8(_, t) => t,
+            };
+            return Some(Event::Input(Ok(Input { number: self.number, line: at, raw, record })));
         }
-        number += 1;
-        let record = match line_error(&line, at, max) {
-            Some(e) => Err(e),
-            None => record::from_json_line(line.raw()).map_err(|m| bad_line(at, m)),
-        };
-        let raw = match line {
-            Line::Text(t) | Line::TooLong(_, t) | Line::NotUtf8(_, t) => t,
-        };
-        Some(Ok(Input { number, line: at, raw, record }))
-    })
+    }
 }
 
 /// CSV records over bounded lines. A record may span lines inside a quoted
@@ -349,10 +493,17 @@ pub(super) fn blank(text: &str) -> bool {
 }
 
 impl Csv {
-    pub(super) fn next_line(&mut self) -> Option<std::io::Result<(u64, Line)>> {
-        match self.pending.pop_front() {
-            Some(l) => Some(Ok(l)),
-            None => self.lines.next(),
+    /// The next line. An idle source is said (an error that [`is_idle`])
+    /// only at a `boundary` between records, and waited out inside one.
+    pub(super) fn next_line(&mut self, boundary: bool) -> Option<std::io::Result<(u64, Line)>> {
+        if let Some(l) = self.pending.pop_front() {
+            return Some(Ok(l));
+        }
+        loop {
+            match self.lines.next() {
+                Some(Err(e)) if is_idle(&e) && !boundary => continue,
+                other => return other,
+            }
         }
     }
 
@@ -360,7 +511,7 @@ impl Csv {
     /// or a line that is no record.
     pub(super) fn next_text(&mut self) -> Option<std::io::Result<(u64, Texts)>> {
         loop {
-            let (at, first) = match self.next_line()? {
+            let (at, first) = match self.next_line(self.header.is_some())? {
                 Ok(l) => l,
                 Err(e) => return Some(Err(e)),
             };
@@ -382,7 +533,7 @@ impl Csv {
                     }
                     Scan::Open => {}
                 }
-                let next = if taken.len() + 1 < self.max_lines && text.len() <= self.max_bytes { self.next_line() } else { None };
+                let next = if taken.len() + 1 < self.max_lines && text.len() <= self.max_bytes { self.next_line(false) } else { None };
                 match next {
                     Some(Ok((n, Line::Text(t)))) => {
                         text.push('\n');
@@ -473,10 +624,17 @@ impl Csv {
     }
 }
 
-impl Iterator for Csv {
-    type Item = Result<Input>;
+impl Csv {
+    fn next_event(&mut self) -> Option<Event> {
+        self.next_input().map(|r| match r {
+            Err(Some(e)) => Event::Input(Err(e)),
+            Err(None) => Event::Idle,
+            Ok(input) => Event::Input(Ok(input)),
+        })
+    }
 
-    fn next(&mut self) -> Option<Result<Input>> {
+    /// The next input, an error, or `Err(None)` when the source is idle.
+    fn next_input(&mut self) -> Option<std::result::Result<Input, Option<Error>>> {
         if self.ended {
             return None;
         }
@@ -485,7 +643,7 @@ impl Iterator for Csv {
             // row would fail the same way (an error line per row).
             if let Err(e) = self.read_header()? {
                 self.ended = true;
-                return Some(Err(match e {
+                return Some(Err(Some(match e {
                     Error::Input { what, message } => {
                         Error::Input { what, message: format!("the CSV header cannot be read: {message}") }
                     }
@@ -493,18 +651,19 @@ impl Iterator for Csv {
                         Error::Limit { limit, message: format!("the CSV header cannot be read: {message}") }
                     }
                     e => e,
-                }));
+                })));
             }
         }
         let (at, parsed) = match self.next_record()? {
             Ok(r) => r,
-            Err(e) => return Some(Err(Error::io("input", e))),
+            Err(e) if is_idle(&e) => return Some(Err(None)),
+            Err(e) => return Some(Err(Some(Error::io("input", e)))),
         };
         let (raw, record) = match parsed {
             Err((e, raw)) => (raw, Err(e)),
             Ok((values, text)) => {
                 let Some(header) = self.header.as_ref() else {
-                    return Some(Err(Error::Internal("the CSV header was not read".into())));
+                    return Some(Err(Some(Error::Internal("the CSV header was not read".into()))));
                 };
                 let record = if values.len() != header.slots.len() {
                     Err(bad_line(at, format!("{} values for {} columns", values.len(), header.slots.len())))

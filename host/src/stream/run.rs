@@ -5,20 +5,36 @@ use std::collections::VecDeque;
 
 use std::sync::Arc;
 
-use super::{Done, Input, LiveRule, MAX_BATCH_BYTES, Outcome, RouteBy};
+use super::read::Event;
+use super::{Done, Input, Inputs, LiveRule, MAX_BATCH_BYTES, Outcome, RouteBy, RunOptions};
 use crate::record::Record;
 use crate::runtime::Rule;
-use crate::wire::Decoded;
+use crate::runtime::output::Decoded;
 use crate::{Error, Result};
 
-/// Evaluates `inputs` through `rule`, `batch` records (and at most
-/// [`MAX_BATCH_BYTES`] of input) per guest call and up to `concurrency` calls
-/// in flight, handing every record's outcome to `sink` in input order.
+/// Evaluates `inputs` through `rule`, routed by `options.route`,
+/// `options.batch` records (and at most [`MAX_BATCH_BYTES`] of input) per
+/// guest call and up to `options.concurrency` calls in flight, handing every
+/// record's outcome to `sink` in input order.
 ///
 /// Reading (and so parsing) runs on a thread of its own, `omlet-read`, a few
 /// chunks ahead of the evaluation (at most `concurrency` chunks wait for it,
 /// besides the one it is filling), so that it overlaps with the evaluating
 /// tasks and with `sink`, which runs on the caller's task.
+///
+/// ```no_run
+/// # async fn f(rule: omlet::Rule) -> omlet::Result<()> {
+/// use omlet::stream::{Format, Outcome, RunOptions, read};
+/// let input = Box::new(std::io::BufReader::new(std::fs::File::open("access.jsonl").unwrap()));
+/// omlet::stream::run(rule, read(input, Format::Jsonl), &RunOptions::default(), |done| {
+///     if let Outcome::Ok(record) = done.outcome {
+///         println!("{record}");
+///     }
+///     Ok(())
+/// })
+/// .await
+/// # }
+/// ```
 ///
 /// Every record read gets exactly one outcome, whatever happens to its call:
 /// a trap, a limit, even a failed task, is that record's `Failed` outcome. The
@@ -32,13 +48,11 @@ use crate::{Error, Result};
 ///   it until the process ends). Dropping the run's future does the same.
 pub async fn run(
     rule: impl Into<LiveRule>,
-    inputs: impl Iterator<Item = Result<Input>> + Send + 'static,
-    route: RouteBy,
-    batch: usize,
-    concurrency: usize,
+    inputs: impl Into<Inputs>,
+    options: &RunOptions,
     sink: impl FnMut(Done) -> Result<()>,
 ) -> Result<()> {
-    run_as(rule, inputs, route, batch, concurrency, sink).await
+    run_as(rule, inputs, options, sink).await
 }
 
 /// [`run`], handing over each output as its JSON line (without the line
@@ -48,29 +62,25 @@ pub async fn run(
 /// its output this way.
 pub async fn run_json(
     rule: impl Into<LiveRule>,
-    inputs: impl Iterator<Item = Result<Input>> + Send + 'static,
-    route: RouteBy,
-    batch: usize,
-    concurrency: usize,
+    inputs: impl Into<Inputs>,
+    options: &RunOptions,
     sink: impl FnMut(Done<String>) -> Result<()>,
 ) -> Result<()> {
-    run_as(rule, inputs, route, batch, concurrency, sink).await
+    run_as(rule, inputs, options, sink).await
 }
 
 /// [`run`] with outputs decoded as `T`.
 pub(super) async fn run_as<T: Decoded>(
     rule: impl Into<LiveRule>,
-    inputs: impl Iterator<Item = Result<Input>> + Send + 'static,
-    route: RouteBy,
-    batch: usize,
-    concurrency: usize,
+    inputs: impl Into<Inputs>,
+    options: &RunOptions,
     mut sink: impl FnMut(Done<T>) -> Result<()>,
 ) -> Result<()> {
     type Task<T> = (Vec<(u64, u64)>, tokio::task::JoinHandle<Vec<Done<T>>>);
-    let concurrency = concurrency.max(1);
-    let route = Arc::new(route);
+    let concurrency = options.concurrency.max(1);
+    let route = Arc::new(options.route.clone());
     let rule: LiveRule = rule.into();
-    let mut chunks = read_ahead(inputs, batch.max(1), concurrency)?;
+    let mut chunks = read_ahead(inputs.into(), options.batch.max(1), concurrency)?;
     let mut inflight: VecDeque<Task<T>> = VecDeque::new();
     let (mut ended, mut failure) = (false, None);
     // What the loop waits for next.
@@ -171,101 +181,50 @@ pub(super) enum Chunk {
 /// means the thread failed. The thread ends there, or at its next chunk once
 /// the receiver is gone.
 ///
-/// A [`Pipe`] read on this thread that waits [`Pipe`]'s idle time for bytes
-/// hands over the records read so far (`idle_hand_over`), so that a producer
-/// that stalls does not hold a partial chunk back.
-pub(super) fn read_ahead(
-    inputs: impl Iterator<Item = Result<Input>> + Send + 'static,
-    batch: usize,
-    ahead: usize,
-) -> Result<tokio::sync::mpsc::Receiver<Chunk>> {
+/// JSONL records are written into one frame per chunk (`record::chunk`),
+/// each chunk ended as it is handed over. When the source goes idle
+/// ([`Pipe`](super::Pipe)'s idle time without bytes), the records read so
+/// far are handed over, so that a producer that stalls does not hold a
+/// partial chunk back.
+pub(super) fn read_ahead(mut inputs: Inputs, batch: usize, ahead: usize) -> Result<tokio::sync::mpsc::Receiver<Chunk>> {
     // Room for a chunk's records as they come; a huge `batch` reserves no more.
     let room = batch.min(4096);
     let (tx, rx) = tokio::sync::mpsc::channel(ahead);
     std::thread::Builder::new()
         .name("omlet-read".into())
         .spawn(move || {
-            // JSONL records go into one frame per chunk, sealed below before
-            // each chunk is handed over (`record::chunk`).
-            crate::record::chunk::reading();
-            let pending = std::rc::Rc::new(std::cell::RefCell::new(Pending { chunk: Vec::with_capacity(room), bytes: 0 }));
-            let hook = {
-                let (pending, tx) = (pending.clone(), tx.clone());
-                move || {
-                    if let Ok(mut p) = pending.try_borrow_mut()
-                        && !p.chunk.is_empty()
-                    {
-                        p.bytes = 0;
-                        crate::record::chunk::seal();
-                        let part = std::mem::replace(&mut p.chunk, Vec::with_capacity(room));
-                        // A closed channel: the run is over, and the loop
-                        // below finds it so at its next chunk.
-                        let _ = tx.blocking_send(Chunk::Records(part));
+            inputs.chunk_frames();
+            let (mut chunk, mut bytes) = (Vec::with_capacity(room), 0usize);
+            let last = loop {
+                let full = match inputs.next_event() {
+                    None => break Chunk::End,
+                    Some(Event::Input(Err(e))) => break Chunk::Failed(e),
+                    Some(Event::Input(Ok(input))) => {
+                        bytes += input.raw.len();
+                        chunk.push(input);
+                        chunk.len() >= batch || bytes >= MAX_BATCH_BYTES
+                    }
+                    Some(Event::Idle) => !chunk.is_empty(),
+                };
+                if full {
+                    inputs.end_chunk();
+                    bytes = 0;
+                    let records = std::mem::replace(&mut chunk, Vec::with_capacity(room));
+                    // A closed channel: the run is over.
+                    if tx.blocking_send(Chunk::Records(records)).is_err() {
+                        return;
                     }
                 }
             };
-            IDLE_HAND_OVER.with(|h| *h.borrow_mut() = Some(Box::new(hook)));
-            let mut last = Chunk::End;
-            for item in inputs {
-                let input = match item {
-                    Ok(input) => input,
-                    Err(e) => {
-                        last = Chunk::Failed(e);
-                        break;
-                    }
-                };
-                let full = {
-                    let mut p = pending.borrow_mut();
-                    p.bytes += input.raw.len();
-                    p.chunk.push(input);
-                    if p.chunk.len() >= batch || p.bytes >= MAX_BATCH_BYTES {
-                        p.bytes = 0;
-                        crate::record::chunk::seal();
-                        Some(std::mem::replace(&mut p.chunk, Vec::with_capacity(room)))
-                    } else {
-                        None
-                    }
-                };
-                if let Some(full) = full
-                    && tx.blocking_send(Chunk::Records(full)).is_err()
-                {
-                    return;
-                }
-            }
-            IDLE_HAND_OVER.with(|h| h.borrow_mut().take());
             // The records read since the last full chunk, then how the input ended.
-            crate::record::chunk::seal();
-            let rest = std::mem::take(&mut pending.borrow_mut().chunk);
-            if !rest.is_empty() && tx.blocking_send(Chunk::Records(rest)).is_err() {
+            inputs.end_chunk();
+            if !chunk.is_empty() && tx.blocking_send(Chunk::Records(chunk)).is_err() {
                 return;
             }
             let _ = tx.blocking_send(last);
         })
         .map_err(|e| Error::io("the input's reading thread", e))?;
     Ok(rx)
-}
-
-/// The chunk the reading thread is filling.
-pub(super) struct Pending {
-    chunk: Vec<Input>,
-    bytes: usize,
-}
-
-thread_local! {
-    /// On a reading thread of [`run`], hands over the records read so far.
-    static IDLE_HAND_OVER: std::cell::RefCell<Option<Box<dyn FnMut()>>> = const { std::cell::RefCell::new(None) };
-}
-
-/// Hands over the records the current thread has read so far, when it is a
-/// reading thread of [`run`]; does nothing elsewhere.
-pub(super) fn idle_hand_over() {
-    IDLE_HAND_OVER.with(|h| {
-        if let Ok(mut h) = h.try_borrow_mut()
-            && let Some(f) = h.as_mut()
-        {
-            f();
-        }
-    });
 }
 
 /// What a record of a failed evaluation task gets (an

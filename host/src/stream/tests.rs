@@ -8,7 +8,7 @@ use crate::Result;
 
 fn all(text: &str, format: Format) -> Vec<Input> {
     let reader: Box<dyn BufRead + Send> = Box::new(std::io::Cursor::new(text.as_bytes().to_vec()));
-    read(reader, format).map(|i| i.unwrap()).collect()
+    read(reader, format).into_iter().map(|i| i.unwrap()).collect()
 }
 
 #[test]
@@ -37,7 +37,7 @@ fn empty_csv_cells_are_absent_unless_asked_for_as_text() {
     assert_eq!(got[0].record.as_ref().unwrap().to_json(), r#"{"a":"x","c":"z"}"#);
     let limits = ReadLimits { csv_empty_cell: EmptyCell::Text, ..Default::default() };
     let got: Vec<Input> =
-        read_with(Box::new(std::io::Cursor::new(text.as_bytes().to_vec())), Format::Csv, &limits).map(|r| r.unwrap()).collect();
+        read_with(Box::new(std::io::Cursor::new(text.as_bytes().to_vec())), Format::Csv, &limits).into_iter().map(|r| r.unwrap()).collect();
     assert_eq!(got[0].record.as_ref().unwrap().to_json(), r#"{"a":"x","b":"","c":"z"}"#);
 }
 
@@ -113,7 +113,7 @@ fn a_repeated_csv_column_keeps_its_first_place_and_last_value_as_json_does() {
 #[test]
 fn a_csv_header_that_cannot_be_read_ends_the_input_with_one_error() {
     let reader: Box<dyn BufRead + Send> = Box::new(std::io::Cursor::new(b"id,\"name\n1,a\n2,b\n".to_vec()));
-    let items: Vec<Result<Input>> = read(reader, Format::Csv).collect();
+    let items: Vec<Result<Input>> = read(reader, Format::Csv).into_iter().collect();
     assert_eq!(items.len(), 1, "one error, not one per row");
     let e = items[0].as_ref().unwrap_err().to_string();
     assert!(e.contains("the CSV header cannot be read"), "{e}");
@@ -162,7 +162,7 @@ fn a_stop_ends_a_stalled_pipe_after_the_bytes_it_read() {
     let (tx, go) = std::sync::mpsc::channel();
     let stop = Stop::new();
     let pipe = Pipe::spawn(Stalling { first: Some(b"{\"a\":1}\n{\"a\":2}\n".to_vec()), go }, stop.clone(), DEFAULT_IDLE).unwrap();
-    let mut inputs = read(Box::new(std::io::BufReader::new(pipe)), Format::Jsonl);
+    let mut inputs = read(Box::new(std::io::BufReader::new(pipe)), Format::Jsonl).into_iter();
     assert_eq!(json_of(&inputs.next().unwrap().unwrap()), r#"{"a":1}"#);
     assert_eq!(json_of(&inputs.next().unwrap().unwrap()), r#"{"a":2}"#);
     // The source now stalls: a stop ends the input although it never ends.
@@ -177,13 +177,13 @@ fn a_stop_ends_a_file_where_its_records_are_read() {
     let text = b"{\"a\":1}\n{\"a\":2}\n{\"a\":3}\n".to_vec();
     // A buffer of one line, so that the stop comes between two reads.
     let source = Stoppable::new(std::io::Cursor::new(text), stop.clone());
-    let mut inputs = read(Box::new(std::io::BufReader::with_capacity(8, source)), Format::Jsonl);
+    let mut inputs = read(Box::new(std::io::BufReader::with_capacity(8, source)), Format::Jsonl).into_iter();
     assert_eq!(json_of(&inputs.next().unwrap().unwrap()), r#"{"a":1}"#);
     stop.stop();
     assert!(inputs.next().is_none(), "the file ends at the stop");
     // Without a stop, every line is read.
     let source = Stoppable::new(std::io::Cursor::new(b"{\"a\":1}\n{\"a\":2}\n".to_vec()), Stop::new());
-    assert_eq!(read(Box::new(std::io::BufReader::with_capacity(8, source)), Format::Jsonl).count(), 2);
+    assert_eq!(read(Box::new(std::io::BufReader::with_capacity(8, source)), Format::Jsonl).into_iter().count(), 2);
 }
 
 #[test]
@@ -236,7 +236,7 @@ fn lines_are_text_exactly_when_std_says_so() {
         text.push(b'\n');
     }
     let reader: Box<dyn BufRead + Send> = Box::new(std::io::Cursor::new(text));
-    let got: Vec<Input> = read(reader, Format::Jsonl).map(|i| i.unwrap()).collect();
+    let got: Vec<Input> = read(reader, Format::Jsonl).into_iter().map(|i| i.unwrap()).collect();
     assert_eq!(got.len(), lines.len());
     let mut refused = 0;
     for (line, input) in lines.iter().zip(&got) {

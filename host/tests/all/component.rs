@@ -137,8 +137,9 @@ async fn plain_wasmtime_host_runs_a_built_rule() {
     assert_eq!(err.message, "truncated frame");
     let mut two = omlet_lang::frame::Writer::default();
     let rec = omlet::record::from_json_str(r#"{"id": 7}"#).unwrap();
-    two.record(rec.fields());
-    two.record(rec.fields());
+    let fields = Vec::from(rec.clone());
+    two.record(&fields);
+    two.record(&fields);
     let mut two = two.finish();
     two[12..16].copy_from_slice(&5u32.to_le_bytes()); // the first record claims 5 nodes
     let out = rule.omlet_rule_evaluator().call_evaluate_batch(&mut store, 1, &route, &two).await.unwrap();

@@ -135,7 +135,8 @@ async fn a_rule_without_knowledge_gets_absent_lookups() {
 /// `Record`'s `to_json`, each error the same.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_json_writes_the_lines_run_s_records_render_to() {
-    use omlet::stream::{self, Format, Outcome, RouteBy};
+    use omlet::stream::{self, Format, Outcome, RunOptions};
+    let two_by_two = || RunOptions { batch: 2, concurrency: 2, ..Default::default() };
     let rule_text = r#"name : kinds
 ---
 ip : ip = take(ip) ;
@@ -185,7 +186,7 @@ __hidden = take(secret) ;
         assert!(!earlier.guest_renders_lines(), "{file}: a guest without the `lines` export");
         let reader = |t: &str| -> Box<dyn std::io::BufRead + Send> { Box::new(std::io::Cursor::new(t.as_bytes().to_vec())) };
         let mut built = Vec::new();
-        stream::run(rule.clone(), stream::read(reader(&jsonl), Format::Jsonl), RouteBy::Only, 2, 2, |d| {
+        stream::run(rule.clone(), stream::read(reader(&jsonl), Format::Jsonl), &two_by_two(), |d| {
             built.push(match d.outcome {
                 Outcome::Ok(r) => Ok(r.to_json()),
                 Outcome::Failed(e) | Outcome::Unrouted(e) => Err(e.to_string()),
@@ -196,7 +197,7 @@ __hidden = take(secret) ;
         .unwrap();
         for rule in [rule, earlier] {
             let mut rendered = Vec::new();
-            stream::run_json(rule, stream::read(reader(&jsonl), Format::Jsonl), RouteBy::Only, 2, 2, |d| {
+            stream::run_json(rule, stream::read(reader(&jsonl), Format::Jsonl), &two_by_two(), |d| {
                 rendered.push(match d.outcome {
                     Outcome::Ok(line) => Ok(line),
                     Outcome::Failed(e) | Outcome::Unrouted(e) => Err(e.to_string()),

@@ -8,9 +8,8 @@
 //! fuzz/README.md): to add one, copy the fuzzer's `crash-*` file there once
 //! its cause is fixed.
 //!
-//! The host's frame decoder is private (`mod wire`), so its source file is
-//! compiled into this test binary (`main.rs`), with the two names it takes
-//! from its crate.
+//! The host's frame decoders are reached through `omlet::fuzzing` (the
+//! `fuzzing` feature, which this crate's tests turn on).
 
 #[path = "../../../fuzz/src/host.rs"]
 mod harness;

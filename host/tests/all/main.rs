@@ -8,22 +8,9 @@ mod component;
 mod databases;
 mod e2e;
 mod fuzz_regressions;
+mod invariants;
 mod knowdb;
 mod portable;
 mod rule_sets;
 mod sandbox;
 mod trust;
-
-// The host's frame decoder is private to the library; `fuzz_regressions`
-// replays findings through it, so its source is compiled in here, with the
-// names it takes from its crate root.
-#[allow(unused_imports, reason = "the names wire.rs takes from its crate root, whichever it uses")]
-use omlet::{Error, Result};
-
-mod record {
-    pub use omlet::record::{Record, chunk, scan};
-}
-
-#[path = "../../src/wire.rs"]
-#[allow(dead_code, reason = "the fuzz replays use part of wire.rs")]
-mod wire;

@@ -6,7 +6,7 @@ use std::io::BufRead;
 use std::time::{Duration, Instant};
 
 use omlet::Limit;
-use omlet::stream::{self, Format, Outcome, RouteBy};
+use omlet::stream::{self, Format, Outcome, RunOptions};
 use omlet::{Engine, EngineConfig, Error, Record};
 
 const TRIVIAL: &str = "name : t\n---\nseq = read(seq) ;\nm = read(m) ;\n";
@@ -130,7 +130,7 @@ fn reader(bytes: Vec<u8>) -> Box<dyn BufRead + Send> {
 async fn run(rule: omlet::Rule, input: Vec<u8>, format: Format, batch: usize) -> (Vec<u64>, Vec<(u64, String)>) {
     let (mut ok, mut failed) = (Vec::new(), Vec::new());
     let inputs = stream::read(reader(input), format);
-    stream::run(rule, inputs, RouteBy::Only, batch, 2, |d| {
+    stream::run(rule, inputs, &RunOptions { batch, concurrency: 2, ..Default::default() }, |d| {
         match d.outcome {
             Outcome::Ok(_) => ok.push(d.input.number),
             Outcome::Failed(e) | Outcome::Unrouted(e) => failed.push((d.input.number, e.to_string())),
@@ -316,7 +316,7 @@ async fn a_read_failure_ends_the_run_after_every_record_read_before_it() {
     // 1000 comes out, in order, and then the run returns the failure.
     let rule = Engine::new().unwrap().load_source("t.oml", TRIVIAL, &omlet::LoadOptions::new()).await.unwrap();
     let mut seen = Vec::new();
-    let result = stream::run(rule, numbered(1000, true), RouteBy::Only, 64, 3, |d| {
+    let result = stream::run(rule, numbered(1000, true), &RunOptions { batch: 64, concurrency: 3, ..Default::default() }, |d| {
         assert!(matches!(d.outcome, Outcome::Ok(_)), "record {}", d.input.number);
         seen.push(d.input.number);
         Ok(())
@@ -350,7 +350,7 @@ async fn a_failing_sink_stops_the_reading_thread() {
         Ok(stream::Input { number: i, line: i, record: Ok(rec(&raw)), raw })
     });
     let (batch, concurrency) = (16, 2);
-    let result = stream::run(rule, endless, RouteBy::Only, batch, concurrency, |d| {
+    let result = stream::run(rule, endless, &RunOptions { batch, concurrency, ..Default::default() }, |d| {
         if d.input.number == 40 { Err(Error::Config("the sink is full".into())) } else { Ok(()) }
     })
     .await;
@@ -372,7 +372,7 @@ async fn a_reading_thread_that_panics_fails_the_run() {
     let rule = Engine::new().unwrap().load_source("t.oml", TRIVIAL, &omlet::LoadOptions::new()).await.unwrap();
     let broken = numbered(100, false).chain(std::iter::from_fn(|| panic!("a reader bug")));
     let mut seen = Vec::new();
-    let result = stream::run(rule, broken, RouteBy::Only, 16, 2, |d| {
+    let result = stream::run(rule, broken, &RunOptions { batch: 16, concurrency: 2, ..Default::default() }, |d| {
         seen.push(d.input.number);
         Ok(())
     })

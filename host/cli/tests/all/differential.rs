@@ -39,7 +39,7 @@ fn leaf() -> impl Strategy<Value = Value<'static>> {
         any::<bool>().prop_map(Value::Bool),
         any::<u32>().prop_map(|a| Value::Ip(std::net::IpAddr::V4(a.into()))),
         any::<u128>().prop_map(|a| Value::Ip(std::net::IpAddr::V6(a.into()))),
-        // Integers past 64 bits (issue 30), which cross the frame as their digits.
+        // Integers past 64 bits, which cross the frame as their digits.
         (any::<bool>(), "[1-9][0-9]{19,40}").prop_map(|(neg, d)| Value::BigInt(if neg { format!("-{d}") } else { d }.into())),
         (0i64..2_000_000_000).prop_map(|s| Value::Time(s * 1_000_000_000)),
         Just(Value::Null),
@@ -114,8 +114,8 @@ fn wasm_and_native_agree_on_generated_records() {
             let mut runner = TestRunner::new(Config { cases: 24, failure_persistence: None, ..Config::default() });
             let outcome = runner.run(&records(names), |input| {
                 let wasm = rt
-                    .block_on(rule.evaluate(&omlet::Record::from_fields(input.clone())))
-                    .map(|r| shape(r.fields()))
+                    .block_on(rule.evaluate(&omlet::Record::from(input.clone())))
+                    .map(|r| shape(&Vec::from(r)))
                     .map_err(|e| e.to_string());
                 let mut host = NativeHost::new(knowledge.clone(), bound.clone(), rt.handle().clone());
                 if let Some(n) = &case.intranet_nets {
