@@ -97,7 +97,7 @@ def copy_text(run, copy, goal=400e3):
     c, n = copy["records_per_second"], run["records_per_second"]
     text = (f"The rule that only copies its input (`run/copy`) runs at {fmt_rps(c)} records/s: reading, "
             "parsing, the frames into the guest and back and rendering, with next to no evaluation (a perf "
-            "profile of `omlet run` with that rule, session 11, finds JSON parsing and line reading on the "
+            "profile of `omlet run` with that rule finds JSON parsing and line reading on the "
             "reading thread, frame encoding and decoding, copies across the boundary, allocating and "
             "freeing records, and escaping, none above ~6%). ")
     g = fmt_rps(goal)
@@ -106,7 +106,7 @@ def copy_text(run, copy, goal=400e3):
                        "is out of reach of this chain of copies whatever the evaluator does: it needs a shorter "
                        "chain, such as JSON parsed and rendered inside the guest.")
     return text + (f"At {g}/s (the goal on this machine) that leaves {1e6 / goal - 1e6 / c:.2f} µs of wall "
-                   f"time per record (both cores) for the nginx rule's own work, which now takes "
+                   f"time per record (both cores) for the nginx rule's own work, which takes "
                    f"{1e6 / n - 1e6 / c:.2f} µs more than the copy.")
 
 
@@ -165,7 +165,7 @@ def main():
              "one query for `bare`), over every call criterion made in the cell (warm-up included): one clock "
              "read per call (the end of one call is the start of the next in its task), kept in a vector "
              "allocated before the clock starts and folded into a log histogram (1.6 % buckets) after it stops. "
-             "The cells without P50/P95 are timed as before, without a clock read per call.",
+             "The cells without P50/P95 are timed without a clock read per call.",
              f"- Rules: pure `V = read(id) ;`; lookup `V = select value from perf where id = read(id) ;` "
              f"(perf has {rows_desc} rows, keys from a hot set of {meta.get('hot', 128)}); real: examples/nginx/nginx.oml "
              "with its IP-range lookup. `native_shared_cache`: the evaluator called directly, lookups through "
@@ -291,7 +291,6 @@ def main():
                 lines.append(f"| `{cell}` | {what} | {cell_run['records']:,} | {cell_run['seconds']:.2f} | "
                              f"{fmt_rps(cell_run['records_per_second'])} | {cell_run['failed']} | {every} |")
         lines.append("")
-        lines += ["Session 16 changed this path after the run above (issue 30: the run loop takes chunks and finished tasks as they come, the reading thread keeps its partial chunk for an idle hand-over, JSON integers past u64 are read exactly, and the guest gained the `bigint` kind). It was not measured in a full run. This bench, at 629e8f9 and at the session's last code, in three alternating pairs in a slow stretch of the VM (both cells at about 0.6-0.7x of the table above), gave medians of `run/nginx` 334 / 331 / 281 K records/s before and 329 / 294 / 263 K after (0.98x, 0.89x, 0.93x), and `run/copy` 709 / 661 / 633 K before and 680 / 623 / 569 K after (0.96x, 0.94x, 0.90x). The runs drifted down as they went, and the first pair is within noise. The last two pairs, one in each order, point to a loss of up to 10%. A full run is needed to confirm it, and a profile to find where it comes from.", ""]
     else:
         lines += ["Not measured in this run.", ""]
 
@@ -362,9 +361,9 @@ def main():
     lines.append("")
 
     # --- targets -----------------------------------------------------------------
-    lines += ["## Targets (issue 5)", "",
+    lines += ["## Targets", "",
               "These goals are shown as they were set, in records/s of the machine of their time, not scaled to "
-              "this run's machine as the goals of issues 14 and 16 below are.", "",
+              "this run's machine as the goals set for the nginx rule and for one record per call below are.", "",
               "| target | measured | met |", "|---|---|---|"]
     missed = []
 
@@ -431,8 +430,8 @@ def main():
                 lines.append(f"| {db}: bypass ≥ 0.7× the database's own tool ({TOOLS[db]}) | tool not run | — |")
     lines.append("")
 
-    # --- peers (issue 14) -----------------------------------------------------------------
-    lines += ["## Peers: VRL and hand-written Rust (issue 14)", "",
+    # --- peers -----------------------------------------------------------------------------
+    lines += ["## Peers: VRL and hand-written Rust", "",
               "The same records, the same run: VRL (the `vrl` crate, Vector's language) running programs "
               "equivalent to the pure rule and to examples/nginx/nginx.oml (`benches/src/peers.rs`), and "
               "hand-written Rust computing the same output over omlet's public `Record` API (the floor: no "
@@ -456,11 +455,11 @@ def main():
         lines.append(f"| {work} | " + " | ".join(fmt(v) for v in cells) + f" | {r1} | {r2} |")
     lines.append("")
 
-    # The goals of issues 14 and 16 in records/s were set on the kind of machine sessions 9 to
-    # 11 ran on. Code that omlet does not change, the hand-written nginx function and VRL's
-    # program, says how much faster this run's machine is: the geometric mean of their ratios
-    # to the figures of session 11's page (7ad5d6d). Those issues' absolute goals are scaled by
-    # it; ratio goals need no scaling (issue 5's targets above are not scaled).
+    # The goals for the nginx rule and for one record per call, in records/s, were set on an
+    # earlier, slower machine. Code that omlet does not change, the hand-written nginx function
+    # and VRL's program, says how much faster this run's machine is: the geometric mean of their
+    # ratios to their figures on that machine (REF). Those absolute goals are scaled by it; ratio
+    # goals need no scaling (the targets of "## Targets" above are not scaled).
     REF = {"peer/by_hand_nginx": 381.7e3, "peer/vrl_nginx": 69.4e3}
     ref_now = [rps(k) / v for k, v in REF.items() if rps(k)]
     speed = (ref_now[0] * ref_now[1]) ** 0.5 if len(ref_now) == 2 else 1.0
@@ -468,7 +467,7 @@ def main():
     if len(ref_now) == 2:
         speed_text = (f"scaled to this run's machine by {speed:.2f}, the geometric mean of how much faster the "
                       "hand-written nginx function and VRL's program (code omlet does not change) ran here than "
-                      f"in session 11's run ({ref_text})")
+                      f"on the machine the goals were set on ({ref_text})")
     else:
         speed_text = "not scaled (the hand-written and VRL cells that would scale them were not measured)"
 
@@ -483,22 +482,23 @@ def main():
                      f"{'yes' if ok else 'no'} ({(value / here if higher else here / value):.2f}× of it) |")
 
     lines += ["Where the nginx rule's time goes (perf, `benches/examples/profile_nginx.rs`, at the commit of this "
-              "page, not in this run; shares of the samples; session 12). Natively, with the zone answered from "
+              "page, not in this run; shares of the samples). Natively, with the zone answered from "
               "memory, 1.2 µs a record on this machine. In wasm, batches of 256, one thread, 3.5–3.7 µs: the "
               "guest's code ~60% (the evaluator's walk, `evaluate`/`expr`/`find`, ~24%; reading and writing "
               "frames ~10%; dlmalloc ~5%), the host ~26% (decoding output frames into `Record`s ~11%, malloc "
               "and free ~12%, copies ~2%), the rest compiling the component at load. Across all of it, "
               "wasmtime's epoch check (the call deadline: a few loads and a compare on every guest function "
-              "entry and loop turn) costs ~13%, measured by switching it off in a throwaway build. This "
-              "session cut what the guest pays for it: the guest is built with more inlining (fewer calls, "
+              "entry and loop turn) costs ~13%, measured by switching it off in a throwaway build. To pay "
+              "less for it, the guest is built with more inlining (fewer calls, "
               "~8%), brings its own word-at-a-time `memcmp` (compiler-builtins' compares a byte per loop "
               "turn, ~3%), and a call reads the clock only once it has run a tick (~3% of a one-record "
               "call). So the native evaluator is within 2× of the hand-written function, and wasm costs "
               "about 3× native on this rule: the frames on both sides of the boundary (the native path has "
-              "none), allocation on both sides, the epoch check, and Cranelift's code against LLVM's. What "
-              "was tried and dropped is in docs/decisions.md.", "",
-              "Targets of issue 14 (records/s, this run). The goals in records/s were set on the kind of "
-              f"machine sessions 9 to 11 ran on; the column beside them is the goal {speed_text}. Ratio "
+              "none), allocation on both sides, the epoch check, and Cranelift's code against LLVM's. The "
+              "decisions behind these cuts are docs/decisions/0002-call-deadline.md, 0023-guest-build.md "
+              "and 0025-guest-hot-paths.md.", "",
+              "Targets set for the nginx rule (records/s, this run). The goals in records/s were set on an "
+              f"earlier, slower machine; the column beside them is the goal {speed_text}. Ratio "
               "goals are not scaled.", "",
               "| target | measured | goal on this machine | met |", "|---|---|---|---|"]
     real_b, vrl_n = rps("real/wasm_batch_256"), rps("peer/vrl_nginx")
@@ -512,22 +512,22 @@ def main():
              run["records_per_second"] / 1e3 if run else None, 400, " K/s", scaled=True)
     lines.append("")
 
-    # --- one record per call (issue 16) --------------------------------------------------
-    # wp-oml is not on crates.io: its figures are the issue's, measured on this kind of
-    # machine with its own perf test, not in this run.
+    # --- one record per call ----------------------------------------------------------------
+    # wp-oml is not on crates.io: its figures were measured with its own perf test on the
+    # machine the goals were set on, not in this run.
     empty = r.get("baseline/empty_guest_call", {}).get("us_per_record")
     single_us = r.get("pure/wasm_single", {}).get("us_per_record")
     us = lambda bench_id: r.get(bench_id, {}).get("us_per_record")
     WP = {"pure": {1: 2.24, 4: 2.41, 16: 2.29, 64: 2.39}, "lookup": {1: 0.82, 4: 1.11, 16: 1.18, 64: 1.07}}
     GOAL = {"pure": (2.3, 3.5), "lookup": (0.85, 1.7)}
-    lines += ["## One record per call (issue 16)", "",
+    lines += ["## One record per call", "",
               "One record per `Rule::evaluate` call, c tasks on a two-worker runtime (`concurrency_pure/c`, "
               "`concurrency_lookup/c`; the lookup is the 128-key hot set, answered by the guest's cache), beside "
               "the same tasks making batches of 256 (`…_batched/c`). The wp-oml column is the reference "
               "evaluator's own perf test (release build, same rules, 10,000-row table, 128-key hot set), "
-              "measured on the kind of machine issue 16 was filed on, not in this run: it is not on "
-              f"crates.io. wp-oml's figures and the goals are {speed_text}, as the targets of issue 14 "
-              "are (the goal as set in brackets).", "",
+              "measured on the machine the goals were set on, not in this run: it is not on "
+              f"crates.io. wp-oml's figures and the goals are {speed_text}, as the targets set for the "
+              "nginx rule are (the goal as set in brackets).", "",
               "The `coalescing off` column is the same calls on an engine with `EngineConfig::coalesce = false`, "
               "measured right after each cell (`concurrency_{pure,lookup}_alone/c`).", "",
               "| rule | c | one per call | coalescing off | batches of 256 | wp-oml (reference, scaled) | omlet ÷ wp-oml | goal | met |",
@@ -543,12 +543,12 @@ def main():
             lines.append(f"| {kind} | {c} | {cell(single)} | {cell(alone)} | {cell(batched)} | {wp:.2f} M/s | "
                          f"{'n/a' if single is None else f'{single / wp:.2f}'} | ≥ {goal:.2f} M/s ({set_goal}) | {met} |")
     lines += ["",
-              "One-record calls at c ≥ 4 are coalesced since session 13 (see below): the tasks of one worker "
+              "One-record calls at c ≥ 4 are coalesced (see below): the tasks of one worker "
               "thread that call together share a batch call. How much that gains depends on how many tasks "
               "share a thread, and on this VM's two cores: in some stretches of the same hour two threads ran "
               "together barely faster than one, in others twice as fast, and the coalesced cells moved with "
               "them. `host/examples/profile_concurrent.rs` (pure rule, 1 M calls per concurrency, coalescing "
-              "on and off in alternating runs, session 13) gave at c = 4 / 16 / 64 about 2.5 / 3.8 / 4.2–4.5 "
+              "on and off in alternating runs, not in this run) gave at c = 4 / 16 / 64 about 2.5 / 3.8 / 4.2–4.5 "
               "M/s on (2.3–2.4 off) in a fast stretch, and 2.4 / — / 2.8–2.9 M/s on (1.1 off) in a slow one; "
               "c = 1 was 1.30–1.36 M/s either way.",
               "",
@@ -571,28 +571,23 @@ def main():
               "sides, the guest's decoding, evaluating and encoding, the instance pool) is the part that can "
               "still shrink.",
               "",
-              "What was tried (the figures of each step are in the session note of issue 16):",
+              "How a one-record call is made:",
               "",
-              "- **A fiber-less path** (kept): calls are made with wasmtime's synchronous `call` on instances "
+              "- **A fiber-less path**: calls are made with wasmtime's synchronous `call` on instances "
               "linked against plain-function imports. A lookup is answered from the shared cache without "
               "waiting; one that would wait marks the call, which is then made again on the async path "
               "(and the next 64 calls skip the sync path, so that a workload of misses does not pay twice). "
               "A call that computes for more than 20 ms is stopped and made again on the async path, which "
-              "yields to the runtime every epoch tick. About +10% on one-record calls, +26% on the empty call.",
-              "- **A small future, and no runtime for blocking calls** (kept): `evaluate`'s fast path is "
-              "plain code and its async and coalescing paths are boxed, so its future is 192 bytes (272 with the "
-              "per-thread coalescing of session 13) instead of "
-              "2.5 KB (copied whole on every call); `evaluate_blocking` makes the fiber-less call directly "
-              "instead of entering a runtime. About +5% on `pure/wasm_single` and +20% on one-record calls "
-              "from a plain thread (`host/examples/profile_single.rs`: 0.54 → 0.65 M/s).",
-              "- **Reused frame writers** (kept): the guest keeps its output writer's buffers between calls, "
-              "and the host one writer per thread for one-record frames, so a call allocates only the frames "
-              "it hands over (three allocations fewer on each side): `profile_single` 0.65 → 0.78 M/s. "
-              "Session 15: the guest also keeps each record's input and output field vectors for the next "
-              "(`eval::Spare`), and the fiber-less path writes the host's frame into the thread's own buffer, "
-              "so a one-record call allocates neither (`profile_single`, alternating, medians 1.335 → "
-              "1.405 M/s).",
-              "- **Coalescing, per thread** (kept, on by default, `EngineConfig::coalesce`; never for "
+              "yields to the runtime every epoch tick (docs/decisions/0015-fiber-less-calls.md).",
+              "- **A small future, and no runtime for blocking calls**: `evaluate`'s fast path is plain code "
+              "and its async and coalescing paths are boxed, so its future, copied whole when it is moved, "
+              "stays under 280 bytes; `evaluate_blocking` makes the fiber-less call directly instead of "
+              "entering a runtime (docs/decisions/0015-fiber-less-calls.md).",
+              "- **Reused buffers**: the guest keeps its output writer's buffers and each record's input and "
+              "output field vectors (`eval::Spare`) between calls, and the fiber-less path writes the host's "
+              "frame into its thread's own buffer, so a one-record call allocates only the frames it hands "
+              "over (docs/decisions/0017-instances-and-buffers.md).",
+              "- **Coalescing, per thread** (on by default, `EngineConfig::coalesce`; never for "
               "`evaluate_blocking`, whose waiting threads would park): the first one-record caller on a "
               "thread opens a gathering and yields once; the thread's other callers encode their records "
               "straight into its frame and wait; the opener makes one fiber-less batch call and hands each "
@@ -600,55 +595,53 @@ def main():
               "evaluated alone). The last caller to bring a gathering to the size of its thread's last one "
               "wakes the opener, so that it need not wait for the thread to run out of tasks (a syscall); "
               "every 8th gathering waits anyway, to find out whether more come. A thread whose gathering "
-              "brought nobody makes 1, 2, 4 … up to 4096 calls alone before it tries again. It replaced a "
-              "queue that formed only when more threads called than a rule had lanes, which never happened "
-              "on a runtime of as many workers as cores and did not pay where it did (the copy of each "
-              "record, a reply channel per record, wakes across threads). Session 14: a gathering that "
-              "its thread's running out of tasks releases (so that nobody waits on an opener nobody polls) "
-              "wakes its opener and one watcher, not every caller that joined; waking them all cost 10–30% "
-              "of these calls at c = 16 to 64 in alternating `profile_concurrent` runs.",
-              "- **The call path redrawn** (issue 34, sessions 21–22, no change meant): the runtime split by job, coalescing's state one enum, the call below records taking frames only, a call's route converted once, knowledge a crate of its own. Not a full run: the eval bench of 0663bf9 (before), 4a0a315 and c5c1a51 (after), alternated three times, medians, after ÷ before: `real/wasm_single` 0.97, `real/wasm_batch_256` 1.00, `lookup/wasm_single_guest_cache` 0.96, `concurrency_lookup/16` 1.18, `concurrency_pure/16` 0.86, `omlet run` over 200,000 nginx records 0.99 (time). The ranges overlap but for `concurrency_pure/16`, which four runs of its own put at 0.81, 0.99, 0.86 and 1.16: this VM's swings, no direction (docs/decisions.md, \"Where things live, continued\").",
+              "brought nobody makes 1, 2, 4 … up to 4096 calls alone before it tries again. A gathering "
+              "that its thread's running out of tasks releases (so that nobody waits on an opener nobody "
+              "polls) wakes its opener and one watcher, not every caller that joined "
+              "(docs/decisions/0016-coalescing.md).",
+              "- **The call path, by job**: the call below records takes frames only, a call's route is "
+              "converted once, coalescing's state is one enum, and knowledge is a crate of its own "
+              "(docs/decisions/0011-where-things-live.md).",
               "- Where a one-record call goes (perf, `host/examples/profile_single.rs`): about a third in the "
               "guest (decoding the frame, evaluating, encoding the output, its allocator), the rest spread "
               "over wasmtime's call path (entering the instance, lowering the frame through `cabi_realloc`, "
               "lifting the result, the post-return), the instance pool, malloc and the host's frame code, "
-              "none above 4%. The largest single item (session 15, ~3–4%) is wasmtime's lookup of the "
+              "none above 4%. The largest single item (~3–4%) is wasmtime's lookup of the "
               "export's function reference on every call (`CompiledFunctionsTable::func_loc`), out of "
               "omlet's reach.",
               ""]
 
     # --- where the time goes ----------------------------------------------------------
-    # `empty` and `single_us` are read above, for the issue 16 section.
+    # `empty` and `single_us` are read above, for the one-record-per-call section.
     batch_us = r.get("pure/wasm_batch/256", {}).get("us_per_record")
     real_batch = rps("real/wasm_batch_256")
     lines += kafka_section()
     lines += ["## Where the time goes", ""]
     if missed:
         lines += [
-            "Profile (perf, pure rule, batches of 256, one task, with a perf map of the guest (`OMLET_PERFMAP=1` then, `EngineConfig::perf_map` now) and an unstripped "
-            "guest; shares of the steady-state samples, taken at the commit of this session's last speed "
-            "change, not in this run). The guest's own code is now more than half: the evaluator (~13%), "
+            "Profile (perf, pure rule, batches of 256, one task, with a perf map of the guest (`EngineConfig::perf_map`) and an unstripped "
+            "guest; shares of the steady-state samples, taken at an earlier commit, not in this run). The "
+            "guest's own code is more than half: the evaluator (~13%), "
             "reading frames into fields and writing the output (~15%), its allocator (dlmalloc, ~8%: "
             "the record's field vectors, in and out). The host's frame code is about 16% and its "
             "malloc/free about 14% (one `Vec` per output record and a `String` per chars value). The "
-            "canonical ABI is under 1%: frames cross as one byte list since this session (it was about "
-            "19% when they were a `list<node>` of WIT records, lifted element by element); field names "
-            "of output records are shared, not allocated per field. Earlier steps: a 4 GiB memory "
-            "reservation (no bounds checks in the guest) and opt-level 3. No single hot spot is left: "
-            "the next steps are fewer allocations per record on both sides (evaluating into reused "
-            "buffers), and a frame that writes into one buffer instead of nodes and text apart.", ""]
+            "canonical ABI is under 1%: frames cross as one byte list, not as WIT records lifted element "
+            "by element; field names of output records are shared, not allocated per field. The guest's "
+            "memory has a 4 GiB reservation (no bounds checks in the guest; "
+            "docs/decisions/0017-instances-and-buffers.md) and the guest is built at opt-level 3. No "
+            "single hot spot is left.", ""]
     lines += ["Readings of the figures above:", "",
               f"- A call with one empty record costs about {fmt_us(empty)} µs (`baseline/empty_guest_call`; "
               "an empty batch makes no call at all), a "
               f"one-record call {fmt_us(single_us)} µs (`pure/wasm_single`): one async "
-              "component call per record cannot reach 1.5 M rec/s. Calls now take a fiber-less path "
-              "when they can (see the issue 16 section above); the rest of a call is taking an instance from "
+              "component call per record cannot reach 1.5 M rec/s. Calls take a fiber-less path "
+              "when they can (see \"One record per call\" above); the rest of a call is taking an instance from "
               "the pool, lowering the frame (one `cabi_realloc` call into the guest), lifting the result "
               "and the post-return.",
               f"- Batched, each record still costs about {fmt_us(batch_us)} µs: see the profile above. "
               "The same one-task batches run as a task on the runtime (`concurrency_pure_batched/1`) "
-              "and driven by `block_on` from the bench thread (`pure/wasm_batch/256`); in this session's "
-              "full runs either came out ahead, by up to 1.7× (2.16 against 3.41 M/s in one run, 3.34 "
+              "and driven by `block_on` from the bench thread (`pure/wasm_batch/256`); in full runs of "
+              "this page either has come out ahead, by up to 1.7× (2.16 against 3.41 M/s in one run, 3.34 "
               "against 2.28 in another), and run alone in quick mode they traded places too (3.4 and "
               "3.7 M/s, then 2.7 and 2.3): this VM's noise, not the calling thread. The target is "
               "judged on the bench-thread cell.",
@@ -658,10 +651,8 @@ def main():
               + ", ".join(f"{db} {ratio(f'provider_{db}/cold_c64_batched', f'provider_{db}/bypass_per_row/64'):.2f}×"
                           for db in DBS if ratio(f'provider_{db}/cold_c64_batched', f'provider_{db}/bypass_per_row/64'))
               + ". Misses run at once while a quarter of the lookup connections (at least 2) run the "
-              "statement, and the ones that wait go together when a query returns. This replaced a wait "
-              "of one scheduler turn for every first miss, which at c=4 made the batched bypass slower "
-              "than the per-row one (PostgreSQL 19.7 K against 31.5 K/s in the previous page's run); "
-              "at c=4 the two are now about even, and what separates them from `bare` is the evaluation "
+              "statement, and the ones that wait go together when a query returns. At c=4 the batched and "
+              "the per-row bypass are about even, and what separates them from `bare` is the evaluation "
               "around each lookup (a guest call per record, the import, the caches), on two cores that "
               "the database server shares. Batches "
               "are as large as the misses that pile up during one round trip; a window that holds queries "
@@ -669,21 +660,19 @@ def main():
               "same coalescing with no cache behind it.",
               (f"- `omlet run` ({fmt_rps(run['records_per_second'])} records/s with {run['concurrency']} calls in "
                f"flight, against {fmt_rps(real_batch)} for `real/wasm_batch_256` on one task) is short of "
-               "the CPU, not waiting on one thread (perf, sessions 9 and 10, `omlet run` on the 1 M-record file "
-               "of `benches/examples/nginx_input.rs`). Session 10 gave reading and parsing a thread of their "
-               "own, so that they overlap with rendering and evaluating, and made mimalloc the CLI's "
-               "allocator: records built on one thread and freed on others had glibc's malloc at ~20% of "
-               "the CPU. In alternating runs of the CLI that took 138–155 K to 155–187 K records/s. Then "
-               "`--concurrency` became the cores plus one (3 here; it was 2): the task that writes the "
-               "outputs in order left a core idle while it wrote, and 3 calls gave 211–215 K against "
-               "176–186 K. The CLI also takes JSON keys from the shared table of field names, and escapes "
-               "JSON text eight bytes at a time (a few % together, within this VM's noise run to run). Session 14 stopped building output "
-               "records at all: `stream::run_json`, which the CLI and this bench use, renders each output's "
-               "JSON line from the guest's output frame on the task that made the call, so the task that "
-               "writes outputs in order, which runs alone, no longer frees them (1 M records, CLI, alternating "
-               "runs: 284–367 K records/s before, 443–470 K after). On session 12's machine the "
+               "the CPU, not waiting on one thread (perf, `omlet run` on the 1 M-record file "
+               "of `benches/examples/nginx_input.rs`). Reading and parsing have a thread of their own, so "
+               "that they overlap with rendering and evaluating, and the CLI's allocator is mimalloc: records "
+               "built on one thread and freed on others had glibc's malloc at ~20% of the CPU. "
+               "`--concurrency` is the cores plus one (3 here): with one call per core, a core waits while the "
+               "task that writes the outputs in order writes (docs/decisions/0018-cli-allocator-and-reading-thread.md). "
+               "The CLI takes JSON keys from the shared table of field names, and escapes JSON text eight "
+               "bytes at a time. `stream::run_json`, which the CLI and this bench use, builds no output "
+               "record: it renders each output's JSON line from the guest's output frame on the task that "
+               "made the call, so the task that writes outputs in order, which runs alone, frees none of them "
+               "(docs/decisions/0019-outputs-as-json-lines.md). On an earlier machine the "
                "CLI writing a file took about 5.8 µs of CPU per record with the nginx rule and 2.4 µs with "
-               "the rule that only copies (`/usr/bin/time`, 1 M records); in session 10's profile the guest "
+               "the rule that only copies (`/usr/bin/time`, 1 M records); in a profile of the CLI the guest "
                "was ~51% of the samples, the host's frames and calls on the workers ~16%, reading and "
                "parsing ~11%, rendering and freeing the outputs ~22%. The goal scaled to this machine, "
                f"{fmt_rps(400e3 * speed)}/s on two cores, leaves {2e6 / (400e3 * speed):.1f} µs of CPU per "
@@ -692,10 +681,9 @@ def main():
                if run and real_batch else "- `omlet run`: not measured in this run."),
               "- Against the databases' own tools: pgbench and mariadb-slap are C clients with one connection "
               "per client; omlet's lookups go through sqlx and tokio (and the guest, for `bypass`), which "
-              "on loopback costs as much as the query itself. Until this session sqlx's pool also pinged "
-              "each connection when it was taken and again when it was given back (three round trips per "
-              "lookup); lookups now have connections of their own (`knowledge/lanes.rs`), one round trip "
-              "each.", ""]
+              "on loopback costs as much as the query itself. Lookups have connections of their own "
+              "(`knowledge/lanes.rs`), one round trip each: no ping when a connection is taken or given "
+              "back, as sqlx's pool makes (three round trips per lookup).", ""]
     lines += distinct_section(r, side)
     lines += start_section(r)
     lines += trace_off_section()
@@ -712,7 +700,7 @@ KAFKA = os.path.join(ROOT, "benches", "results", "kafka.json")
 
 def kafka_section():
     """The Kafka workers' figures: a separate run of benches/examples/kafka_throughput.rs."""
-    lines = ["## Kafka workers (issue 15)", ""]
+    lines = ["## Kafka workers", ""]
     try:
         k = json.load(open(KAFKA))
     except (OSError, ValueError):
@@ -772,7 +760,7 @@ KEY_CELLS = (("128", 128), ("4096", 4096), ("65536", 65536), ("distinct", 1_000_
 
 
 def distinct_section(r, side):
-    """Issue 31: lookups at distinct keys against 1 M-row tables, from benches/run.rs's
+    """Lookups at distinct keys against 1 M-row tables, from benches/run.rs's
     run/ranges/* and run/exact/* and benches/distinct.rs's criterion cells."""
     lines = [DISTINCT_BEGIN, "## Distinct keys against large tables", ""]
     hot = {k: side.get(f"run/{k}/4096") for k in ("ranges", "exact")}
@@ -844,14 +832,14 @@ def distinct_section(r, side):
         lines += ["", "A range lookup in SQL, at distinct keys, reads about half the table: the index on "
                   "`lo_int` finds every row with `lo_int <= x`, and each is checked for `hi_int >= x`, because "
                   "nothing tells the database that one row is enough. With `order by lo_int desc limit 1` (the "
-                  "upstream form, which omlet reads since issue 31's item 4) the database stops at the first row "
+                  "upstream form, which omlet reads: docs/decisions/0040-order-by-limit.md) the database stops at the first row "
                   "its index gives. The in-memory index knows that the ranges do not overlap, and answers both "
                   "forms alike.", ""]
     # Targets, from this section's run.
     def ratio(kind):
         c, h = side.get(f"run/{kind}/distinct"), hot[kind]
         return c["records_per_second"] / h["records_per_second"] if c and h else None
-    lines += ["| target (issue 31) | measured | met |", "|---|---|---|"]
+    lines += ["| target | measured | met |", "|---|---|---|"]
     def row(desc, v, goal, text, higher=True):
         met = "—" if v is None else ("yes" if (v >= goal if higher else v <= goal) else "**no**")
         lines.append(f"| {desc} | {text if v is not None else 'not measured'} | {met} |")
@@ -870,7 +858,7 @@ def distinct_section(r, side):
         higher=False)
     lines.append("| snapshot tables of PostgreSQL and MariaDB: a change reaches lookups within 1 s, none failing | "
                  "a test, not a bench: `snapshots_follow_changes_on_postgres` and `_on_mariadb` assert it against real "
-                 "servers with readers running (11 ms by NOTIFY and 44 ms by a 100 ms poll in session 19's run) | yes |")
+                 "servers with readers running (11 ms by NOTIFY and 44 ms by a 100 ms poll in one run of them) | yes |")
     lines += ["", "![records/s against distinct keys](benches/plots/distinct_keys.png)", "", DISTINCT_END, ""]
     return lines
 
@@ -910,9 +898,9 @@ START_END = "<!-- /start -->"
 
 
 def start_section(r):
-    """Issue 33, item 5: a rule's load, compiled and from the code cache (benches/start.rs), and the
+    """A rule's load, compiled and from the code cache (benches/start.rs), and the
     release CLI's wall time beside a Python loop (benches/start_e2e.py)."""
-    lines = [START_BEGIN, "## Start: the compiled-code cache (issue 33)", ""]
+    lines = [START_BEGIN, "## Start: the compiled-code cache", ""]
     comp, cached = r.get("start/compiled"), r.get("start/cached")
     try:
         e2e = json.load(open(os.path.join(CRIT, "omlet-start.json")))
@@ -949,7 +937,7 @@ def start_section(r):
     if many and py:
         ratio = cells[py[0]]["median_s"] / cells[many[0]]["median_s"]
         first = cells.get("first record, cached", {}).get("median_s")
-        lines += ["", "| target (issue 33) | value | goal | |", "|---|---:|---:|---|"]
+        lines += ["", "| target | value | goal | |", "|---|---:|---:|---|"]
         if first is not None:
             lines.append(f"| a start with a cached guest, to the first record (CLI) | {first * 1e3:.0f} ms | < 50 ms | "
                          f"{'met' if first < 0.05 else 'missed'} |")
@@ -959,46 +947,26 @@ def start_section(r):
                      f">= 3x | {'met' if ratio >= 3 else 'missed'} |")
         lines += ["", "With the cache, the start is a few percent of the 200,000-record run: what is left is the run "
                   "itself (`omlet run` reports its own records/s on standard error). Both cores are busy, the guest's "
-                  "code about 60 % of the CPU and the host's reading, framing and rendering the rest. JSONL lines read straight into frames (session 23) took 6 % of "
-                  "the CPU off, session 26's cuts to the host's reading and rendering 8 % more, session 27's to the "
-                  "evaluator (what it worked out per record, worked out per model) 6 % more, and session 28's "
-                  "(fields found by a table of positions, values read and converted where they lie) 12 % more; "
-                  "session 29 cut the cached start (a rule set's code found without building its component, "
-                  "mapped and checked by XXH3, a smaller instance pool: 25 to 11.5 ms on the same VM phase) and "
-                  "rendered output leaves straight from their nodes, and session 30 read each chunk's records "
-                  "into one frame, sent to the guest as it is (no frame per record, no join: 4 % of the CPU in "
-                  "21 alternated runs). Session 31 passed the guest through Binaryen's wasm-opt (3.7 % fewer "
-                  "instructions in the guest's code) and wrote JSON lines from a frame whose text needs no escape "
-                  "without scanning each string (4.5 % fewer instructions a record), both counted by valgrind, "
-                  "since the VM's timings could not separate them. Session 32 kept the guest's short copies "
-                  "out of wasmtime's memory.copy (a call out of the guest each) and found JSON strings' ends "
-                  "with SSE2 on the host, and wrote text fields in the frame writer's record loop: 6 % fewer "
-                  "instructions a record (40,100 to 37,600; the rule by hand 32,500). Session 33 had the guest write "
-                  "each output's JSON line itself (the optional `lines` export, which `omlet run` and the Kafka "
-                  "worker use): 10 % fewer instructions a record (37,600 to 33,700; the rule by hand 28,100); its "
-                  "four runs of this page gave 2.77x, 3.29x, 3.11x and 2.60x (the one shown), the Python loop "
-                  "taking 1.12 to 1.60 s and omlet 0.42 to 0.49 s. Session 34 cut four hot spots in the guest "
-                  "(input names slotted from the last record's, `contains` arms scanned a word at a time, plain "
-                  "decimals and dotted quads read without core's parsers, small integers written from their "
-                  "digits): 4.8 % fewer instructions a record (33,400 to 31,700); its runs of this page gave "
-                  "2.92x and 3.17x before those cuts, 2.85x after three of them, and after all four 3.43x (the "
-                  "one shown), 3.20x and 2.63x (omlet slowed from 0.29 to 0.47 s within that last run). Session 35 "
-                  "kept the guest's small allocations on free lists of their size in front of dlmalloc, forgot "
-                  "output fields that own nothing instead of dropping them, searched texts in the path and url "
-                  "pipes a word at a time and built the guest with wasm's simd128: 4.9 % fewer instructions a "
-                  "record (31,700 to 30,100); its three runs of this page gave 3.42x, 3.02x and 3.16x (the one "
-                  "shown), crossing 3x in each, by a thin margin in one. Session 36 checked texts as UTF-8 with "
-                  "SIMD (simdutf8) in the guest's frame reader and the host's line reader, inlined the test that "
-                  "leaves a field's conversion undone when there is none to do, and forgot objects' members "
-                  "that own nothing: 4.2 % fewer instructions a record (30,100 to 28,900). Before those cuts, "
-                  "its runs of this page gave 2.43x (in a slow hour: the Python loop 1.45 s), 3.12x and 3.19x; "
-                  "after the two UTF-8 cuts 3.71x, 3.12x and 3.72x (in a quiet hour: the loop 0.83 to 0.85 s); "
-                  "after all four 3.62x, 3.46x and 3.51x, and at the session's last commit 3.41x, 3.24x and "
-                  "3.40x (the one shown). "
-                  "The ratio moves with the CPU and the hour: "
-                  "session 23's run on an Intel Xeon VM gave 1.79x; on this AMD VM the Python loop alone has run "
+                  "code about 60 % of the CPU and the host's reading, framing and rendering the rest. A cached start "
+                  "finds a rule set's code without building its component, maps it and checks it by XXH3 "
+                  "(docs/decisions/0029-code-cache.md). JSONL lines are read straight into frames, one frame per "
+                  "chunk, sent to the guest as it is (docs/decisions/0021-jsonl-into-frames.md), and the guest "
+                  "writes each output's JSON line itself (the optional `lines` export, which `omlet run` and the "
+                  "Kafka worker use; docs/decisions/0020-guest-json-lines.md). The evaluator works out once per "
+                  "model what does not change per record, finds fields by a table of positions, and reads and "
+                  "converts values where they lie (docs/decisions/0027-evaluator.md). The guest is built with "
+                  "more inlining, Binaryen's wasm-opt and wasm's simd128 (docs/decisions/0023-guest-build.md), "
+                  "keeps its small allocations on free lists in front of dlmalloc "
+                  "(docs/decisions/0024-guest-allocator.md), compares and searches texts a word at a time and "
+                  "reads plain decimals and dotted quads with its own parsers "
+                  "(docs/decisions/0025-guest-hot-paths.md); guest and host check UTF-8 with simdutf8, and the "
+                  "host finds JSON strings' ends with SSE2 (docs/decisions/0026-simd.md). At 3de495c a nginx "
+                  "record costs about 28,900 instructions, counted by valgrind as "
+                  "docs/decisions/0028-measuring-and-testing.md says. "
+                  "The ratio moves with the CPU and the hour: on this AMD VM the Python loop alone has run "
                   "at 0.86 to 0.98 s in quiet hours and at 1.2 to 1.8 s in slow ones, and slow hours cost "
-                  "omlet's two busy cores more than the loop's one (session 28 measured 2.84x in a quiet hour). "
+                  "omlet's two busy cores more than the loop's one; six runs of this page at 3de495c gave 3.24x "
+                  "to 3.62x. "
                   "omlet, the loop and the rule by hand run in turns, so the ratios are this run's; the table is "
                   "this run's machine and hour."]
         if by_hand:
@@ -1006,15 +974,14 @@ def start_section(r):
             lines[-1] += (f" The row marked instrument is the same CLI with the rule written by hand in the guest "
                           f"(`guest/component/src/by_hand.rs`: the same frames in and out, the same output, no "
                           f"evaluator): {bound:.2f}x the Python loop. That is what the evaluator's walk costs, and "
-                          f"what an evaluator over precompiled steps can win back; docs/decisions.md (\"The "
-                          f"evaluator's walk, measured against the rule by hand\") has the design.")
+                          f"what an evaluator over precompiled steps can win back; docs/decisions/0027-evaluator.md "
+                          f"has the design.")
             if bound <= ratio:
                 lines[-1] += (" In this run the instrument came out no faster than the evaluator: seven runs in a "
-                              "noisy hour do not separate them, and docs/decisions.md gives longer alternated "
-                              "series (session 30: 11 runs, the rule by hand 17 % faster).")
+                              "noisy hour do not separate them (docs/decisions/0027-evaluator.md).")
         else:
-            lines[-1] += (" docs/decisions.md (\"The evaluator's walk, measured against the rule by hand\") "
-                          "measures what the evaluator costs and gives the design that would reach 3x.")
+            lines[-1] += (" docs/decisions/0027-evaluator.md measures what the evaluator costs and gives "
+                          "its design.")
     lines += ["", START_END, ""]
     return lines
 
@@ -1024,8 +991,8 @@ TRACE_END = "<!-- /trace-off -->"
 
 
 def trace_off_section():
-    """Issue 33: tracing off against the build before traces (benches/trace_off.py)."""
-    lines = [TRACE_BEGIN, "## Tracing off (issue 33)", ""]
+    """Tracing off against the build before traces (benches/trace_off.py)."""
+    lines = [TRACE_BEGIN, "## Tracing off", ""]
     try:
         d = json.load(open(os.path.join(CRIT, "omlet-trace-off.json")))
     except (OSError, ValueError):
