@@ -488,7 +488,6 @@ async fn explain_records(rule: &omlet::Rule, o: &RunOptions, x: &Explain) -> oml
     Ok(ExitCode::SUCCESS)
 }
 
-
 /// `omlet run`: the rule loaded (and refused early when it cannot do its
 /// job), then the records explained, or run from Kafka, or from the input.
 async fn run(rule: &Path, knowdb: &[PathBuf], config: Option<&Path>, o: RunOptions) -> omlet::Result<ExitCode> {

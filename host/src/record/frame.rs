@@ -271,7 +271,6 @@ pub(crate) fn decode_record(frame: &[u8]) -> Result<Record, String> {
     record(&mut r, size)
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

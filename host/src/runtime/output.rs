@@ -4,9 +4,9 @@
 
 use omlet_lang::frame::Reader;
 
-use crate::record::{Record, frame};
 use super::bindings::exports::omlet::rule::evaluator as ev;
 use super::invoke::{BatchOut, record_error};
+use crate::record::{Record, frame};
 use crate::{Error, Result};
 
 /// What the records of a guest's output frame are decoded into: owned
@@ -124,7 +124,6 @@ fn by_index(n: usize, errors: impl Iterator<Item = (usize, Error)>) -> Vec<Optio
     }
     errs
 }
-
 
 /// A batch call's output decoded as `T`, from a frame or from JSON lines,
 /// each record's error naming the record as `named(its index in the batch)`.

@@ -272,7 +272,10 @@ impl Rule {
     /// Several records as one frame, when it is within the record limit (so
     /// that it holds no record over it); `None` for one record, or a frame
     /// too large, whose records go one by one.
-    pub(super) fn whole_frame<'r>(&self, records: impl ExactSizeIterator<Item = &'r Record> + Clone) -> Option<frame::BatchFrame> {
+    pub(super) fn whole_frame<'r>(
+        &self,
+        records: impl ExactSizeIterator<Item = &'r Record> + Clone,
+    ) -> Option<frame::BatchFrame> {
         if records.len() < 2 {
             return None;
         }

@@ -533,7 +533,8 @@ impl Csv {
                     }
                     Scan::Open => {}
                 }
-                let next = if taken.len() + 1 < self.max_lines && text.len() <= self.max_bytes { self.next_line(false) } else { None };
+                let next =
+                    if taken.len() + 1 < self.max_lines && text.len() <= self.max_bytes { self.next_line(false) } else { None };
                 match next {
                     Some(Ok((n, Line::Text(t)))) => {
                         text.push('\n');

@@ -36,8 +36,10 @@ fn empty_csv_cells_are_absent_unless_asked_for_as_text() {
     let got = all(text, Format::Csv);
     assert_eq!(got[0].record.as_ref().unwrap().to_json(), r#"{"a":"x","c":"z"}"#);
     let limits = ReadLimits { csv_empty_cell: EmptyCell::Text, ..Default::default() };
-    let got: Vec<Input> =
-        read_with(Box::new(std::io::Cursor::new(text.as_bytes().to_vec())), Format::Csv, &limits).into_iter().map(|r| r.unwrap()).collect();
+    let got: Vec<Input> = read_with(Box::new(std::io::Cursor::new(text.as_bytes().to_vec())), Format::Csv, &limits)
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect();
     assert_eq!(got[0].record.as_ref().unwrap().to_json(), r#"{"a":"x","b":"","c":"z"}"#);
 }
 

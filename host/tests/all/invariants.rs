@@ -63,7 +63,8 @@ fn the_library_reads_no_environment_variable_of_its_own() {
             if !(line.contains("env::var") || line.contains("env::vars")) || i >= tests_from {
                 continue;
             }
-            let function = lines[..i].iter().rev().find(|l| l.trim_start().starts_with("pub") || l.trim_start().starts_with("fn "));
+            let function =
+                lines[..i].iter().rev().find(|l| l.trim_start().starts_with("pub") || l.trim_start().starts_with("fn "));
             let allowed = function.is_some_and(|f| f.contains("fn expand_env("))
                 || (path.ends_with("guest.rs") && lines[..i].last().is_some_and(|l| l.contains("feature = \"test-guest\"")));
             if !allowed {

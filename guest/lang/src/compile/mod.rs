@@ -606,7 +606,6 @@ impl Checker<'_> {
     }
 }
 
-
 /// Whether a static binding's value is a constant (delta §14): a literal,
 /// or an object, array or `calc` built of constants only. Else what is not,
 /// and where.

@@ -60,7 +60,13 @@ impl Checker<'_> {
     /// after the field it reads; a quoted pattern naming fields is its text
     /// and parameters joined with `||`; any other pattern is passed as
     /// written.
-    pub(super) fn sql_like(&mut self, left: SqlOperand, pattern: ast::LikePattern, span: Span, b: &mut SqlBuilder) -> CResult<()> {
+    pub(super) fn sql_like(
+        &mut self,
+        left: SqlOperand,
+        pattern: ast::LikePattern,
+        span: Span,
+        b: &mut SqlBuilder,
+    ) -> CResult<()> {
         let SqlOperand::Column(col, _) = &left else {
             return self.err_hint("the left of `like` must be a column", span, "write `column like '%@name%'`");
         };
@@ -157,7 +163,14 @@ impl Checker<'_> {
         Ok(())
     }
 
-    pub(super) fn sql_cmp(&mut self, left: SqlOperand, op: &'static str, right: SqlOperand, span: Span, b: &mut SqlBuilder) -> CResult<()> {
+    pub(super) fn sql_cmp(
+        &mut self,
+        left: SqlOperand,
+        op: &'static str,
+        right: SqlOperand,
+        span: Span,
+        b: &mut SqlBuilder,
+    ) -> CResult<()> {
         // `1 = ip4_between(read(x), lo_col, hi_col)`, either side (EXTENDED).
         let between = |o: &SqlOperand| {
             matches!(o, SqlOperand::Call { helper: Some(Helper::Ip4Between), args, .. }

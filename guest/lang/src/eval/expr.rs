@@ -4,7 +4,6 @@
 use super::*;
 
 impl<'a, 'h> Ctx<'a, 'h> {
-
     /// [`Self::expr`], with its two commonest forms (a field read or taken,
     /// a constant) evaluated in place: `expr` is large, and in wasm its
     /// prologue (the deadline's check, a big frame) is a good part of

@@ -4,7 +4,6 @@
 use super::*;
 
 impl<'a, 'h> Ctx<'a, 'h> {
-
     /// Finds `a`'s key for `read` or `take`. Both look at the first field
     /// of that name in dst, then at the first one left in src. `read`
     /// returns the first it finds. `take` (delta §3) removes both, and

@@ -120,9 +120,8 @@ fn only_fields_that_own_nothing_are_forgotten() {
 #[test]
 fn remembered_slots_are_only_hints() {
     let a = compile(&[Source { file: "a.oml", text: "name : t\n---\nv = read(ab) ;\nw = read(cd) ;\n" }], (0, 0)).unwrap();
-    let b =
-        compile(&[Source { file: "b.oml", text: "name : t\n---\nx = read(aa) ;\ny = read(cd) ;\nz = read(ab) ;\n" }], (0, 0))
-            .unwrap();
+    let b = compile(&[Source { file: "b.oml", text: "name : t\n---\nx = read(aa) ;\ny = read(cd) ;\nz = read(ab) ;\n" }], (0, 0))
+        .unwrap();
     let shapes: [&[&str]; 5] =
         [&["ab", "cd"], &["cd", "ab"], &["zz", "ab", "cd"], &["ab", "cd", "ab"], &["aa", "cd", "ab", "q", "ab"]];
     let mut recent = Recent::new();

@@ -10,8 +10,8 @@ use alloc::vec::Vec;
 
 use crate::ir::{Const, PathPart, PipeFn, UrlPart};
 use crate::parse::{nearest, quoted, split_args};
-use crate::value;
 use crate::time::TsUnit;
+use crate::value;
 
 /// A pipe function's error: the message and, when known, how to fix it.
 pub(crate) type FnError = (String, Option<Cow<'static, str>>);

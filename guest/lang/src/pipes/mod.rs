@@ -24,9 +24,9 @@ mod helpers;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use codec::dirty;
 use codec::*;
 pub use codec::{base64_decode, base64_encode, clean_prefix, json_escape_into, write_json, write_json_object};
-pub(crate) use codec::dirty;
 pub use helpers::{cell_ipv4, helper};
 
 pub fn apply<'a>(f: &'a PipeFn, v: Value<'a>) -> Value<'a> {
