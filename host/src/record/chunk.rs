@@ -154,7 +154,7 @@ impl ChunkWriter {
     /// [`from_json_line`](super::from_json_line) reads it into a frame of its
     /// own (and as that function does, the usual way when it cannot be
     /// written straight into a frame).
-    pub(crate) fn read_line(&mut self, text: &str) -> std::result::Result<Record, String> {
+    pub(crate) fn read_line(&mut self, text: &str) -> std::result::Result<Record, super::JsonError> {
         match self.write(|w| super::json::write_line(text, super::json::Read::Any, w)) {
             Some(record) => Ok(record),
             None => super::from_json_line(text),

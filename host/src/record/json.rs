@@ -7,30 +7,54 @@ use std::borrow::Cow;
 
 use super::Record;
 
+/// Why a JSON text holds no record.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum JsonError {
+    /// The text is JSON, but not an object.
+    #[error("a record must be a JSON object")]
+    NotAnObject,
+    /// The text is not JSON: serde_json's message, which says where.
+    #[error("invalid JSON: {message}")]
+    Invalid {
+        /// What serde_json says, with the line and column.
+        message: String,
+        /// 1-based line of the error in the text.
+        line: usize,
+        /// 1-based column of the error in its line.
+        column: usize,
+    },
+}
+
+impl From<serde_json::Error> for JsonError {
+    fn from(e: serde_json::Error) -> JsonError {
+        JsonError::Invalid { message: e.to_string(), line: e.line(), column: e.column() }
+    }
+}
+
 /// Builds a record from a JSON object (key order kept).
-pub fn from_json(json: &Json) -> std::result::Result<Record, String> {
+pub fn from_json(json: &Json) -> std::result::Result<Record, JsonError> {
     let Json::Object(map) = json else {
-        return Err("a record must be a JSON object".to_string());
+        return Err(JsonError::NotAnObject);
     };
     Ok(Record::from_fields(map.iter().map(|(k, v)| Field::new(Cow::Owned(k.clone()), value_from_json(v))).collect()))
 }
 
 /// Parses one JSON text into a record, with the mapping of [`from_json`]
 /// but straight into fields, without an intermediate `serde_json::Value`.
-pub fn from_json_str(text: &str) -> std::result::Result<Record, String> {
+pub fn from_json_str(text: &str) -> std::result::Result<Record, JsonError> {
     if !text.trim_start().starts_with('{') {
         // Not an object: say whether it is JSON at all, as `from_json` would.
-        let json: Json = serde_json::from_str(text).map_err(|e| format!("invalid JSON: {e}"))?;
+        let json: Json = serde_json::from_str(text)?;
         return from_json(&json);
     }
     // A read through `Record`'s own Deserialize may have left a note.
     big::forget();
-    let TopLevel::<false>(fields) = serde_json::from_str(text).map_err(|e| format!("invalid JSON: {e}"))?;
+    let TopLevel::<false>(fields) = serde_json::from_str(text)?;
     if big::seen() {
         // An integer past u64 came as a float: read the text again, with
         // every number's literal at hand, to keep its digits.
-        let TopLevel::<true>(fields) =
-            big::exact(text, || serde_json::from_str(text)).map_err(|e| format!("invalid JSON: {e}"))?;
+        let TopLevel::<true>(fields) = big::exact(text, || serde_json::from_str(text))?;
         return Ok(Record::from_fields(fields));
     }
     Ok(Record::from_fields(fields))
@@ -41,14 +65,14 @@ pub fn from_json_str(text: &str) -> std::result::Result<Record, String> {
 /// for records read to be evaluated and dropped (`stream::read`'s JSONL, the
 /// CLI's Kafka worker), one buffer instead of one per field. Reading its
 /// fields afterwards costs a second pass, so a host that reads them anyway is
-/// better served by `from_json_str`. The error is `from_json_str`'s message.
+/// better served by `from_json_str`. The error is `from_json_str`'s.
 ///
 /// ```
 /// let line = r#"{"status":"200","bytes":512}"#;
 /// let r = omlet::record::from_json_line(line).unwrap();
 /// assert_eq!(r, omlet::record::from_json_str(line).unwrap());
 /// ```
-pub fn from_json_line(text: &str) -> std::result::Result<Record, String> {
+pub fn from_json_line(text: &str) -> std::result::Result<Record, JsonError> {
     match frame_from_json_str(text) {
         Some(frame) => {
             Ok(Record { fields: std::sync::OnceLock::new(), frame: Some(super::Bytes::Own(frame.into_boxed_slice())) })

@@ -22,6 +22,7 @@ mod json;
 pub(crate) mod names;
 pub(crate) mod scan;
 
+pub use json::{JsonError, fields_json, from_json, from_json_line, from_json_str, to_json_string, value_from_json};
 use json::{JsonValue, TopLevel, write_fields_json};
 pub use json::{fields_json, from_json, from_json_line, from_json_str, to_json_string, value_from_json};
 
@@ -117,12 +118,12 @@ impl Record {
     /// first place and its last value. Fails with [`Error::Input`] for text
     /// that is not a JSON object.
     pub fn from_json(text: &str) -> Result<Record> {
-        from_json_str(text).map_err(|message| Error::Input { what: "record".into(), message })
+        from_json_str(text).map_err(|e| Error::Input { what: "record".into(), message: e.to_string() })
     }
 
     /// A record from a parsed JSON object (see [`Record::from_json`]).
     pub fn from_json_value(json: &Json) -> Result<Record> {
-        from_json(json).map_err(|message| Error::Input { what: "record".into(), message })
+        from_json(json).map_err(|e| Error::Input { what: "record".into(), message: e.to_string() })
     }
 
     /// The record as one line of JSON (spec §11).

@@ -31,9 +31,11 @@ fn direct_parsing_reads_what_the_json_value_path_reads() {
         let direct = from_json_str(text).unwrap();
         assert_eq!(format!("{direct:?}"), format!("{via_value:?}"), "{text}");
     }
-    assert_eq!(from_json_str("[1]").unwrap_err(), "a record must be a JSON object");
-    assert!(from_json_str(r#"{"a":}"#).unwrap_err().starts_with("invalid JSON: "));
-    assert!(from_json_str(r#"{"a":1} x"#).unwrap_err().starts_with("invalid JSON: trailing characters"));
+    assert_eq!(from_json_str("[1]").unwrap_err(), JsonError::NotAnObject);
+    assert_eq!(from_json_str("[1]").unwrap_err().to_string(), "a record must be a JSON object");
+    assert!(matches!(from_json_str(r#"{"a":}"#).unwrap_err(), JsonError::Invalid { line: 1, column: 6, .. }));
+    assert!(from_json_str(r#"{"a":}"#).unwrap_err().to_string().starts_with("invalid JSON: "));
+    assert!(from_json_str(r#"{"a":1} x"#).unwrap_err().to_string().starts_with("invalid JSON: trailing characters"));
 }
 
 #[test]

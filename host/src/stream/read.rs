@@ -112,8 +112,11 @@ pub fn read_with(reader: Box<dyn BufRead + Send>, format: Format, limits: &ReadL
 pub struct Inputs {
     source: Source,
     /// Applied to every input, in order ([`Inputs::map`]).
-    maps: Vec<Box<dyn FnMut(Result<Input>) -> Result<Input> + Send>>,
+    maps: Vec<InputMap>,
 }
+
+/// A function of [`Inputs::map`].
+type InputMap = Box<dyn FnMut(Result<Input>) -> Result<Input> + Send>;
 
 /// Where an [`Inputs`] reads from.
 enum Source {
@@ -360,7 +363,7 @@ impl Jsonl {
                     Some(chunk) => chunk.read_line(line.raw()),
                     None => record::from_json_line(line.raw()),
                 }
-                .map_err(|m| bad_line(at, m)),
+                .map_err(|e| bad_line(at, e.to_string())),
             };
             let raw = match line {
                 Line::Text(t) | Line::TooLong(_, t) | Line::NotUtf8(_, t) => t,

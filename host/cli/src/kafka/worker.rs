@@ -402,7 +402,8 @@ pub(super) fn to_input(
         match std::str::from_utf8(bytes) {
             Ok(text) => {
                 // Kept as a frame until something reads its fields: the batch takes it as bytes.
-                let record = omlet::record::from_json_line(text).map_err(|m| Error::Input { what: what(), message: m });
+                let record =
+                    omlet::record::from_json_line(text).map_err(|e| Error::Input { what: what(), message: e.to_string() });
                 (text.to_string(), record)
             }
             Err(e) => (
