@@ -4,11 +4,12 @@
 //! does not trust.
 
 use crate::Error;
+pub use crate::record::frame::DecodeError;
 use crate::record::{Record, frame};
 use crate::runtime::output;
 
 /// The one record of a one-record frame (an `evaluate` output).
-pub fn decode_record(bytes: &[u8]) -> Result<Record, String> {
+pub fn decode_record(bytes: &[u8]) -> Result<Record, DecodeError> {
     frame::decode_record(bytes)
 }
 

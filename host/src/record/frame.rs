@@ -97,6 +97,27 @@ pub(crate) fn encode_frame<'r>(records: impl ExactSizeIterator<Item = &'r Record
     BatchFrame::Own(w.finish())
 }
 
+/// Why the bytes of a frame hold no records: the guest's output, or a
+/// record's own frame, read by [`decode_record`], [`record`] or
+/// [`json_line`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DecodeError {
+    /// The frame's layout is broken: what the reader found (the guest's
+    /// reader, `omlet_lang::frame`, says the same of the same bytes).
+    #[error("{0}")]
+    Malformed(&'static str),
+    /// A one-record frame was expected; it has this many.
+    #[error("expected one output record, the frame has {0}")]
+    NotOneRecord(usize),
+}
+
+impl From<omlet_lang::frame::FrameError> for DecodeError {
+    fn from(e: omlet_lang::frame::FrameError) -> DecodeError {
+        DecodeError::Malformed(e)
+    }
+}
+
 /// The errors both decoders below give, in the same places, so that a
 /// frame fails the same way as records and as JSON lines (the guest's
 /// reader, `omlet_lang::frame`, says the same).
@@ -122,7 +143,7 @@ pub(crate) fn plain_text(frame: &[u8]) -> bool {
 /// is built, copied or freed for a line that is only written out. `plain`
 /// says that no byte of the frame's text needs a JSON escape
 /// ([`plain_text`]).
-pub(crate) fn json_line(r: &mut Reader<'_>, size: u32, plain: bool) -> Result<String, String> {
+pub(crate) fn json_line(r: &mut Reader<'_>, size: u32, plain: bool) -> Result<String, DecodeError> {
     // The count comes from the guest: room for a usual record, grown as needed.
     let mut line = String::with_capacity(64 + (size as usize).min(256) * 24);
     line.push('{');
@@ -152,7 +173,14 @@ enum At<'f> {
 /// checks, in the same order, so the same errors), and as `Record::to_json`
 /// renders the field [`tree`] would make (leaves through the same
 /// `write_json`).
-fn json_tree(r: &mut Reader<'_>, read: &mut u32, depth: u32, out: &mut String, at: At<'_>, plain: bool) -> Result<(), String> {
+fn json_tree(
+    r: &mut Reader<'_>,
+    read: &mut u32,
+    depth: u32,
+    out: &mut String,
+    at: At<'_>,
+    plain: bool,
+) -> Result<(), DecodeError> {
     if depth > omlet_lang::frame::MAX_DEPTH {
         return Err(TOO_DEEP.into());
     }
@@ -226,7 +254,7 @@ fn json_tree(r: &mut Reader<'_>, read: &mut u32, depth: u32, out: &mut String, a
 
 /// The next subtree of `r` as an owned field (names shared, see [`names`]).
 /// Object members stay in the order the guest wrote them (name order).
-fn tree(r: &mut Reader<'_>, read: &mut u32, depth: u32) -> Result<Field<'static>, String> {
+fn tree(r: &mut Reader<'_>, read: &mut u32, depth: u32) -> Result<Field<'static>, DecodeError> {
     if depth > omlet_lang::frame::MAX_DEPTH {
         return Err(TOO_DEEP.into());
     }
@@ -247,7 +275,7 @@ fn tree(r: &mut Reader<'_>, read: &mut u32, depth: u32) -> Result<Field<'static>
 }
 
 /// The next record of `r`, of `size` nodes.
-pub(crate) fn record(r: &mut Reader<'_>, size: u32) -> Result<Record, String> {
+pub(crate) fn record(r: &mut Reader<'_>, size: u32) -> Result<Record, DecodeError> {
     // The count comes from the guest: reserve a little, grow as nodes come.
     let mut out = Vec::with_capacity((size as usize).min(4096));
     let mut read = 0;
@@ -262,10 +290,10 @@ pub(crate) fn record(r: &mut Reader<'_>, size: u32) -> Result<Record, String> {
 
 /// The one record of a one-record frame (an `evaluate` output, or a
 /// record's own frame).
-pub(crate) fn decode_record(frame: &[u8]) -> Result<Record, String> {
+pub(crate) fn decode_record(frame: &[u8]) -> Result<Record, DecodeError> {
     let mut r = Reader::new(frame)?;
     if r.records() != 1 {
-        return Err(format!("expected one output record, the frame has {}", r.records()));
+        return Err(DecodeError::NotOneRecord(r.records()));
     }
     let size = r.size(0)?;
     record(&mut r, size)

@@ -24,7 +24,6 @@ pub(crate) mod scan;
 
 pub use json::{JsonError, fields_json, from_json, from_json_line, from_json_str, to_json_string, value_from_json};
 use json::{JsonValue, TopLevel, write_fields_json};
-pub use json::{fields_json, from_json, from_json_line, from_json_str, to_json_string, value_from_json};
 
 /// One record: named fields in order, as a rule reads and writes them.
 ///
@@ -278,9 +277,9 @@ impl Record {
                 Some(Bytes::Own(own)) => frame::decode_record(own),
                 Some(Bytes::Chunk(..)) => match self.part() {
                     Some(part) => omlet_lang::frame::join_parts(std::iter::once(part))
-                        .map_err(String::from)
+                        .map_err(frame::DecodeError::from)
                         .and_then(|joined| frame::decode_record(&joined)),
-                    None => Err("its chunk's frame is gone".to_string()),
+                    None => Err(frame::DecodeError::Malformed("its chunk's frame is gone")),
                 },
                 None => return Vec::new(),
             };

@@ -6,7 +6,8 @@ use omlet_lang::frame::Reader;
 
 use super::bindings::exports::omlet::rule::evaluator as ev;
 use super::invoke::{BatchOut, record_error};
-use crate::record::{Record, frame};
+use crate::record::Record;
+use crate::record::frame::{self, DecodeError};
 use crate::{Error, Result};
 
 /// What the records of a guest's output frame are decoded into: owned
@@ -18,36 +19,36 @@ pub(crate) trait Decoded: Sized + Send + 'static {
     const USES_PLAIN: bool;
     /// The next record of `r`, of `size` nodes; `plain` says that no byte
     /// of the frame's text needs a JSON escape ([`frame::plain_text`]).
-    fn decode(r: &mut Reader<'_>, size: u32, plain: bool) -> Result<Self, String>;
+    fn decode(r: &mut Reader<'_>, size: u32, plain: bool) -> Result<Self, DecodeError>;
     /// Whether outputs are better asked for as JSON lines
     /// (`evaluate-batch-lines`), read with [`Decoded::from_line`].
     const LINES: bool;
     /// An output from its JSON line (without the line feed).
-    fn from_line(line: &str) -> Result<Self, String>;
+    fn from_line(line: &str) -> Result<Self, DecodeError>;
 }
 
 impl Decoded for Record {
     const USES_PLAIN: bool = false;
-    fn decode(r: &mut Reader<'_>, size: u32, _: bool) -> Result<Record, String> {
+    fn decode(r: &mut Reader<'_>, size: u32, _: bool) -> Result<Record, DecodeError> {
         frame::record(r, size)
     }
     const LINES: bool = false;
     /// Never asked for (`LINES` is false): a line has lost the kinds that
     /// JSON has no type for (an address, a time), so a record read back
     /// from it would not be the output.
-    fn from_line(_: &str) -> Result<Record, String> {
-        Err("an output record cannot be read back from its JSON line".into())
+    fn from_line(_: &str) -> Result<Record, DecodeError> {
+        Err(DecodeError::Malformed("an output record cannot be read back from its JSON line"))
     }
 }
 
 /// Each output as its JSON line ([`frame::json_line`]).
 impl Decoded for String {
     const USES_PLAIN: bool = true;
-    fn decode(r: &mut Reader<'_>, size: u32, plain: bool) -> Result<String, String> {
+    fn decode(r: &mut Reader<'_>, size: u32, plain: bool) -> Result<String, DecodeError> {
         frame::json_line(r, size, plain)
     }
     const LINES: bool = true;
-    fn from_line(line: &str) -> Result<String, String> {
+    fn from_line(line: &str) -> Result<String, DecodeError> {
         Ok(line.to_string())
     }
 }
