@@ -835,7 +835,7 @@ fn function_warnings(program: &omlet_lang::ir::Program) -> Vec<String> {
     known.extend(guard::AGGREGATES);
     let mut out = Vec::new();
     for s in &program.statements {
-        let Err(guard::Refusal { function: Some(name), .. }) = guard::check_named(&s.sql, &guard::Policy::default()) else {
+        let Err(guard::Refusal { function: Some(name), .. }) = guard::check(&s.sql, &guard::Policy::default()) else {
             continue;
         };
         let name = name.as_str();

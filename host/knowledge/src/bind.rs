@@ -35,7 +35,7 @@ impl Knowledge {
             database: provider.kind(),
             qualified: source.qualified,
         };
-        let checked = guard::check_named(&routed.sql, &policy).map_err(|r| {
+        let checked = guard::check(&routed.sql, &policy).map_err(|r| {
             // A refused function: the caret goes on its name.
             let message = guard_message(r.message, &routed.sql, source, sources);
             refused(s, message, r.function)

@@ -72,7 +72,7 @@ pub use omlet_lang::intranet::Mode as IntranetMode;
 pub use provider::{BoxFuture, ParamType, Placeholders, Prepared, Provider, ProviderError, Tables, coerce};
 pub(crate) use provider::{quote_ident, table_sql};
 pub use route::Source;
-pub use sql::{HELPER_FUNCTIONS, qualify_helpers, rewrite_helper_calls, rewrite_placeholders, values_for_rows};
+pub use sql::{HELPER_FUNCTIONS, RewriteError, qualify_helpers, rewrite_helper_calls, rewrite_placeholders, values_for_rows};
 pub use sql_provider::{Dialect, SqlProvider};
 pub use stats::{AtomicHistogram, Histogram, Latency, StatementSnapshot, StatementStats, Stats, StatsSnapshot};
 

@@ -208,7 +208,7 @@ impl Dialect for Postgres {
         }
     }
 
-    fn rewrite_sql(&self, sql: String) -> Result<String, String> {
+    fn rewrite_sql(&self, sql: String) -> Result<String, super::RewriteError> {
         super::qualify_helpers(&sql, "pg_temp")
     }
 

@@ -87,32 +87,41 @@ fn helper_at(sql: &str, i: usize) -> Option<&'static str> {
 /// rewrite stops with an error as soon as its text would pass
 /// [`MAX_STATEMENT_BYTES`], or its calls nest deeper than [`MAX_DEPTH`],
 /// before it holds more than a small multiple of that bound.
-pub fn rewrite_helper_calls(sql: &str, write: &dyn Fn(&str, &[String]) -> String) -> Result<String, String> {
+pub fn rewrite_helper_calls(sql: &str, write: &dyn Fn(&str, &[String]) -> String) -> Result<String, RewriteError> {
     rewrite_nested(sql, write, 0)
 }
 
-fn rewrite_nested(sql: &str, write: &dyn Fn(&str, &[String]) -> String, depth: usize) -> Result<String, String> {
-    let too_long = || {
-        format!(
-            "written out for the database, the lookup would be longer than {MAX_STATEMENT_BYTES} bytes \
-             (a helper call may copy its arguments, so helper calls nested in helper calls multiply)"
-        )
-    };
+/// Why [`rewrite_helper_calls`] stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RewriteError {
+    /// Written out, the statement would pass [`MAX_STATEMENT_BYTES`].
+    #[error(
+        "written out for the database, the lookup would be longer than {MAX_STATEMENT_BYTES} bytes \
+         (a helper call may copy its arguments, so helper calls nested in helper calls multiply)"
+    )]
+    TooLong,
+    /// Helper calls nest deeper than [`MAX_DEPTH`].
+    #[error("helper calls nested more than {MAX_DEPTH} deep")]
+    TooDeep,
+}
+
+fn rewrite_nested(sql: &str, write: &dyn Fn(&str, &[String]) -> String, depth: usize) -> Result<String, RewriteError> {
     if sql.len() > MAX_STATEMENT_BYTES {
-        return Err(too_long());
+        return Err(RewriteError::TooLong);
     }
     if depth > MAX_DEPTH {
-        return Err(format!("helper calls nested more than {MAX_DEPTH} deep"));
+        return Err(RewriteError::TooDeep);
     }
     rewrite_outside_quotes(sql, |sql, i, out| {
         let Some(name) = helper_at(sql, i) else { return Ok(None) };
         let rest = &sql[i + name.len()..];
         let open = i + name.len() + (rest.len() - rest.trim_start().len());
         let Some((args, end)) = call_arguments(sql, open + 1) else { return Ok(None) };
-        let args = args.iter().map(|a| rewrite_nested(a, write, depth + 1)).collect::<Result<Vec<String>, String>>()?;
+        let args = args.iter().map(|a| rewrite_nested(a, write, depth + 1)).collect::<Result<Vec<String>, RewriteError>>()?;
         out.push_str(&write(name, &args));
         if out.len() > MAX_STATEMENT_BYTES {
-            return Err(too_long());
+            return Err(RewriteError::TooLong);
         }
         Ok(Some(end))
     })
@@ -149,7 +158,7 @@ fn call_arguments(sql: &str, start: usize) -> Option<(Vec<&str>, usize)> {
 
 /// Prefixes calls of the helper functions with `schema.` (outside quotes),
 /// their names in lower case; fails as [`rewrite_helper_calls`] does.
-pub fn qualify_helpers(sql: &str, schema: &str) -> Result<String, String> {
+pub fn qualify_helpers(sql: &str, schema: &str) -> Result<String, RewriteError> {
     rewrite_helper_calls(sql, &|name, args| format!("{schema}.{name}({})", args.join(", ")))
 }
 
@@ -285,12 +294,15 @@ mod tests {
             sql = format!("ip4_int({sql})");
         }
         let err = rewrite_helper_calls(&sql, &copy5).unwrap_err();
-        assert!(err.contains("longer than 65536 bytes"), "{err}");
+        assert_eq!(err, RewriteError::TooLong);
+        assert!(err.to_string().contains("longer than 65536 bytes"), "{err}");
         let keep = |name: &str, args: &[String]| format!("{name}({})", args.join(","));
         let deep = format!("{}x{}", "trim_quotes(".repeat(100), ")".repeat(100));
-        assert!(rewrite_helper_calls(&deep, &keep).unwrap_err().contains("nested more than 64 deep"));
+        let err = rewrite_helper_calls(&deep, &keep).unwrap_err();
+        assert_eq!(err, RewriteError::TooDeep);
+        assert!(err.to_string().contains("nested more than 64 deep"));
         let long = format!("a = '{}'", "x".repeat(MAX_STATEMENT_BYTES));
-        assert!(rewrite_helper_calls(&long, &keep).is_err());
+        assert_eq!(rewrite_helper_calls(&long, &keep), Err(RewriteError::TooLong));
     }
 
     #[test]

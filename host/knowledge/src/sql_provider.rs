@@ -124,7 +124,7 @@ pub trait Dialect: Send + Sync + 'static {
     /// Adapts a statement, still with its `:name` parameters, to the dialect
     /// (how helper functions are reached), or says why it cannot (written
     /// out, it would pass [`MAX_STATEMENT_BYTES`](super::guard::MAX_STATEMENT_BYTES)).
-    fn rewrite_sql(&self, sql: String) -> Result<String, String> {
+    fn rewrite_sql(&self, sql: String) -> Result<String, super::RewriteError> {
         Ok(sql)
     }
     /// For in-memory tables ([`Tables::read_table`]): the query giving a
@@ -305,7 +305,7 @@ where
     }
 
     fn rewrite_sql(&self, sql: String) -> Result<String, ProviderError> {
-        self.dialect.rewrite_sql(sql).map_err(ProviderError::TooLong)
+        self.dialect.rewrite_sql(sql).map_err(|e| ProviderError::TooLong(e.to_string()))
     }
 
     fn lookup_connections(&self) -> usize {

@@ -132,10 +132,11 @@ impl Policy {
     }
 }
 
-/// Why [`check_named`] refuses a statement: the message, and the function
+/// Why [`check`] refuses a statement: the message, and the function
 /// it names when an unknown function is the reason (for a caret on it, or
 /// a did-you-mean).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
 pub struct Refusal {
     /// What is refused.
     pub message: String,
@@ -204,13 +205,9 @@ pub fn first_table(sql: &str) -> Option<String> {
 }
 
 /// Checks one statement as the guest hands it over (before dialect
-/// rewrites); the error says what is refused.
-pub fn check(sql: &str, policy: &Policy) -> Result<Checked, String> {
-    check_named(sql, policy).map_err(|r| r.message)
-}
-
-/// [`check`], saying also which function it refuses, when that is why.
-pub fn check_named(sql: &str, policy: &Policy) -> Result<Checked, Refusal> {
+/// rewrites): what it reads, or why it is refused (and which function,
+/// when that is why).
+pub fn check(sql: &str, policy: &Policy) -> Result<Checked, Refusal> {
     let plain = |message: String| Refusal { message, function: None };
     if sql.len() > MAX_STATEMENT_BYTES {
         return Err(plain(format!("the lookup is {} bytes long; at most {MAX_STATEMENT_BYTES} are read", sql.len())));

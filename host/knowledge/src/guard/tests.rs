@@ -2,6 +2,11 @@
 
 use super::*;
 
+/// The guard's verdict with its refusal as text, which these tests read.
+fn check(sql: &str, policy: &Policy) -> Result<Checked, String> {
+    super::check(sql, policy).map_err(|r| r.message)
+}
+
 fn ok(sql: &str) -> bool {
     check(sql, &Policy::default()).is_ok()
 }
