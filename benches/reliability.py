@@ -3,7 +3,7 @@
 
     python3 benches/reliability.py [--omlet PATH] [--skip-db]
 
-1. Hostile inputs: each probe of the sandbox issue runs through the omlet CLI
+1. Hostile inputs: each probe of the sandbox round runs through the omlet CLI
    (default `target/debug/omlet`, built first with `cargo build -p omlet-cli`),
    with records in, records out, error lines, exit code, time and a verdict.
 2. Limits: the table of docs/deployment.md (one source).
@@ -155,7 +155,7 @@ def probes(omlet, work):
 
 
 def probes_round_two(omlet, work):
-    """The probes of issue 30 ("trust, round two"), numbered 30.N by its points."""
+    """The probes of the second trust round, numbered 30.N."""
     out = []
 
     def file(name, data):
@@ -398,8 +398,9 @@ def main():
         "",
         "## Hostile inputs",
         "",
-        "The probes of the sandbox issue (its numbers in the first column) and of issue 30, \"trust, round two\" (30.N,",
-        "by its points), through `omlet run`/`check`/`build`.",
+        "The probes of the sandbox round and of the second trust round, through `omlet run`/`check`/`build`.",
+        "The first column is the probe's id: a plain number for a probe of the sandbox round, 30.N for one of the",
+        "second trust round (the same ids name the probes in the tables and notes below).",
         "`out` counts output lines, `errors` error lines naming a record.",
         "",
         "| # | probe | records in | out | errors | exit | seconds | expected | verdict | what omlet said |",

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The release CLI's wall time from outside (issue 33, item 5), beside a Python loop.
+"""The release CLI's wall time from outside, beside a Python loop.
 
     cargo build --release -p omlet-cli && python3 benches/start_e2e.py
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Does tracing cost anything when it is off (issue 33)? Runs two builds of the `eval`
+"""Does tracing cost anything when it is off? Runs two builds of the `eval`
 bench, one after the other, a few times, and keeps every figure:
 
     # the bench binary of the commit before traces, and of this one (same target dir)
