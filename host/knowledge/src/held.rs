@@ -28,7 +28,7 @@ pub(super) fn plan(
     params: &[String],
     result: &[String],
 ) -> std::result::Result<memory::Lookup, String> {
-    let l = table.plan(terms, params, result)?;
+    let l = table.plan(terms, params, result).map_err(|e| e.to_string())?;
     match l.repeated() {
         n if ordered && n > 0 => Err(format!("{n} keys repeat, and the statement's `order by` decides which row answers")),
         _ => Ok(l),

@@ -170,7 +170,7 @@ pub struct Table {
     /// How long reading it took.
     pub loaded_in: Duration,
     /// Indexes built so far, by their description; a refusal is kept too.
-    indexes: Mutex<HashMap<String, Result<Arc<Index>, String>>>,
+    indexes: Mutex<HashMap<String, Result<Arc<Index>, Unplanned>>>,
 }
 
 impl std::fmt::Debug for Table {
@@ -219,8 +219,8 @@ impl Table {
     }
 
     /// The index `make` builds, under `name`, built once.
-    fn index(&self, name: String, make: impl FnOnce() -> Result<Index, String>) -> Result<Arc<Index>, String> {
-        let mut all = self.indexes.lock().map_err(|_| "index lock poisoned".to_string())?;
+    fn index(&self, name: String, make: impl FnOnce() -> Result<Index, Unplanned>) -> Result<Arc<Index>, Unplanned> {
+        let mut all = self.indexes.lock().map_err(|_| Unplanned::Poisoned)?;
         all.entry(name).or_insert_with(|| make().map(Arc::new)).clone()
     }
 
@@ -251,13 +251,13 @@ impl Table {
         Index::Hash { cols: cols.to_vec(), rows, hasher, repeated }
     }
 
-    fn range_index(&self, lo: usize, hi: usize) -> Result<Index, String> {
+    fn range_index(&self, lo: usize, hi: usize) -> Result<Index, Unplanned> {
         if self.affinity[lo] == Affinity::Text && self.affinity[hi] == Affinity::Text {
             return self.key_range_index(lo, hi);
         }
         for c in [lo, hi] {
             if !self.affinity[c].numeric() {
-                return Err(format!("the column `{}` is not numeric", self.columns[c]));
+                return Err(Unplanned::NotNumeric(self.columns[c].clone()));
             }
         }
         let spans = self.sorted_spans(|row| {
@@ -270,7 +270,7 @@ impl Table {
             match (bound(lo), bound(hi)) {
                 (Ok(Some(l)), Ok(Some(h))) => Ok(Some((l, h))),
                 (Ok(_), Ok(_)) => Ok(None),
-                _ => Err("holds a bound that is not an integer".into()),
+                _ => Err("holds a bound that is not an integer"),
             }
         })?;
         Ok(Index::Ranges { lo, hi, spans: Spans::new(&spans) })
@@ -282,22 +282,18 @@ impl Table {
     /// then decides which row answers.
     fn sorted_spans<K: Copy + Ord>(
         &self,
-        mut bounds: impl FnMut(&[Cell]) -> Result<Option<(K, K)>, String>,
-    ) -> Result<Vec<(K, K, u32)>, String> {
+        mut bounds: impl FnMut(&[Cell]) -> Result<Option<(K, K)>, &'static str>,
+    ) -> Result<Vec<(K, K, u32)>, Unplanned> {
         let mut spans = Vec::with_capacity(self.rows.len());
         for (n, row) in self.rows.iter().enumerate() {
-            match bounds(row).map_err(|e| format!("row {} of `{}` {e}", n + 1, self.name))? {
+            match bounds(row).map_err(|what| Unplanned::BadBound { row: n + 1, table: self.name.clone(), what })? {
                 Some((l, h)) if l <= h => spans.push((l, h, n as u32)),
                 _ => {}
             }
         }
         spans.sort_by_key(|&(l, _, n)| (l, n));
         if let Some(w) = spans.windows(2).find(|w| w[0].1 >= w[1].0) {
-            return Err(format!(
-                "its ranges overlap (rows {} and {}), and without `order by` SQL decides which row answers",
-                w[0].2 + 1,
-                w[1].2 + 1
-            ));
+            return Err(Unplanned::Overlap(w[0].2 + 1, w[1].2 + 1));
         }
         Ok(spans)
     }
@@ -305,7 +301,7 @@ impl Table {
     /// The networks of column `c` as ranges of addresses, computed as the
     /// `cidr4_contains` helper reads them; none may overlap (nested
     /// networks have several answers, and SQL's scan order decides).
-    fn cidr4_index(&self, c: usize) -> Result<Index, String> {
+    fn cidr4_index(&self, c: usize) -> Result<Index, Unplanned> {
         let spans = self.sorted_spans(|row| {
             let lo = omlet_lang::pipes::helper(omlet_lang::ir::Helper::Cidr4Min, std::slice::from_ref(&row[c]));
             let hi = omlet_lang::pipes::helper(omlet_lang::ir::Helper::Cidr4Max, std::slice::from_ref(&row[c]));
@@ -319,7 +315,7 @@ impl Table {
 
     /// Ranges whose bounds are `ip_key` texts: every bound one (or NULL),
     /// and no two ranges overlapping.
-    fn key_range_index(&self, lo: usize, hi: usize) -> Result<Index, String> {
+    fn key_range_index(&self, lo: usize, hi: usize) -> Result<Index, Unplanned> {
         let spans = self.sorted_spans(|row| {
             let bound = |c: usize| match &row[c] {
                 Cell::Text(t) => ip_key(t).map(Some).ok_or(()),
@@ -329,7 +325,7 @@ impl Table {
             match (bound(lo), bound(hi)) {
                 (Ok(Some(l)), Ok(Some(h))) => Ok(Some((l, h))),
                 (Ok(_), Ok(_)) => Ok(None),
-                _ => Err("holds a text bound that is not an ip_key (32 lower-case hex digits)".into()),
+                _ => Err("holds a text bound that is not an ip_key (32 lower-case hex digits)"),
             }
         })?;
         Ok(Index::KeyRanges { lo, hi, spans: Spans::new(&spans) })
@@ -338,12 +334,12 @@ impl Table {
     /// The lookup that answers a statement from this table, or why there is
     /// none. `params` are the statement's parameter names, in the guest's
     /// order; `result` its result columns.
-    pub fn plan(self: &Arc<Self>, terms: &[guard::Term], params: &[String], result: &[String]) -> Result<Lookup, String> {
-        let col = |name: &str| self.column(name).ok_or_else(|| format!("no column `{name}`"));
-        let param = |name: &str| params.iter().position(|p| p == name).ok_or_else(|| format!("no parameter `{name}`"));
+    pub fn plan(self: &Arc<Self>, terms: &[guard::Term], params: &[String], result: &[String]) -> Result<Lookup, Unplanned> {
+        let col = |name: &str| self.column(name).ok_or_else(|| Unplanned::NoColumn(name.to_string()));
+        let param = |name: &str| params.iter().position(|p| p == name).ok_or_else(|| Unplanned::NoParameter(name.to_string()));
         let project = result.iter().map(|c| col(c)).collect::<Result<Vec<_>, _>>()?;
         if terms.is_empty() {
-            return Err("no condition".into());
+            return Err(Unplanned::NoCondition);
         }
         if terms.iter().all(|t| t.op == "=") {
             let mut cols = Vec::new();
@@ -351,7 +347,7 @@ impl Table {
             for t in terms {
                 let c = col(&t.column)?;
                 if cols.contains(&c) {
-                    return Err(format!("`{}` is compared twice", t.column));
+                    return Err(Unplanned::ComparedTwice(t.column.clone()));
                 }
                 cols.push(c);
                 args.push(param(&t.param)?);
@@ -359,11 +355,7 @@ impl Table {
             let name = format!("hash {}", cols.iter().map(|c| self.columns[*c].as_str()).collect::<Vec<_>>().join(", "));
             let index = self.index(name, || Ok(self.hash_index(&cols)))?;
             if self.compare != Compare::Sqlite && repeated(&index) > 0 {
-                return Err(format!(
-                    "{} keys repeat, and {} gives no order among them without `order by`",
-                    repeated(&index),
-                    self.name
-                ));
+                return Err(Unplanned::KeysRepeat { repeated: repeated(&index), table: self.name.clone() });
             }
             return Ok(Lookup::new(Plan { table: self.clone(), index, args, strict: (false, false), project }));
         }
@@ -371,7 +363,7 @@ impl Table {
             && t.op == "cidr4"
         {
             if self.compare != Compare::Sqlite {
-                return Err("cidr4_contains is computed in SQL here".into());
+                return Err(Unplanned::Cidr4InSql);
             }
             let c = col(&t.column)?;
             let args = vec![param(&t.param)?];
@@ -383,19 +375,74 @@ impl Table {
             let (low, high) = match (a.op.as_str(), b.op.as_str()) {
                 ("<=" | "<", ">=" | ">") => (a, b),
                 (">=" | ">", "<=" | "<") => (b, a),
-                _ => return Err("not one `=` list nor one range".into()),
+                _ => return Err(Unplanned::NotListOrRange),
             };
             let (lo, hi) = (col(&low.column)?, col(&high.column)?);
             if lo == hi {
-                return Err("both bounds are one column".into());
+                return Err(Unplanned::OneColumnBounds);
             }
             let args = vec![param(&low.param)?, param(&high.param)?];
             let name = format!("ranges {}, {}", self.columns[lo], self.columns[hi]);
             let index = self.index(name, || self.range_index(lo, hi))?;
             return Ok(Lookup::new(Plan { table: self.clone(), index, args, strict: (low.op == "<", high.op == ">"), project }));
         }
-        Err("not one `=` list nor one range".into())
+        Err(Unplanned::NotListOrRange)
     }
+}
+
+/// Why a table held in memory cannot answer a statement: its lookups then
+/// go to SQL, and `omlet inspect` says why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Unplanned {
+    /// The statement names a column the table does not have.
+    #[error("no column `{0}`")]
+    NoColumn(String),
+    /// A condition compares with a parameter the statement does not pass.
+    #[error("no parameter `{0}`")]
+    NoParameter(String),
+    /// The statement has no condition.
+    #[error("no condition")]
+    NoCondition,
+    /// One column is compared twice in an `=` list.
+    #[error("`{0}` is compared twice")]
+    ComparedTwice(String),
+    /// Keys repeat and the table's database gives no order among them.
+    #[error("{repeated} keys repeat, and {table} gives no order among them without `order by`")]
+    KeysRepeat {
+        /// How many keys repeat.
+        repeated: u64,
+        /// The table.
+        table: String,
+    },
+    /// `cidr4_contains` over a database that computes it itself.
+    #[error("cidr4_contains is computed in SQL here")]
+    Cidr4InSql,
+    /// The condition is neither an `=` list nor one range.
+    #[error("not one `=` list nor one range")]
+    NotListOrRange,
+    /// A range's two bounds are the same column.
+    #[error("both bounds are one column")]
+    OneColumnBounds,
+    /// A range's bound column is not numeric.
+    #[error("the column `{0}` is not numeric")]
+    NotNumeric(String),
+    /// A row's bound cannot be read as the range needs it.
+    #[error("row {row} of `{table}` {what}")]
+    BadBound {
+        /// The row, 1-based.
+        row: usize,
+        /// The table.
+        table: String,
+        /// What is wrong with its bound.
+        what: &'static str,
+    },
+    /// Two ranges overlap (these rows, 1-based), so SQL's order would decide.
+    #[error("its ranges overlap (rows {0} and {1}), and without `order by` SQL decides which row answers")]
+    Overlap(u32, u32),
+    /// A thread panicked while it built an index of the table.
+    #[error("index lock poisoned")]
+    Poisoned,
 }
 
 /// Rows of a hash index that repeat an earlier row's key.
