@@ -77,8 +77,41 @@ const MONTHS: [&str; 12] =
     ["january", "february", "march", "april", "may", "june", "july", "august", "september", "october", "november", "december"];
 const WEEKDAYS: [&str; 7] = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"];
 
+/// What is wrong with a time format ([`compile`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TimeFormatError {
+    /// The format ends in a `%` with no directive after it.
+    LonePercent,
+    /// `%` followed by a letter that is no directive.
+    UnknownDirective(char),
+    /// Neither a year nor epoch seconds: omlet does not guess the year.
+    NoYear,
+    /// `%I` without `%p`, or `%p` without `%I`.
+    HalfTwelveHourClock,
+}
+
+impl core::fmt::Display for TimeFormatError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            TimeFormatError::LonePercent => f.write_str("the format ends in a lone `%`; write `%%` for a percent sign"),
+            TimeFormatError::UnknownDirective(c) => write!(
+                f,
+                "unknown directive `%{c}` in a time format: the directives are %Y %y %m %b %B %h %d %e %j %H %I %p \
+                 %M %S %f %z %Z %a %A %s %T %R %F %D and %%"
+            ),
+            TimeFormatError::NoYear => {
+                f.write_str("a time format needs the year (%Y, %y or %F) or epoch seconds (%s): omlet does not guess it")
+            }
+            TimeFormatError::HalfTwelveHourClock => f.write_str("%I and %p go together: a 12-hour clock needs AM or PM"),
+        }
+    }
+}
+
+impl core::error::Error for TimeFormatError {}
+
 /// Reads a format, or says what is wrong with it.
-pub fn compile(format: &str) -> Result<TimeFormat, String> {
+pub fn compile(format: &str) -> Result<TimeFormat, TimeFormatError> {
     match format.trim().to_ascii_lowercase().as_str() {
         "rfc3339" | "iso8601" => return Ok(TimeFormat::Rfc3339),
         "epoch" => return Ok(TimeFormat::Epoch(TsUnit::Seconds)),
@@ -106,7 +139,7 @@ pub fn compile(format: &str) -> Result<TimeFormat, String> {
             lit.push(c);
             continue;
         }
-        let d = chars.next().ok_or_else(|| String::from("the format ends in a lone `%`; write `%%` for a percent sign"))?;
+        let d = chars.next().ok_or(TimeFormatError::LonePercent)?;
         if d == '%' {
             lit.push('%');
             continue;
@@ -134,21 +167,16 @@ pub fn compile(format: &str) -> Result<TimeFormat, String> {
             'R' => items.extend([Item::Hour, lit(":"), Item::Minute]),
             'F' => items.extend([Item::Year, lit("-"), Item::Month, lit("-"), Item::Day]),
             'D' => items.extend([Item::Month, lit("/"), Item::Day, lit("/"), Item::Year2]),
-            other => {
-                return Err(alloc::format!(
-                    "unknown directive `%{other}` in a time format: the directives are %Y %y %m %b %B %h %d %e %j %H %I %p \
-                     %M %S %f %z %Z %a %A %s %T %R %F %D and %%"
-                ));
-            }
+            other => return Err(TimeFormatError::UnknownDirective(other)),
         }
     }
     flush(&mut lit, &mut items);
     let has = |i: &Item| items.contains(i);
     if !(has(&Item::Epoch) || has(&Item::Year) || has(&Item::Year2)) {
-        return Err("a time format needs the year (%Y, %y or %F) or epoch seconds (%s): omlet does not guess it".into());
+        return Err(TimeFormatError::NoYear);
     }
     if has(&Item::Hour12) != has(&Item::AmPm) {
-        return Err("%I and %p go together: a 12-hour clock needs AM or PM".into());
+        return Err(TimeFormatError::HalfTwelveHourClock);
     }
     Ok(TimeFormat::Pattern(items))
 }
@@ -419,9 +447,13 @@ mod tests {
 
     #[test]
     fn bad_formats_are_refused() {
-        assert!(compile("%Q").unwrap_err().contains("%Q"));
-        assert!(compile("%H:%M").unwrap_err().contains("year"));
-        assert!(compile("%Y %I:%M").unwrap_err().contains("%p"));
-        assert!(compile("%Y %").unwrap_err().contains("lone"));
+        assert_eq!(compile("%Q").unwrap_err(), TimeFormatError::UnknownDirective('Q'));
+        assert!(compile("%Q").unwrap_err().to_string().contains("%Q"));
+        assert_eq!(compile("%H:%M").unwrap_err(), TimeFormatError::NoYear);
+        assert!(compile("%H:%M").unwrap_err().to_string().contains("year"));
+        assert_eq!(compile("%Y %I:%M").unwrap_err(), TimeFormatError::HalfTwelveHourClock);
+        assert!(compile("%Y %I:%M").unwrap_err().to_string().contains("%p"));
+        assert_eq!(compile("%Y %").unwrap_err(), TimeFormatError::LonePercent);
+        assert!(compile("%Y %").unwrap_err().to_string().contains("lone"));
     }
 }

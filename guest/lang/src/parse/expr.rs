@@ -223,8 +223,8 @@ impl<'s> Parser<'s> {
                 self.done(SyntaxKind::Literal, start);
                 Ok((c, span))
             }
-            Err(msg) => {
-                self.diags.push(Diagnostic::new(msg, span));
+            Err(e) => {
+                self.diags.push(Diagnostic::new(e.to_string(), span));
                 Err(())
             }
         }
@@ -425,30 +425,67 @@ pub(super) fn literal_body(raw: &str) -> String {
     }
 }
 
+/// Why `ty(body)` is no literal ([`literal_value`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LiteralError {
+    /// The body is not a value of the type (`digit(4x)`).
+    DoesNotParse {
+        /// The literal's type.
+        ty: &'static str,
+        /// The body, as written.
+        body: String,
+    },
+    /// A `bool` literal other than `true` or `false`.
+    NotBool(String),
+    /// The name is no literal type, with the nearest name when one is near.
+    NotALiteral {
+        /// The name, as written.
+        name: String,
+        /// The literal type or function it is nearest to.
+        near: Option<&'static str>,
+    },
+}
+
+impl core::fmt::Display for LiteralError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            LiteralError::DoesNotParse { ty, body } => write!(f, "{ty} literal does not parse: `{body}`"),
+            LiteralError::NotBool(body) => write!(f, "bool literal must be `true` or `false`, not `{body}`"),
+            LiteralError::NotALiteral { name, near: Some(near) } => {
+                write!(f, "`{name}(…)` is neither a literal nor a function: did you mean `{near}(…)`?")
+            }
+            LiteralError::NotALiteral { name, near: None } => {
+                write!(f, "`{name}(…)` is not a literal: literals are chars, digit, float, bool, ip, time and symbol")
+            }
+        }
+    }
+}
+
+impl core::error::Error for LiteralError {}
+
 /// The value of `ty(body)`, or why it is not one.
-pub fn literal_value(ty: &str, body: &str) -> Result<Const, String> {
+pub fn literal_value(ty: &str, body: &str) -> Result<Const, LiteralError> {
+    let bad = |ty: &'static str| LiteralError::DoesNotParse { ty, body: body.to_string() };
     Ok(match ty {
         "chars" | "symbol" => Const::Chars(body.to_string()),
-        "digit" => Const::Digit(value::parse_digit(body).ok_or_else(|| format!("digit literal does not parse: `{body}`"))?),
-        "float" => Const::Float(value::parse_float(body).ok_or_else(|| format!("float literal does not parse: `{body}`"))?),
+        "digit" => Const::Digit(value::parse_digit(body).ok_or_else(|| bad("digit"))?),
+        "float" => Const::Float(value::parse_float(body).ok_or_else(|| bad("float"))?),
         "bool" => match body {
             "true" => Const::Bool(true),
             "false" => Const::Bool(false),
-            _ => return Err(format!("bool literal must be `true` or `false`, not `{body}`")),
+            _ => return Err(LiteralError::NotBool(body.to_string())),
         },
         "ip" => match body.parse::<core::net::IpAddr>() {
             Ok(core::net::IpAddr::V4(v4)) => Const::Ipv4(u32::from(v4)),
             Ok(core::net::IpAddr::V6(v6)) => Const::Ipv6(u128::from(v6)),
-            Err(_) => return Err(format!("ip literal does not parse: `{body}`")),
+            Err(_) => return Err(bad("ip")),
         },
-        "time" => Const::Time(time::parse_time(body).ok_or_else(|| format!("time literal does not parse: `{body}`"))?),
+        "time" => Const::Time(time::parse_time(body).ok_or_else(|| bad("time"))?),
         other => {
             let mut known = LITERAL_TYPES.to_vec();
             known.extend_from_slice(&["read", "take", "fmt"]);
-            return Err(match nearest(other, &known) {
-                Some(near) => format!("`{other}(…)` is neither a literal nor a function: did you mean `{near}(…)`?"),
-                None => format!("`{other}(…)` is not a literal: literals are chars, digit, float, bool, ip, time and symbol"),
-            });
+            return Err(LiteralError::NotALiteral { name: other.to_string(), near: nearest(other, &known) });
         }
     })
 }

@@ -251,7 +251,7 @@ pub(super) fn match_fn(name: &str, args: &str) -> Result<Cond, String> {
         "regex_match" => {
             arity(1)?;
             let pattern = text(0)?;
-            crate::ir::RegexCond::too_large(&pattern)?;
+            crate::ir::RegexCond::too_large(&pattern).map_err(|e| e.to_string())?;
             Cond::Regex(crate::ir::RegexCond::new(pattern))
         }
         _ => return Err(format!("unknown match function `{name}`")),

@@ -47,7 +47,7 @@ mod pipe;
 mod rule;
 mod sql;
 
-pub use expr::literal_value;
+pub use expr::{LiteralError, literal_value};
 
 type PResult<T> = Result<T, ()>;
 
@@ -613,8 +613,10 @@ mod tests {
         assert_eq!(literal_value("digit", "42").unwrap(), Const::Digit(42));
         assert_eq!(literal_value("bool", "true").unwrap(), Const::Bool(true));
         assert_eq!(literal_value("chars", "x y").unwrap(), Const::Chars("x y".to_string()));
-        assert!(literal_value("bool", "yes").unwrap_err().contains("`true` or `false`"));
-        assert!(literal_value("digit", "4x").unwrap_err().contains("does not parse"));
+        assert_eq!(literal_value("bool", "yes").unwrap_err(), LiteralError::NotBool("yes".into()));
+        assert!(literal_value("bool", "yes").unwrap_err().to_string().contains("`true` or `false`"));
+        assert_eq!(literal_value("digit", "4x").unwrap_err(), LiteralError::DoesNotParse { ty: "digit", body: "4x".into() });
+        assert!(literal_value("digit", "4x").unwrap_err().to_string().contains("does not parse"));
     }
 
     #[test]

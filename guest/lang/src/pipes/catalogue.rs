@@ -311,7 +311,7 @@ fn time_parse(name: &str, arg: Option<&str>) -> Result<PipeFn, FnError> {
     let Some(fmt) = args.first().and_then(|f| quoted(f)) else {
         return Err((format!("Time::parse needs a quoted format, not `{a}`"), hint()));
     };
-    let format = crate::timefmt::compile(&fmt).map_err(|m| (m, hint()))?;
+    let format = crate::timefmt::compile(&fmt).map_err(|e| (e.to_string(), hint()))?;
     let zone_hours = match args.get(1) {
         None => 8,
         Some(z) => zone(name, z)?,
