@@ -687,6 +687,7 @@ def main():
     lines += distinct_section(r, side)
     lines += start_section(r)
     lines += trace_off_section()
+    lines += kept_section(AB_BEGIN, AB_END)
     lines += ["## Not measured", "",
               "- sysbench (not installed; not in the allowed package sources here): mariadb-slap stands in "
               "for MariaDB, with the text protocol.",
@@ -1026,6 +1027,24 @@ def only_start():
     """Rewrites the start section of BENCHMARKS.md in place (or adds it before "## Not measured")."""
     rewrite_section(START_BEGIN, START_END, start_section(load()))
     print("wrote the start section of BENCHMARKS.md")
+
+
+AB_BEGIN = "<!-- before-after: written by hand from one A/B run; report.py keeps it -->"
+AB_END = "<!-- /before-after -->"
+
+
+def kept_section(begin, end_marker):
+    """The section between `begin` and `end_marker` in the current BENCHMARKS.md, as it stands
+    (figures from a run that report.py does not make, such as an A/B of two builds), so that
+    writing the page again keeps it; nothing when the page has none."""
+    try:
+        page = open(os.path.join(ROOT, "BENCHMARKS.md")).read()
+    except OSError:
+        return []
+    if begin not in page or end_marker not in page:
+        return []
+    start, end = page.index(begin), page.index(end_marker) + len(end_marker)
+    return page[start:end].split("\n") + [""]
 
 
 def rewrite_section(begin, end_marker, lines):
