@@ -336,43 +336,9 @@ pub struct RegexCond {
     compiled: once_cell::race::OnceBox<Option<regex_automata::meta::Regex>>,
 }
 
-/// A `regex_match` pattern whose automaton is over the regex engine's size
-/// limit ([`RegexCond::too_large`]): a compile error.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PatternTooLarge {
-    /// The pattern's first 60 characters (and `…` when it is longer).
-    pub shown: String,
-    /// The engine's limit, in bytes.
-    pub limit: usize,
-}
-
-impl core::fmt::Display for PatternTooLarge {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        write!(f, "the pattern `{}` is too large to compile: its automaton would take more than {} bytes", self.shown, self.limit)
-    }
-}
-
-impl core::error::Error for PatternTooLarge {}
-
 impl RegexCond {
     pub fn new(pattern: String) -> RegexCond {
         RegexCond { pattern, compiled: once_cell::race::OnceBox::new() }
-    }
-
-    /// A compile error for a pattern whose automaton is over the regex
-    /// engine's size limit: it would otherwise never match, without a word.
-    /// (A pattern that is not a regex still never matches, as §8.7.4 says.)
-    pub fn too_large(pattern: &str) -> Result<(), PatternTooLarge> {
-        match regex_automata::meta::Regex::new(pattern) {
-            Err(e) if e.size_limit().is_some() => {
-                let mut shown: String = pattern.chars().take(60).collect();
-                if pattern.chars().count() > 60 {
-                    shown.push('…');
-                }
-                Err(PatternTooLarge { shown, limit: e.size_limit().unwrap_or(0) })
-            }
-            _ => Ok(()),
-        }
     }
 
     pub fn is_match(&self, text: &str) -> bool {

@@ -251,9 +251,43 @@ pub(super) fn match_fn(name: &str, args: &str) -> Result<Cond, String> {
         "regex_match" => {
             arity(1)?;
             let pattern = text(0)?;
-            crate::ir::RegexCond::too_large(&pattern).map_err(|e| e.to_string())?;
+            pattern_fits(&pattern).map_err(|e| e.to_string())?;
             Cond::Regex(crate::ir::RegexCond::new(pattern))
         }
         _ => return Err(format!("unknown match function `{name}`")),
     })
+}
+
+/// A `regex_match` pattern whose automaton is over the regex engine's size
+/// limit ([`pattern_fits`]): a compile error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PatternTooLarge {
+    /// The pattern's first 60 characters (and `…` when it is longer).
+    pub shown: String,
+    /// The engine's limit, in bytes.
+    pub limit: usize,
+}
+
+impl core::fmt::Display for PatternTooLarge {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "the pattern `{}` is too large to compile: its automaton would take more than {} bytes", self.shown, self.limit)
+    }
+}
+
+impl core::error::Error for PatternTooLarge {}
+
+/// A compile error for a pattern whose automaton is over the regex engine's
+/// size limit: it would otherwise never match, without a word. (A pattern
+/// that is not a regex still never matches, as §8.7.4 says.)
+pub(super) fn pattern_fits(pattern: &str) -> Result<(), PatternTooLarge> {
+    match regex_automata::meta::Regex::new(pattern) {
+        Err(e) if e.size_limit().is_some() => {
+            let mut shown: String = pattern.chars().take(60).collect();
+            if pattern.chars().count() > 60 {
+                shown.push('…');
+            }
+            Err(PatternTooLarge { shown, limit: e.size_limit().unwrap_or(0) })
+        }
+        _ => Ok(()),
+    }
 }
