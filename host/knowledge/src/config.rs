@@ -290,7 +290,7 @@ impl KnowledgeConfig {
     /// or an unset, unclosed or unlisted `${VAR}`.
     pub fn read(path: impl AsRef<Path>) -> Result<KnowledgeConfig> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        let text = crate::files::read_text(path, crate::files::MAX_CONFIG_BYTES, "knowledge config")?;
         let mut c: KnowledgeConfig =
             toml::from_str(&text).map_err(|e| Error::Knowledge(format!("{}: {}", path.display(), e.to_string().trim())))?;
         if let Some(dir) = path.parent() {

@@ -79,6 +79,9 @@ pub enum Limit {
     /// `memory.max_table_mb` of the knowledge config, and its
     /// `memory.over_limit` is `fail` (with `sql`, its lookups go to SQL).
     TableMemory,
+    /// A file read whole (a config, `knowdb.toml`, `create.sql`, a case or
+    /// rule file) holds more than its bound ([`crate::files`]).
+    FileBytes,
 }
 
 impl std::fmt::Display for Limit {
@@ -86,6 +89,7 @@ impl std::fmt::Display for Limit {
         f.write_str(match self {
             Limit::StatementBytes => "lookup statement bytes",
             Limit::TableMemory => "in-memory table size",
+            Limit::FileBytes => "file bytes",
         })
     }
 }

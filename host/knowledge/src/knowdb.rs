@@ -131,7 +131,7 @@ const MAX_NAME_BYTES: usize = 63;
 /// key in a table, a table name that is not a lower-case identifier, or a
 /// column type not in the list of [`TableSpec::types`].
 pub fn read(path: &Path) -> Result<KnowDb> {
-    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    let text = crate::files::read_text(path, crate::files::MAX_CONFIG_BYTES, "knowdb.toml")?;
     parse(path, &text)
 }
 
@@ -293,7 +293,7 @@ pub async fn load_any(path: &Path, db: &dyn Provider, roots: &[PathBuf]) -> Resu
     for r in roots {
         allowed.push(r.canonicalize().map_err(|e| Error::io(r, e))?);
     }
-    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    let text = crate::files::read_text(path, crate::files::MAX_CONFIG_BYTES, "knowdb.toml")?;
     if super::warp::is_warp(&text) {
         return super::warp::load(path, &text, db, &allowed).await;
     }
@@ -321,7 +321,7 @@ pub async fn load_any(path: &Path, db: &dyn Provider, roots: &[PathBuf]) -> Resu
         };
         let sql_file = |key: &str, p: &PathBuf| -> Result<String> {
             let p = file(key, p)?;
-            std::fs::read_to_string(&p).map_err(|e| Error::io(&p, e))
+            crate::files::read_text(&p, crate::files::MAX_CONFIG_BYTES, "knowdb SQL file")
         };
         if let Some(c) = &t.create {
             db.execute(&sql_file("create", c)?).await?;
@@ -382,7 +382,7 @@ pub async fn load_any(path: &Path, db: &dyn Provider, roots: &[PathBuf]) -> Resu
 }
 
 fn read_csv(path: &Path, skip_bad: bool) -> Result<(Vec<String>, Vec<Vec<String>>)> {
-    let mut rd = csv::Reader::from_path(path).map_err(|e| Error::Knowledge(format!("{}: {e}", path.display())))?;
+    let mut rd = csv::Reader::from_reader(crate::files::open_lines(path)?);
     let columns: Vec<String> = rd
         .headers()
         .map_err(|e| Error::Knowledge(format!("{}: {e}", path.display())))?

@@ -38,6 +38,7 @@ mod query;
 use held::HeldLookup;
 use query::{entry_bytes, key_bytes};
 pub mod config;
+pub mod files;
 pub mod guard;
 mod intranet;
 pub mod knowdb;

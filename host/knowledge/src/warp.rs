@@ -264,7 +264,7 @@ pub struct Loaded {
 /// are routed among them and the local tables (see
 /// [`route`](super::route)).
 pub fn external(path: &Path) -> Result<(Vec<SqlDb>, bool)> {
-    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    let text = crate::files::read_text(path, crate::files::MAX_CONFIG_BYTES, "knowdb.toml")?;
     if !is_warp(&text) {
         return Ok((Vec::new(), false));
     }
@@ -392,7 +392,7 @@ pub async fn load(path: &Path, text: &str, db: &dyn Provider, allowed: &[PathBuf
         };
         let sql = |file: &str| -> Result<String> {
             let p = inside(&table_dir.join(file))?;
-            let text = std::fs::read_to_string(&p).map_err(|e| Error::io(&p, e))?;
+            let text = crate::files::read_text(&p, crate::files::MAX_CONFIG_BYTES, "knowdb SQL file")?;
             Ok(text.replace("{table}", &name))
         };
         let create = sql("create.sql")?;
@@ -447,8 +447,7 @@ fn read_rows(
         .delimiter(delimiter)
         .trim(if o.trim { csv::Trim::All } else { csv::Trim::None })
         .flexible(true)
-        .from_path(path)
-        .map_err(|e| format!("{file}: {e}"))?;
+        .from_reader(crate::files::open_lines(path).map_err(|e| e.to_string())?);
     let indices: Vec<usize> = if !columns.by_header.is_empty() {
         if !o.has_header {
             return Err(format!("{file}: columns.by_header needs a header row ([csv] has_header = false): use columns.by_index"));

@@ -14,3 +14,5 @@ mod portable;
 mod rule_sets;
 mod sandbox;
 mod trust;
+mod trust3_lookups;
+mod trust3_reach;
