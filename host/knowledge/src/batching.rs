@@ -2,33 +2,47 @@
 //! connections run it, further misses of a single-key lookup wait, and all
 //! that waited go in one `= ANY($1)` / `IN (…)` query when one returns. A
 //! batch the database refuses is retried key by key.
+//!
+//! A batch answers each key as the single-key statement would: that
+//! statement's lookup takes its first row (in its `order by`, if any), so
+//! the batch asks for exactly that row of each key, through a window
+//! (`row_number() over (partition by key order by …) = 1`, see
+//! `sql_provider::per_key`), never for every row of a repeated key. A
+//! statement ending in `limit 0` (no row, ever) is not batched; `limit n`
+//! with n ≥ 1 leaves the first row, the one the batch keeps. The rows and
+//! bytes a batch reads are bounded while it reads them (one row a key,
+//! [`MAX_ANSWER_BYTES`](super::sql_provider::MAX_ANSWER_BYTES) in all):
+//! past the bound it stops reading, and its keys are asked one by one,
+//! each under the bound of one answer.
 
 use std::sync::Mutex;
 use std::sync::atomic::Ordering;
 
 use super::guard::{Checked, Term};
-use super::{BoundStatement, Knowledge, LookupError, LookupErrorKind, ParamType, coerce};
+use super::{BoundStatement, Knowledge, LookupError, LookupErrorKind, ParamType, ProviderError, coerce};
 use omlet_lang::Cell;
 
 /// How to fetch many keys of a single-key lookup (`… where col = :p`) at once.
 #[derive(Debug, Clone)]
 pub struct BatchPlan {
-    /// `select col, <columns> from table where col`: the provider appends
-    /// `= ANY($1)` or `in (?, …)`. The key comes back as the first column.
+    /// `select row_number() over (partition by col[ order by …]) as
+    /// omlet_rn, col as omlet_key, <columns> from table where col`: the
+    /// provider appends `= ANY($1)` or `in (?, …)` and keeps the rows
+    /// numbered 1, the first of each key in the statement's order. The
+    /// number comes back first, which the provider drops, then the key.
     pub select: String,
     /// The type of the single parameter (from the single-key statement).
     pub key_type: ParamType,
-    /// The statement's ` order by …` (empty for none), which the provider
-    /// appends after the key list: the first row of each key in the
-    /// answer is then the one the single-key statement would give.
+    /// The statement's ` order by …` (empty for none): `select` already
+    /// orders each key's rows by it.
     pub order: String,
 }
 
 /// The batch form of a statement the guard read (`c`), if it is
 /// `select C from T where K = :p` with `p` its only parameter (then maybe
-/// ` order by …`, which the plan keeps, and ` limit n`, which a batch drops:
-/// it would cut the whole batch). Built from what the guard read, not from
-/// the text again.
+/// ` order by …`, which orders each key's rows, and ` limit n`, which the
+/// first row of each key honours for n ≥ 1; see [`keeps_first_row`]).
+/// Built from what the guard read, not from the text again.
 pub(super) fn batch_select(c: &Checked, params: &[String]) -> Option<String> {
     let [param] = params else { return None };
     // The condition is one comparison of a column with the parameter.
@@ -37,7 +51,23 @@ pub(super) fn batch_select(c: &Checked, params: &[String]) -> Option<String> {
         return None;
     }
     let cols = if c.columns.len() == 1 && c.columns[0] == "*" { format!("{}.*", c.table) } else { c.columns.join(",") };
-    Some(format!("select {column}, {cols} from {} where {column}", c.table))
+    let order = c.order.as_deref().unwrap_or("");
+    Some(format!(
+        "select row_number() over (partition by {column}{order}) as omlet_rn, {column} as omlet_key, {cols} from {} where {column}",
+        c.table
+    ))
+}
+
+/// Whether the first row of each key is what `sql` (a bound statement
+/// with a batch plan) answers: yes unless it ends in `limit n` with n not
+/// at least 1 (`limit 0` answers no row). The guard lets `limit` only end
+/// a statement, followed by a number.
+pub(super) fn keeps_first_row(sql: &str) -> bool {
+    let mut words = sql.split_ascii_whitespace().rev();
+    match (words.next(), words.next()) {
+        (Some(n), Some(limit)) if limit.eq_ignore_ascii_case("limit") => n.parse::<u64>().is_ok_and(|n| n >= 1),
+        _ => true,
+    }
 }
 
 /// How many queries of one batchable statement may be in flight before
@@ -129,7 +159,7 @@ impl Knowledge {
     /// load pays no wait for batching, and a heavy one sends fewer, larger
     /// queries.
     pub(super) async fn miss(&self, stmt: &BoundStatement, bound: Vec<Cell>) -> Result<Option<Vec<Cell>>, LookupError> {
-        let Some(plan) = &stmt.batch else {
+        let Some(plan) = stmt.batch.as_ref().filter(|_| keeps_first_row(&stmt.sql)) else {
             return self.fetch(stmt, bound).await;
         };
         let key = bound.into_iter().next().unwrap_or(Cell::Null);
@@ -173,9 +203,26 @@ impl Knowledge {
                 distinct.push(k.clone());
             }
         }
-        let rows = self.timed(stmt, self.provider_of(stmt).query_many(plan, distinct)).await;
-        let rows = match rows {
-            Ok(rows) => rows,
+        let provider = self.provider_of(stmt);
+        // A batch cut at its bound is no failure: its keys go one by one.
+        let many = Box::pin(async move {
+            match provider.query_many(plan, distinct).await {
+                Ok(rows) => Ok(Some(rows)),
+                Err(ProviderError::Limit { message, .. }) => {
+                    tracing::debug!(statement = %stmt.sql, "{message}; asking its keys one by one");
+                    Ok(None)
+                }
+                Err(e) => Err(e),
+            }
+        });
+        let rows = match self.timed(stmt, many).await {
+            Ok(Some(rows)) => rows,
+            Ok(None) => {
+                for (key, tx) in batch {
+                    let _ = tx.send(self.fetch(stmt, vec![key]).await);
+                }
+                return;
+            }
             // One key the database refuses (text with a NUL byte on
             // PostgreSQL, say) fails the whole query: ask again key by key,
             // so that only that key's lookup fails. A timeout is not retried
@@ -211,15 +258,29 @@ mod tests {
         batch_select(&checked, &params.iter().map(|p| p.to_string()).collect::<Vec<_>>())
     }
 
-    /// The batch form drops `limit` (it would cut the whole batch) and
-    /// keeps the order for the provider to append after the key list.
+    /// The batch form numbers each key's rows in the statement's order and
+    /// drops `limit` (the first row of each key honours it; see
+    /// `keeps_first_row`).
     #[test]
-    fn an_ordered_statement_batches_without_its_limit() {
-        let want = Some("select zone, lo from r where zone".to_string());
-        assert_eq!(batched("select lo from r where zone = :z order by lo desc limit 1", &["z"]), want);
-        assert_eq!(batched("select lo from r where zone = :z", &["z"]), want);
-        assert_eq!(batched("select lo from r where :z = zone", &["z"]), want, "the column on either side");
-        assert_eq!(batched("select * from r where zone = :z", &["z"]).as_deref(), Some("select zone, r.* from r where zone"));
+    fn a_batch_numbers_each_keys_rows_in_the_statements_order() {
+        let form = |order: &str, cols: &str| {
+            Some(format!(
+                "select row_number() over (partition by zone{order}) as omlet_rn, zone as omlet_key, {cols} from r where zone"
+            ))
+        };
+        assert_eq!(batched("select lo from r where zone = :z order by lo desc limit 1", &["z"]), form(" order by lo desc", "lo"));
+        assert_eq!(batched("select lo from r where zone = :z", &["z"]), form("", "lo"));
+        assert_eq!(batched("select lo from r where :z = zone", &["z"]), form("", "lo"), "the column on either side");
+        assert_eq!(batched("select * from r where zone = :z", &["z"]), form("", "r.*"));
+    }
+
+    #[test]
+    fn limit_zero_is_not_batched() {
+        assert!(keeps_first_row("select lo from r where zone = $1 order by lo limit 1"));
+        assert!(keeps_first_row("select lo from r where zone = $1 LIMIT 20"));
+        assert!(keeps_first_row("select lo from r where zone = ?"));
+        assert!(!keeps_first_row("select lo from r where zone = ? limit 0"));
+        assert!(!keeps_first_row("select lo from r where zone = ? limit 1.5"), "not a count: not batched");
     }
 
     #[test]

@@ -82,6 +82,15 @@ pub enum Limit {
     /// A file read whole (a config, `knowdb.toml`, `create.sql`, a case or
     /// rule file) holds more than its bound ([`crate::files`]).
     FileBytes,
+    /// A lookup's answer (its row, as cells) takes more than
+    /// `MAX_ANSWER_BYTES` (64 MiB, the guest's default instance memory,
+    /// which an answer must fit in). The host stops reading it there, and
+    /// the lookup fails (per `on_lookup_error`); the record goes on.
+    AnswerBytes,
+    /// One batched query of many keys' misses brought more rows or bytes
+    /// than its bound (one row a key; `MAX_ANSWER_BYTES` in all). The host
+    /// stops reading it there, and asks for those keys one by one.
+    BatchAnswer,
 }
 
 impl std::fmt::Display for Limit {
@@ -90,6 +99,8 @@ impl std::fmt::Display for Limit {
             Limit::StatementBytes => "lookup statement bytes",
             Limit::TableMemory => "in-memory table size",
             Limit::FileBytes => "file bytes",
+            Limit::AnswerBytes => "lookup answer bytes",
+            Limit::BatchAnswer => "batched lookup rows and bytes",
         })
     }
 }

@@ -154,8 +154,13 @@ impl Knowledge {
     /// Reads every snapshot table that a bound lookup answers from again,
     /// and swaps each such lookup to the new read (or to SQL, when the new
     /// rows cannot be indexed: keys now repeat, ranges now overlap). A table
-    /// that cannot be read keeps its previous snapshot, and the error is
-    /// returned after the others are done.
+    /// now over `memory.max_table_mb` follows `memory.over_limit`: with
+    /// `sql` its lookups go to the database (a warning), with `fail` they
+    /// fail with [`Limit::TableMemory`] naming the table and the limit (an
+    /// error, and the error returned); either way until a reload reads it
+    /// within the limit, and never from the old snapshot. A table that
+    /// cannot be read for another reason keeps its previous snapshot. The
+    /// error is returned after the others are done.
     pub async fn refresh_snapshots(&self) -> Result<()> {
         let lookups = self.held(|l| l.snapshot)?;
         let mut tables: Vec<(usize, &str)> = lookups.iter().map(|l| (l.source, l.table.as_str())).collect();
@@ -165,6 +170,12 @@ impl Knowledge {
         for (source, table) in tables {
             let fresh = match self.read_table(source, table).await {
                 Ok(t) => Arc::new(t),
+                Err(Error::Limit { limit: Limit::TableMemory, message }) => {
+                    if let Some(e) = self.over_limit(&lookups, source, table, &message).await {
+                        failed = Some(e);
+                    }
+                    continue;
+                }
                 Err(e) => {
                     tracing::warn!(target: "omlet::knowledge", "{table}: the snapshot stays as it was: {e}");
                     failed = Some(e);
@@ -175,6 +186,42 @@ impl Knowledge {
             self.tables.lock().await.insert((source, table.to_string()), Ok(fresh));
         }
         failed.map_or(Ok(()), Err)
+    }
+
+    /// A snapshot table that a reload found over `memory.max_table_mb`
+    /// (`message` says by how much): its lookups go to SQL, or are refused
+    /// (`memory.over_limit`); the error to return for `fail`.
+    async fn over_limit(&self, lookups: &[HeldLookup], source: usize, table: &str, message: &str) -> Option<Error> {
+        let max = self.config.memory.max_table_mb;
+        let mut tables = self.tables.lock().await;
+        match self.config.memory.over_limit {
+            memory::OverLimit::Sql => {
+                // Later binds of it go to SQL too, as at a first read.
+                tables.insert((source, table.to_string()), Err(message.to_string()));
+                tracing::warn!(
+                    target: "omlet::knowledge",
+                    "{message}: its lookups go to the database until a reload reads it within memory.max_table_mb = {max} (memory.over_limit = \"sql\")"
+                );
+                Self::replan(lookups, source, table, None);
+                None
+            }
+            memory::OverLimit::Fail => {
+                // A later bind reads it again, and fails its load if it is
+                // still too big, as at a first read.
+                tables.remove(&(source, table.to_string()));
+                let what = format!(
+                    "{message}; memory.max_table_mb = {max} and memory.over_limit = \"fail\": lookups on {table} fail until a reload reads it within the limit"
+                );
+                tracing::error!(target: "omlet::knowledge", "{}", Error::limit(Limit::TableMemory, what.clone()));
+                let why = ProviderError::limit(Limit::TableMemory, &what);
+                for l in lookups.iter().filter(|l| l.source == source && l.table == table) {
+                    if let Some(lookup) = l.lookup.upgrade() {
+                        lookup.refuse(why.clone());
+                    }
+                }
+                Some(Error::limit(Limit::TableMemory, what))
+            }
+        }
     }
 
     /// The live lookups held in memory that `which` picks (and the list

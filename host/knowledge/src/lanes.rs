@@ -86,6 +86,14 @@ impl<C: Connection> Lanes<C> {
                     self.give_back(conn);
                     return Ok(v);
                 }
+                Err(e) if over_of(&e).is_some() => {
+                    // A bound was crossed mid-answer: the connection may
+                    // still have the rest of the rows to read, and a buffer
+                    // grown for the big one. It goes; a new one is opened
+                    // when needed.
+                    drop(conn);
+                    return Err(provider_error(e));
+                }
                 Err(e) if broken(&e) => {
                     // Dropping a connection closes its socket. The idle ones most likely
                     // went the same way (a restarted server), so they go too, and the
@@ -151,10 +159,42 @@ fn broken(e: &sqlx::Error) -> bool {
     }
 }
 
-/// A sqlx error as a [`ProviderError`]: a broken connection, or no
-/// connection from a pool in time, is `Unavailable`; anything else the
-/// database said about the statement or its values is `Refused`.
+/// A bound crossed while a lookup read its answer ([`over`]), carried out
+/// of a lane's query as a sqlx error.
+#[derive(Debug)]
+struct Over(ProviderError);
+
+impl std::fmt::Display for Over {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0.message())
+    }
+}
+
+impl std::error::Error for Over {}
+
+/// What a lane's query returns when it stops reading at a bound: [`Lanes::run`]
+/// drops the connection (the rest of the answer is never read) and gives
+/// [`ProviderError::Limit`].
+pub(crate) fn over(limit: crate::Limit, what: impl std::fmt::Display) -> sqlx::Error {
+    sqlx::Error::Decode(Box::new(Over(ProviderError::limit(limit, what))))
+}
+
+/// The crossed bound an error of [`over`] carries.
+fn over_of(e: &sqlx::Error) -> Option<&ProviderError> {
+    match e {
+        sqlx::Error::Decode(b) => b.downcast_ref::<Over>().map(|o| &o.0),
+        _ => None,
+    }
+}
+
+/// A sqlx error as a [`ProviderError`]: a crossed bound ([`over`]) is
+/// `Limit`; a broken connection, or no connection from a pool in time, is
+/// `Unavailable`; anything else the database said about the statement or
+/// its values is `Refused`.
 pub(crate) fn provider_error(e: sqlx::Error) -> ProviderError {
+    if let Some(limit) = over_of(&e) {
+        return limit.clone();
+    }
     if broken(&e) || matches!(e, sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed) {
         ProviderError::Unavailable(e.to_string())
     } else {

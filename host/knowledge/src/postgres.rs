@@ -21,7 +21,7 @@ use crate::Result;
 
 /// PostgreSQL's dialect: `$n` placeholders, parameters coerced to the types
 /// PostgreSQL infers, helpers as temporary functions (`pg_temp.`),
-/// `= ANY($1)` batches.
+/// `= ANY($1)` batches (each key's first row).
 pub struct Postgres;
 
 /// A PostgreSQL database. Lookups run on up to `pool_size` connections of
@@ -212,8 +212,12 @@ impl Dialect for Postgres {
         super::qualify_helpers(&sql, "pg_temp")
     }
 
+    fn raw_bytes(row: &PgRow, i: usize) -> Option<usize> {
+        row.try_get_raw(i).ok()?.as_bytes().ok().map(<[u8]>::len)
+    }
+
     fn batch_sql(plan: &BatchPlan, _keys: usize) -> String {
-        format!("{} = ANY($1){}", plan.select, plan.order)
+        super::sql_provider::per_key(plan, " = ANY($1)")
     }
 
     fn bind_batch<'q>(q: Query<'q, sqlx::Postgres>, plan: &BatchPlan, keys: &[Cell]) -> Query<'q, sqlx::Postgres> {

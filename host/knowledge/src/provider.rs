@@ -79,6 +79,16 @@ pub enum ProviderError {
     /// This provider does not do it (creating an index, say).
     #[error("{0}")]
     Unsupported(String),
+    /// A bound omlet keeps was crossed ([`Limit`](crate::Limit) says
+    /// which): what went over it was not read further, nor held. Made by
+    /// [`ProviderError::limit`], whose message names the limit.
+    #[error("{message}")]
+    Limit {
+        /// Which bound.
+        limit: crate::Limit,
+        /// `limit reached (<the limit>): <what went over it>`.
+        message: String,
+    },
 }
 
 impl ProviderError {
@@ -88,8 +98,15 @@ impl ProviderError {
             ProviderError::Refused(m)
             | ProviderError::Unavailable(m)
             | ProviderError::TooLong(m)
-            | ProviderError::Unsupported(m) => m,
+            | ProviderError::Unsupported(m)
+            | ProviderError::Limit { message: m, .. } => m,
         }
+    }
+
+    /// A crossed bound: its message says `limit reached (<limit>): <what>`,
+    /// as [`Error::Limit`](crate::Error::Limit) does.
+    pub fn limit(limit: crate::Limit, what: impl std::fmt::Display) -> ProviderError {
+        ProviderError::Limit { limit, message: crate::Error::limit(limit, what.to_string()).to_string() }
     }
 }
 

@@ -37,7 +37,7 @@ impl Knowledge {
     ) -> (Result<Option<Vec<Cell>>, LookupError>, Layer) {
         self.stats.lookups.fetch_add(1, Ordering::Relaxed);
         if let Some(row) = self.memory_answer(stmt, params) {
-            return (Ok(row), Layer::Memory);
+            return (row, Layer::Memory);
         }
         let bound = bind(stmt, params);
         let Some(cache) = &self.cache else {
@@ -82,7 +82,10 @@ impl Knowledge {
     /// cache), and the caller must take the path that may wait. A `None`
     /// counts nothing: the lookup is counted when it is made again.
     pub fn query_cached(&self, generation: u64, stmt: &BoundStatement, params: &[Cell]) -> Option<Option<Vec<Cell>>> {
+        // A refused table's lookup fails on the path that may wait, and is
+        // counted there.
         if let Some(row) = self.memory_answer(stmt, params) {
+            let row = row.ok()?;
             self.stats.lookups.fetch_add(1, Ordering::Relaxed);
             return Some(row);
         }
@@ -99,11 +102,29 @@ impl Knowledge {
     }
 
     /// The answer of the statement's in-memory table, when it has one that
-    /// is sure of it (counted).
-    pub(super) fn memory_answer(&self, stmt: &BoundStatement, params: &[Cell]) -> Option<Option<Vec<Cell>>> {
-        let row = stmt.memory.as_ref()?.answer(params)?;
+    /// is sure of it (counted), or the refusal of a snapshot table a reload
+    /// found over its limit with `memory.over_limit = "fail"` (see
+    /// [`memory::Lookup::refuse`]): never an old snapshot, nor SQL.
+    pub(super) fn memory_answer(&self, stmt: &BoundStatement, params: &[Cell]) -> Option<Result<Option<Vec<Cell>>, LookupError>> {
+        let memory = stmt.memory.as_ref()?;
+        let Some(row) = memory.answer(params) else {
+            return memory.refusal().map(|why| Err(self.refused(stmt, why)));
+        };
         self.stats.memory.fetch_add(1, Ordering::Relaxed);
-        Some(row)
+        Some(Ok(row))
+    }
+
+    /// A lookup of a refused table: counted and logged as a failed lookup.
+    fn refused(&self, stmt: &BoundStatement, why: ProviderError) -> LookupError {
+        self.stats.errors.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut st) = self.stats.statements.lock()
+            && let Some(s) = st.get_mut(stmt.stats)
+        {
+            s.errors += 1;
+        }
+        let e = LookupError::from(why);
+        tracing::warn!(statement = %stmt.sql, error = %e, "lookup failed");
+        e
     }
 
     /// A shared-cache hit that began at `started`: counted, and its row.

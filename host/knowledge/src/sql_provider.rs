@@ -146,9 +146,16 @@ pub trait Dialect: Send + Sync + 'static {
     ) -> Option<BoxFuture<'a, Result<()>>> {
         None
     }
-    /// The batched form of `plan` for `keys` keys.
+    /// How many bytes column `i` of `row` takes as the database sent it,
+    /// where the dialect can tell without decoding it (`None`: it is
+    /// decoded, then weighed).
+    fn raw_bytes(_row: &<Self::Db as Database>::Row, _i: usize) -> Option<usize> {
+        None
+    }
+    /// The batched form of `plan` for `keys` keys: the first row of each
+    /// key ([`per_key`]).
     fn batch_sql(plan: &BatchPlan, keys: usize) -> String {
-        format!("{} in ({}){}", plan.select, vec!["?"; keys.max(1)].join(", "), plan.order)
+        per_key(plan, &format!(" in ({})", vec!["?"; keys.max(1)].join(", ")))
     }
     /// Binds the keys of a batched query (an empty list matches nothing).
     fn bind_batch<'q>(q: Query<'q, Self::Db>, _plan: &BatchPlan, keys: &[Cell]) -> Query<'q, Self::Db> {
@@ -159,12 +166,70 @@ pub trait Dialect: Send + Sync + 'static {
     }
 }
 
+/// The most bytes of one lookup's answer (its row as cells, each counted
+/// as `Cell`'s size plus its text or blob) that the host reads, and of all
+/// the rows of one batched query: 64 MiB, the guest's default instance
+/// memory (`EngineConfig::max_memory`), which an answer must fit in to
+/// reach the rule. Past it the host stops reading, drops the connection,
+/// and the lookup fails with [`Limit::AnswerBytes`](crate::Limit) (a batch
+/// with [`Limit::BatchAnswer`](crate::Limit), and its keys are asked one by
+/// one). [`SqlProvider::with_max_answer_bytes`] sets another bound.
+pub const MAX_ANSWER_BYTES: u64 = 64 << 20;
+
+/// `plan` for the keys that `keys` compares its key column with (` in (…)`,
+/// ` = ANY($1)`): every key's first row in the statement's order, and no
+/// other. A window numbers each key's rows in the statement's `order by`
+/// (`row_number() over (partition by key order by …)`), and only the
+/// first is sent, so that a key of a million rows costs one, as it does
+/// alone (`limit n` of the single-key statement keeps n ≥ 1 rows of which
+/// the lookup takes the first; see `batching`). The number comes first,
+/// and the provider drops it.
+pub(crate) fn per_key(plan: &BatchPlan, keys: &str) -> String {
+    format!("select * from ({}{keys}) omlet_batch where omlet_rn = 1", plan.select)
+}
+
+/// The cells of `row` while they take at most `left` bytes (each cell
+/// `Cell`'s size plus its text or blob; less is left after), weighed
+/// column by column, before decoding where the dialect can tell: `Ok(None)`
+/// once they would take more.
+fn cells_within<D: Dialect>(row: &<D::Db as Database>::Row, left: &mut u64) -> Result<Option<Vec<Cell>>, String>
+where
+    usize: ColumnIndex<<D::Db as Database>::Row>,
+{
+    let width = row.columns().len();
+    let mut out = Vec::with_capacity(width);
+    for i in 0..width {
+        let cell_size = std::mem::size_of::<Cell>() as u64;
+        if let Some(raw) = D::raw_bytes(row, i)
+            && (raw as u64).saturating_add(cell_size) > *left
+        {
+            return Ok(None);
+        }
+        let raw = row.try_get_raw(i).map_err(|e| e.to_string())?;
+        let cell = if raw.is_null() {
+            Cell::Null
+        } else {
+            let ty = raw.type_info().name().to_string();
+            D::cell(row, i, &ty)?
+        };
+        let size = cell_size + super::memory::heap_bytes(std::slice::from_ref(&cell)) as u64;
+        if size > *left {
+            return Ok(None);
+        }
+        *left -= size;
+        out.push(cell);
+    }
+    Ok(Some(out))
+}
+
 /// A SQL database behind `knowledge.query`: a small sqlx pool for loading
 /// and preparing, and lookup lanes (one round trip per lookup; see `lanes`).
 pub struct SqlProvider<D: Dialect> {
     pool: Pool<D::Db>,
     lanes: Lanes<<D::Db as Database>::Connection>,
     dialect: D,
+    /// [`MAX_ANSWER_BYTES`], unless set otherwise.
+    max_answer: u64,
 }
 
 fn knowledge_err(e: impl std::fmt::Display) -> Error {
@@ -178,7 +243,15 @@ where
     usize: ColumnIndex<<D::Db as Database>::Row>,
 {
     pub(crate) fn new(pool: Pool<D::Db>, lanes: Lanes<<D::Db as Database>::Connection>, dialect: D) -> Self {
-        SqlProvider { pool, lanes, dialect }
+        SqlProvider { pool, lanes, dialect, max_answer: MAX_ANSWER_BYTES }
+    }
+
+    /// The provider with `bytes` as the most one lookup's answer, or one
+    /// batched query's rows, may take (default [`MAX_ANSWER_BYTES`]; keep it
+    /// at or below the guest's instance memory, which an answer must fit in).
+    pub fn with_max_answer_bytes(mut self, bytes: u64) -> Self {
+        self.max_answer = bytes;
+        self
     }
 
     /// Connects to a database server at `url`: a loading pool of 2
@@ -332,8 +405,25 @@ where
                     .enumerate()
                     .fold(q, |q, (i, p)| D::bind(q, p.clone(), stmt.param_types.get(i).copied().unwrap_or(ParamType::Any)))
             };
-            let row = self.on_lane(make, |q, conn| Box::pin(q.fetch_optional(conn))).await?;
-            row.as_ref().map(D::cells).transpose().map_err(ProviderError::Refused)
+            // The first row only (the database may send more; they are
+            // read past, never held), weighed as it is decoded.
+            let max = self.max_answer;
+            let row = self
+                .on_lane(make, move |q, conn| {
+                    Box::pin(async move {
+                        let Some(row) = q.fetch_optional(conn).await? else { return Ok(None) };
+                        match cells_within::<D>(&row, &mut max.clone()) {
+                            Ok(Some(cells)) => Ok(Some(Ok(cells))),
+                            Ok(None) => Err(lanes::over(
+                                crate::Limit::AnswerBytes,
+                                format_args!("the answer takes more than {max} bytes; the host stopped reading it"),
+                            )),
+                            Err(m) => Ok(Some(Err(m))),
+                        }
+                    })
+                })
+                .await?;
+            row.transpose().map_err(ProviderError::Refused)
         })
     }
 
@@ -341,8 +431,37 @@ where
         boxed(async move {
             let sql = D::batch_sql(plan, keys.len());
             let make = || D::bind_batch(sqlx::query(AssertSqlSafe(sql.clone())), plan, &keys);
-            let rows = self.on_lane(make, |q, conn| Box::pin(q.fetch_all(conn))).await?;
-            rows.iter().map(D::cells).collect::<Result<_, _>>().map_err(ProviderError::Refused)
+            // One row a key; twice as many (and some) before the database's
+            // collation is suspected of matching one key with several values.
+            let (max, n) = (self.max_answer, keys.len());
+            let max_rows = n.saturating_mul(2).saturating_add(16);
+            let rows = self
+                .on_lane(make, move |q, conn| {
+                    Box::pin(async move {
+                        use futures_util::TryStreamExt;
+                        let cut = |why: String| lanes::over(crate::Limit::BatchAnswer, why);
+                        let mut stream = q.fetch(conn);
+                        let (mut out, mut left) = (Vec::new(), max);
+                        while let Some(row) = stream.try_next().await? {
+                            if out.len() >= max_rows {
+                                return Err(cut(format!("more than {max_rows} rows for {n} keys")));
+                            }
+                            match cells_within::<D>(&row, &mut left) {
+                                // The row's number in its key (always 1) goes.
+                                Ok(Some(mut cells)) if !cells.is_empty() => {
+                                    cells.remove(0);
+                                    out.push(cells);
+                                }
+                                Ok(Some(_)) => return Ok(Err("a batched row without its number".to_string())),
+                                Ok(None) => return Err(cut(format!("the rows take more than {max} bytes"))),
+                                Err(m) => return Ok(Err(m)),
+                            }
+                        }
+                        Ok(Ok(out))
+                    })
+                })
+                .await?;
+            rows.map_err(ProviderError::Refused)
         })
     }
 

@@ -1,6 +1,7 @@
 //! Knowledge on its own: binding, the cache, routing, rewriting.
 
 use super::*;
+use crate::sql_provider::MAX_ANSWER_BYTES;
 use std::time::Duration;
 
 /// The key the stand-in database refuses.
@@ -9,6 +10,10 @@ const POISON: i64 = 13;
 /// The key at which the stand-in database is down (as if the connection
 /// broke under it).
 const DOWN: i64 = 66;
+
+/// The key whose batch the stand-in database cuts at its bound (as if the
+/// batch's rows took more than the provider reads).
+const CUT: i64 = 77;
 
 /// A provider whose queries wait at a gate, counting what reaches it.
 /// (A stand-in for a database, to hold queries in flight on purpose.)
@@ -68,6 +73,9 @@ impl Provider for Gated {
             }
             if keys.contains(&Cell::Integer(DOWN)) {
                 return Err(ProviderError::Unavailable("the connection broke".into()));
+            }
+            if keys.contains(&Cell::Integer(CUT)) {
+                return Err(ProviderError::limit(Limit::BatchAnswer, "the rows take more than the bound"));
             }
             Ok(keys.into_iter().map(|k| vec![k.clone(), Cell::Text(format!("v{k:?}"))]).collect())
         })
@@ -146,7 +154,7 @@ async fn misses_run_at_once_up_to_the_connections_then_queue_into_one_batch() {
 /// answer, in that order.
 async fn queued_behind_two(
     batched: std::ops::RangeInclusive<i64>,
-) -> (Arc<Gated>, Vec<(i64, Result<Option<Vec<Cell>>, LookupError>)>) {
+) -> (Arc<Gated>, Arc<Knowledge>, Vec<(i64, Result<Option<Vec<Cell>>, LookupError>)>) {
     let (p, k, stmt) = gated(2).await;
     let spawn = |i: i64| {
         let (k, stmt) = (k.clone(), stmt.clone());
@@ -162,13 +170,13 @@ async fn queued_behind_two(
     for l in lookups {
         answers.push(l.await.unwrap());
     }
-    (p, answers)
+    (p, k, answers)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_refused_for_one_key_fails_only_that_key() {
     // The nine queued keys, the refused one among them, go in one batch.
-    let (p, answers) = queued_behind_two(12..=20).await;
+    let (p, _, answers) = queued_behind_two(12..=20).await;
     for (i, row) in answers {
         if i == POISON {
             assert!(row.is_err(), "the refused key fails");
@@ -181,7 +189,7 @@ async fn a_batch_refused_for_one_key_fails_only_that_key() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_that_finds_the_database_down_is_not_asked_again_key_by_key() {
-    let (p, answers) = queued_behind_two(60..=68).await;
+    let (p, _, answers) = queued_behind_two(60..=68).await;
     for (i, row) in answers {
         if i >= 60 {
             let e = row.expect_err("every key of the batch fails");
@@ -192,6 +200,186 @@ async fn a_batch_that_finds_the_database_down_is_not_asked_again_key_by_key() {
     }
     assert_eq!(*p.many.lock().unwrap(), vec![9], "one batch was tried");
     assert_eq!(p.first.load(Ordering::SeqCst), 2, "and no key was asked again alone");
+}
+
+/// A batch cut at its bound is no failure: its keys are asked one by one,
+/// each gets its own answer, and no lookup error is counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_cut_at_its_bound_asks_its_keys_one_by_one() {
+    let (p, k, answers) = queued_behind_two(72..=80).await;
+    for (i, row) in answers {
+        assert_eq!(row, Ok(Some(vec![Cell::Text(format!("v{:?}", Cell::Integer(i)))])), "key {i}");
+    }
+    assert_eq!(*p.many.lock().unwrap(), vec![9], "one batch was tried");
+    assert_eq!(p.first.load(Ordering::SeqCst), 2 + 9, "then its nine keys alone");
+    assert_eq!(k.stats().errors.load(Ordering::SeqCst), 0, "a cut batch is no lookup error");
+}
+
+/// SQLite in memory with a table `r`: zones `a`, `b` and `c` of 300 rows
+/// each (`lo` 0..300, a 100-byte `pad`), and `z0`..`z39` of one row each
+/// with a 1000-byte `pad`; answers bounded at `max_answer` bytes.
+async fn zones(max_answer: u64) -> Arc<Knowledge> {
+    let p = sqlite::SqliteProvider::memory().await.unwrap().with_max_answer_bytes(max_answer);
+    let mut rows: Vec<Vec<Cell>> = Vec::new();
+    for zone in ["a", "b", "c"] {
+        for lo in 0..300 {
+            rows.push(vec![Cell::Text(zone.into()), Cell::Integer((lo * 7) % 300), Cell::Text("p".repeat(100))]);
+        }
+    }
+    for z in 0..40 {
+        rows.push(vec![Cell::Text(format!("z{z}")), Cell::Integer(z), Cell::Text("q".repeat(1000))]);
+    }
+    let columns = ["zone".to_string(), "lo".into(), "pad".into()];
+    p.load_table("r", &columns, &["TEXT".into(), "INTEGER".into(), "TEXT".into()], &rows).await.unwrap();
+    let mut config = KnowledgeConfig::default();
+    config.cache.mode = CacheMode::Bypass;
+    Arc::new(Knowledge::with_config(Arc::new(p), config))
+}
+
+async fn bind_one(k: &Knowledge, sql: &str) -> BoundStatement {
+    let params = vec!["z".to_string()];
+    let stmt = SqlStatement {
+        sql: sql.into(),
+        params,
+        table: String::new(),
+        columns: Vec::new(),
+        file: "t.oml".into(),
+        line: 1,
+        column: 1,
+    };
+    k.bind(&[stmt]).await.unwrap().remove(0)
+}
+
+fn text(s: &str) -> Cell {
+    Cell::Text(s.into())
+}
+
+/// Trust round 3: a batch fetched every row of a repeated key, ignoring
+/// `limit 1`. Now it fetches each key's first row in the statement's
+/// order, the row the single-key statement answers, and nothing else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_fetches_each_keys_first_row_in_the_statements_order() {
+    let k = zones(MAX_ANSWER_BYTES).await;
+    let keys = vec![text("a"), text("b"), text("c"), text("none")];
+    for sql in [
+        "select lo from r where zone = :z order by lo desc limit 1",
+        "select lo from r where zone = :z order by lo",
+        "select zone, lo from r where zone = :z order by pad, lo desc limit 5",
+    ] {
+        let stmt = bind_one(&k, sql).await;
+        let plan = stmt.batch.as_ref().expect("batched");
+        let rows = k.provider().query_many(plan, keys.clone()).await.unwrap();
+        assert_eq!(rows.len(), 3, "{sql}: one row a key that has rows: {:?}", &rows[..rows.len().min(5)]);
+        for key in &keys {
+            let alone = k.provider().query_first(&stmt, vec![key.clone()]).await.unwrap();
+            let batched = rows.iter().find(|r| r[0] == *key).map(|r| r[1..].to_vec());
+            assert_eq!(batched, alone, "{sql}: key {key:?}");
+        }
+    }
+    let unordered = bind_one(&k, "select lo from r where zone = :z").await;
+    let rows = k.provider().query_many(unordered.batch.as_ref().unwrap(), keys).await.unwrap();
+    assert_eq!(rows.len(), 3, "without `order by`, one row a key too");
+    let none = bind_one(&k, "select lo from r where zone = :z limit 0").await;
+    assert!(!batching::keeps_first_row(&none.sql), "`limit 0` answers nothing, and is not batched");
+}
+
+/// The rows a batch reads are bounded while it reads them: past the
+/// bound it stops with a typed error (and the knowledge asks its keys one
+/// by one, each bounded as one answer).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_stops_reading_at_its_bound() {
+    let k = zones(16 << 10).await;
+    let stmt = bind_one(&k, "select pad from r where zone = :z").await;
+    let keys: Vec<Cell> = (0..40).map(|z| text(&format!("z{z}"))).collect();
+    match k.provider().query_many(stmt.batch.as_ref().unwrap(), keys.clone()).await {
+        Err(ProviderError::Limit { limit: Limit::BatchAnswer, message }) => {
+            assert!(message.contains("batched lookup rows and bytes"), "{message}")
+        }
+        other => panic!("40 rows of 1 KB read past a bound of 16 KiB: {:?}", other.map(|r| r.len())),
+    }
+    // Fewer keys fit, and each answers.
+    let rows = k.provider().query_many(stmt.batch.as_ref().unwrap(), keys[..4].to_vec()).await.unwrap();
+    assert_eq!(rows.len(), 4);
+}
+
+/// Trust round 3: an aggregate's whole answer was read and held before the
+/// guest refused it. Now the host stops at the answer bound with a typed
+/// error naming it; a smaller answer still comes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_over_its_bound_fails_with_the_bound_named() {
+    let k = zones(16 << 10).await;
+    let stmt = bind_one(&k, "select group_concat(pad) from r where zone = :z").await;
+    assert!(stmt.batch.is_none());
+    match k.provider().query_first(&stmt, vec![text("a")]).await {
+        Err(ProviderError::Limit { limit: Limit::AnswerBytes, .. }) => {}
+        other => panic!("300 rows of 100 bytes in one value, over 16 KiB: {:?}", other.map(|r| r.map(|r| r.len()))),
+    }
+    let e = k.query(&stmt, &[text("b")]).await.expect_err("over the bound");
+    assert!(e.message.contains("limit reached (lookup answer bytes)"), "{e:?}");
+    let small = k.query(&stmt, &[text("z1")]).await.unwrap().unwrap();
+    assert!(matches!(&small[0], Cell::Text(t) if t.len() == 1000));
+    // The connection that was cut was dropped; the next lookup has another.
+    let again = k.query(&stmt, &[text("z2")]).await.unwrap();
+    assert!(again.is_some());
+}
+
+/// Trust round 3: a snapshot table that grew past `max_table_mb` kept its
+/// old rows. Now a reload follows `over_limit`: `sql` answers from the
+/// database, `fail` fails the lookups with the limit and the table named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_over_its_limit_goes_to_sql_or_fails_never_stale() {
+    for over in [memory::OverLimit::Sql, memory::OverLimit::Fail] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = KnowledgeConfig::for_url(&format!("sqlite://{}", dir.path().join("k.db").display()));
+        config.memory.snapshots = vec!["zt".into()];
+        config.memory.max_table_mb = 1;
+        config.memory.over_limit = over;
+        let k = config.open().await.unwrap();
+        k.provider()
+            .execute("create table zt (k integer, zone text); insert into zt values (1, 'old'), (2, 'b');")
+            .await
+            .unwrap();
+        let stmt = SqlStatement {
+            sql: "select zone from zt where k = :k".into(),
+            params: vec!["k".into()],
+            table: String::new(),
+            columns: Vec::new(),
+            file: "t.oml".into(),
+            line: 1,
+            column: 1,
+        };
+        let stmt = k.bind(&[stmt]).await.unwrap().remove(0);
+        assert!(stmt.path.starts_with("memory"), "{}", stmt.path);
+        assert_eq!(k.query(&stmt, &[Cell::Integer(1)]).await, Ok(Some(vec![text("old")])));
+        // The table grows past 1 MiB, and its row changes.
+        k.provider()
+            .execute(
+                "with recursive n(i) as (select 10 union all select i + 1 from n where i < 20000)
+                 insert into zt select i, printf('%0100d', i) from n;
+                 update zt set zone = 'new' where k = 1;",
+            )
+            .await
+            .unwrap();
+        let reloaded = k.reload_all().await;
+        let answer = k.query(&stmt, &[Cell::Integer(1)]).await;
+        match over {
+            memory::OverLimit::Sql => {
+                assert!(reloaded.is_ok(), "{reloaded:?}");
+                assert_eq!(answer, Ok(Some(vec![text("new")])), "from the database, not the old snapshot");
+            }
+            memory::OverLimit::Fail => {
+                assert!(matches!(reloaded, Err(Error::Limit { limit: Limit::TableMemory, .. })), "{reloaded:?}");
+                let e = answer.expect_err("the lookup fails, never answers from the old snapshot");
+                assert!(e.message.contains("limit reached (in-memory table size)") && e.message.contains("zt"), "{e:?}");
+                assert!(k.query_cached(k.generation(), &stmt, &[Cell::Integer(1)]).is_none());
+                // Back within the limit, the next reload holds it again.
+                k.provider().execute("delete from zt where k >= 10").await.unwrap();
+                k.reload_all().await.unwrap();
+                assert_eq!(k.query(&stmt, &[Cell::Integer(1)]).await, Ok(Some(vec![text("new")])));
+                assert!(stmt.memory.as_ref().unwrap().describe().starts_with("memory"));
+            }
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

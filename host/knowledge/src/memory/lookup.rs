@@ -11,13 +11,35 @@ use std::sync::Arc;
 /// SQL while it has no plan. The plan is swapped whole when a snapshot
 /// table is read again ([`Lookup::swap`]): a lookup sees the old table or
 /// the new one, never a mix, and never waits for the swap.
+///
+/// A snapshot table that a reload finds over `memory.max_table_mb`, with
+/// `memory.over_limit = "fail"`, leaves its lookups refused
+/// ([`Lookup::refuse`]): they fail with the refusal, naming the table and
+/// the limit, rather than answer from the old snapshot or from SQL, until a
+/// reload reads the table within the limit again.
 pub struct Lookup {
     pub(super) plan: arc_swap::ArcSwapOption<Plan>,
+    /// Set while its table may not answer (see above); only read when
+    /// there is no plan.
+    refused: arc_swap::ArcSwapOption<crate::ProviderError>,
 }
 
 impl Lookup {
     pub(super) fn new(plan: Plan) -> Lookup {
-        Lookup { plan: arc_swap::ArcSwapOption::from_pointee(plan) }
+        Lookup { plan: arc_swap::ArcSwapOption::from_pointee(plan), refused: arc_swap::ArcSwapOption::empty() }
+    }
+
+    /// Why its lookups fail, while they are refused ([`Lookup::refuse`]).
+    pub fn refusal(&self) -> Option<crate::ProviderError> {
+        self.refused.load().as_deref().cloned()
+    }
+
+    /// Drops its plan and makes its lookups fail with `why` (a
+    /// [`ProviderError::Limit`](crate::ProviderError::Limit) naming the
+    /// table and the limit), until the next [`swap`](Lookup::swap).
+    pub fn refuse(&self, why: crate::ProviderError) {
+        self.refused.store(Some(Arc::new(why)));
+        self.plan.store(None);
     }
 
     /// The answer SQLite (or the snapshot's database) would give for the
@@ -30,9 +52,10 @@ impl Lookup {
     /// What `omlet check` prints for its path: `memory: hash on ip of
     /// bad_ip (200000 rows)`.
     pub fn describe(&self) -> String {
-        match self.plan.load().as_ref() {
-            Some(p) => p.describe(),
-            None => "sql: the snapshot's last read could not be indexed".to_string(),
+        match (self.plan.load().as_ref(), self.refusal()) {
+            (Some(p), _) => p.describe(),
+            (None, Some(why)) => format!("refused: {}", why.message()),
+            (None, None) => "sql: the snapshot's last read could not be indexed, or went over memory.max_table_mb".to_string(),
         }
     }
 
@@ -51,6 +74,7 @@ impl Lookup {
     /// answers until the next swap.
     pub fn swap(&self, other: Option<Lookup>) {
         self.plan.store(other.and_then(|o| o.plan.swap(None)));
+        self.refused.store(None);
     }
 }
 

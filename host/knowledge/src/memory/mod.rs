@@ -101,10 +101,15 @@ impl Default for MemoryConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum OverLimit {
-    /// Its lookups are answered by SQL, as without `[memory]` (logged).
+    /// Its lookups are answered by SQL, as without `[memory]` (logged). A
+    /// snapshot that a reload finds over the limit goes to SQL too, until a
+    /// reload reads it within the limit.
     #[default]
     Sql,
-    /// The rule's load fails with [`Limit::TableMemory`](crate::Limit).
+    /// The rule's load fails with [`Limit::TableMemory`](crate::Limit). A
+    /// snapshot that a reload finds over the limit has its lookups fail
+    /// with that limit, naming the table ([`Lookup::refuse`]), until a
+    /// reload reads it within the limit; never the old snapshot.
     Fail,
 }
 
