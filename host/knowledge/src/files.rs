@@ -134,6 +134,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let fifo = dir.join("rule.oml");
         let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: `c` is a NUL-terminated path that lives across the call.
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
         let e = read_text(&fifo, 1024, "rule file").unwrap_err();
         std::fs::remove_dir_all(&dir).unwrap();

@@ -284,11 +284,18 @@ pub async fn load_with(path: &Path, db: &dyn Provider, roots: &[PathBuf]) -> Res
     Ok(loaded.tables)
 }
 
+/// The folder of the knowdb file `path`, as the loader reads it: its
+/// parent, or `.` for a bare file name (whose parent is the empty path,
+/// which names no folder).
+pub(crate) fn folder(path: &Path) -> &Path {
+    path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."))
+}
+
 /// [`load_with`] for either layout: omlet's own, or Warp Parse's (`version
 /// = 2`, see [`warp`](super::warp)), whose `[cache]` and
 /// `[provider.sqldb]` come back beside the tables.
 pub async fn load_any(path: &Path, db: &dyn Provider, roots: &[PathBuf]) -> Result<super::warp::Loaded> {
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = folder(path);
     let mut allowed = vec![dir.canonicalize().map_err(|e| Error::io(dir, e))?];
     for r in roots {
         allowed.push(r.canonicalize().map_err(|e| Error::io(r, e))?);
@@ -319,12 +326,18 @@ pub async fn load_any(path: &Path, db: &dyn Provider, roots: &[PathBuf]) -> Resu
                 if roots.is_empty() { String::new() } else { " and its knowdb_roots".to_string() },
             )))
         };
-        let sql_file = |key: &str, p: &PathBuf| -> Result<String> {
+        // A SQL file the table names, read and checked (`guard::script`);
+        // an error running it names it.
+        let sql_file = |key: &str, p: &PathBuf| -> Result<(String, String)> {
             let p = file(key, p)?;
-            crate::files::read_text(&p, crate::files::MAX_CONFIG_BYTES, "knowdb SQL file")
+            let sql = crate::files::read_text(&p, crate::files::MAX_CONFIG_BYTES, "knowdb SQL file")?;
+            super::guard::script::check_script(&sql).map_err(|r| Error::Knowledge(format!("{}: {r}", p.display())))?;
+            Ok((sql, p.display().to_string()))
         };
+        let ran = |file: &str, e: Error| Error::Knowledge(format!("{file}: {e}"));
         if let Some(c) = &t.create {
-            db.execute(&sql_file("create", c)?).await?;
+            let (sql, name) = sql_file("create", c)?;
+            db.execute(&sql).await.map_err(|e| ran(&name, e))?;
         }
         if let Some(csv) = &t.csv {
             let csv_path = file("csv", csv)?;
@@ -356,9 +369,10 @@ pub async fn load_any(path: &Path, db: &dyn Provider, roots: &[PathBuf]) -> Resu
             return Err(Error::Knowledge(format!("{}:{}: table {} needs `csv` or `create`", path.display(), t.line, t.name)));
         }
         if let Some(i) = &t.insert {
-            match db.execute(&sql_file("insert", i)?).await {
+            let (sql, name) = sql_file("insert", i)?;
+            match db.execute(&sql).await {
                 Err(e) if skip => tracing::warn!(table = %t.name, error = %e, "insert file failed; skipped"),
-                other => other?,
+                other => other.map_err(|e| ran(&name, e))?,
             }
         }
         for columns in &t.index {

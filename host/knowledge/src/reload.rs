@@ -88,8 +88,7 @@ pub async fn watch(knowledge: &Arc<Knowledge>) -> Result<Option<Watcher>> {
 fn watch_knowdb(knowledge: &Arc<Knowledge>) -> Result<tokio::task::JoinHandle<()>> {
     let config = knowledge.config();
     let path = knowledge.reloadable_knowdb().map_err(|e| Error::Knowledge(format!("[reload] knowdb = true: {e}")))?;
-    let mut roots: Vec<std::path::PathBuf> = vec![path.parent().map(|p| p.to_path_buf()).unwrap_or_default()];
-    roots.extend(config.knowdb_roots.iter().cloned());
+    let roots = watched_roots(&path, &config.knowdb_roots);
     let every = Duration::from_millis(config.reload.poll_ms.max(10));
     let weak = Arc::downgrade(knowledge);
     // What the files are now, before this returns: a change made after it
@@ -108,6 +107,16 @@ fn watch_knowdb(knowledge: &Arc<Knowledge>) -> Result<tokio::task::JoinHandle<()
             true
         }
     }))
+}
+
+/// The folders the knowdb watcher looks at: the knowdb's own, resolved as
+/// the loader resolves it (`knowdb.toml` alone is in `.`, not in the empty
+/// path, which `read_dir` cannot read: a config given by a relative path
+/// from its own folder watched nothing), and `knowdb_roots`.
+fn watched_roots(knowdb: &std::path::Path, knowdb_roots: &[std::path::PathBuf]) -> Vec<std::path::PathBuf> {
+    let mut roots = vec![super::knowdb::folder(knowdb).to_path_buf()];
+    roots.extend(knowdb_roots.iter().cloned());
+    roots
 }
 
 /// Watches `roots` every `every` with `look` (what it sees of them;
@@ -296,4 +305,25 @@ async fn listen(url: &str, channel: &str) -> Result<sqlx::postgres::PgListener> 
     let mut l = sqlx::postgres::PgListener::connect(url).await.map_err(fail)?;
     l.listen(channel).await.map_err(fail)?;
     Ok(l)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+
+    use super::*;
+
+    /// Trust round 3: `cd conf && omlet run --knowledge knowledge.toml`
+    /// with `knowdb = "knowdb.toml"` made the knowdb's path a bare file
+    /// name, whose parent is the empty path: the watcher read no folder and
+    /// never fired. It now looks where the loader reads, `.`.
+    #[test]
+    fn a_knowdb_named_by_a_bare_file_name_is_watched_in_the_current_folder() {
+        let roots = watched_roots(Path::new("knowdb.toml"), &[PathBuf::from("data")]);
+        assert_eq!(roots, vec![PathBuf::from("."), PathBuf::from("data")]);
+        // `cargo test` runs in the crate's folder: its manifest is seen.
+        let seen = fingerprint(&roots[..1]);
+        assert!(seen.iter().any(|(p, ..)| p.ends_with("Cargo.toml")), "{seen:?}");
+        assert_eq!(watched_roots(Path::new("conf/knowdb.toml"), &[]), vec![PathBuf::from("conf")]);
+    }
 }

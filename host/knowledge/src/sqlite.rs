@@ -29,7 +29,7 @@ const LANES: u32 = 4;
 /// lookups that use them fail.
 fn register_helpers(conn: &mut SqliteConnection) -> BoxFuture<'_, ()> {
     Box::pin(async move {
-        if let Err(e) = helpers::register(conn).await {
+        if let Err(e) = helpers::setup(conn).await {
             tracing::warn!(error = %e, "cannot register the OML helper functions on this connection");
         }
     })
@@ -58,7 +58,7 @@ impl SqlProvider<Sqlite> {
             .min_connections(1)
             .idle_timeout(None)
             .max_lifetime(None)
-            .after_connect(|conn, _| Box::pin(helpers::register(conn)))
+            .after_connect(|conn, _| Box::pin(helpers::setup(conn)))
             .connect_with(opts.clone())
             .await
             .map_err(knowledge_err)?;
@@ -93,7 +93,7 @@ impl SqlProvider<Sqlite> {
         let opts = SqliteConnectOptions::new().filename(path).create_if_missing(true);
         let pool = SqlitePoolOptions::new()
             .max_connections(1)
-            .after_connect(|conn, _| Box::pin(helpers::register(conn)))
+            .after_connect(|conn, _| Box::pin(helpers::setup(conn)))
             .connect_with(opts.clone())
             .await
             .map_err(knowledge_err)?;
@@ -242,6 +242,84 @@ mod helpers {
         }
     }
 
+    /// A new connection's setup: confined ([`confine`]), then the helpers.
+    pub async fn setup(conn: &mut sqlx::SqliteConnection) -> Result<(), sqlx::Error> {
+        {
+            let mut handle = conn.lock_handle().await?;
+            // SAFETY: this connection's open handle, locked for us.
+            unsafe { confine(handle.as_raw_handle().as_ptr()) };
+        }
+        register(conn).await
+    }
+
+    /// Confines the connection `db` to its own database, whatever SQL it
+    /// runs (a knowdb's `create.sql` above all; `guard::script` says which
+    /// statement, this makes sure): no database may be attached (which
+    /// also stops `VACUUM INTO`), and an authorizer ([`authorize`]) refuses
+    /// `ATTACH`, `DETACH`, pragmas outside `guard::script::PRAGMAS`, the
+    /// functions of `guard::script::FUNCTIONS`, virtual tables of modules
+    /// outside `guard::script::MODULES`, and writes to any schema but
+    /// `main` and `temp`. SQLite then fails the statement as "not
+    /// authorized" (or "too many attached databases").
+    ///
+    /// SAFETY: `db` is an open handle that the caller holds the lock of.
+    pub unsafe fn confine(db: *mut ffi::sqlite3) {
+        // SAFETY: the caller's promise; the authorizer takes no user data.
+        unsafe {
+            ffi::sqlite3_limit(db, ffi::SQLITE_LIMIT_ATTACHED, 0);
+            ffi::sqlite3_set_authorizer(db, Some(authorize), std::ptr::null_mut());
+        }
+    }
+
+    /// SQLite's authorizer callback for [`confine`].
+    unsafe extern "C" fn authorize(
+        _: *mut c_void,
+        action: c_int,
+        a1: *const std::ffi::c_char,
+        a2: *const std::ffi::c_char,
+        a3: *const std::ffi::c_char,
+        _: *const std::ffi::c_char,
+    ) -> c_int {
+        // SAFETY: SQLite passes NUL-terminated strings or null pointers,
+        // valid for the call.
+        let text = |p: *const std::ffi::c_char| unsafe { (!p.is_null()).then(|| std::ffi::CStr::from_ptr(p).to_string_lossy()) };
+        let among = |p, list: &[&str]| text(p).is_some_and(|t| list.iter().any(|x| t.eq_ignore_ascii_case(x)));
+        use crate::guard::script::{FUNCTIONS, MODULES, PRAGMAS};
+        let denied = match action {
+            ffi::SQLITE_ATTACH | ffi::SQLITE_DETACH => Some("ATTACH and DETACH"),
+            ffi::SQLITE_PRAGMA if !among(a1, PRAGMAS) => Some("this PRAGMA"),
+            ffi::SQLITE_FUNCTION if among(a2, FUNCTIONS) => Some("this function"),
+            ffi::SQLITE_CREATE_VTABLE | ffi::SQLITE_DROP_VTABLE if !among(a2, MODULES) => Some("this virtual-table module"),
+            ffi::SQLITE_INSERT
+            | ffi::SQLITE_UPDATE
+            | ffi::SQLITE_DELETE
+            | ffi::SQLITE_CREATE_TABLE
+            | ffi::SQLITE_CREATE_INDEX
+            | ffi::SQLITE_CREATE_TRIGGER
+            | ffi::SQLITE_CREATE_VIEW
+            | ffi::SQLITE_DROP_TABLE
+            | ffi::SQLITE_DROP_INDEX
+            | ffi::SQLITE_DROP_TRIGGER
+            | ffi::SQLITE_DROP_VIEW
+            | ffi::SQLITE_ALTER_TABLE
+            | ffi::SQLITE_REINDEX
+            | ffi::SQLITE_ANALYZE
+                if text(a3).is_some_and(|s| !s.eq_ignore_ascii_case("main") && !s.eq_ignore_ascii_case("temp")) =>
+            {
+                Some("a write outside the connection's own database")
+            }
+            _ => None,
+        };
+        match denied {
+            Some(what) => {
+                let (a1, a2) = (text(a1).unwrap_or_default(), text(a2).unwrap_or_default());
+                tracing::warn!(target: "omlet::knowledge", "SQLite refused {what} ({a1} {a2}): only the database's own tables are reached");
+                ffi::SQLITE_DENY
+            }
+            None => ffi::SQLITE_OK,
+        }
+    }
+
     pub async fn register(conn: &mut sqlx::SqliteConnection) -> Result<(), sqlx::Error> {
         let mut handle = conn.lock_handle().await?;
         let db = handle.as_raw_handle().as_ptr();
@@ -314,5 +392,47 @@ mod helpers {
                 Cell::Null => ffi::sqlite3_result_null(ctx),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Provider, Tables};
+
+    /// Trust round 3: SQL run on a SQLite connection (a knowdb's
+    /// `create.sql`, whatever text the script check let by) reaches its own
+    /// database only: no other file is attached, read or written, in a
+    /// file database or an in-memory one.
+    #[tokio::test]
+    async fn a_sqlite_connection_reaches_its_own_database_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = dir.path().join("outside.db");
+        let p = SqliteProvider::open(&dir.path().join("kb.db")).await.unwrap();
+        p.execute("create table t (a text); insert into t values ('x'); create index t_a on t(a)").await.unwrap();
+        p.execute("pragma main.table_info(t); pragma foreign_keys = on; create virtual table f using fts5(body)").await.unwrap();
+        let o = outside.display();
+        for sql in [
+            format!("attach '{o}' as x"),
+            format!("ATTACH DATABASE 'file:{o}?mode=rwc' AS x"),
+            format!("vacuum into '{o}'"),
+            "pragma writable_schema = 1".into(),
+            format!("pragma temp_store_directory = '{}'", dir.path().display()),
+            "select load_extension('/nonexistent/evil')".into(),
+            "detach main".into(),
+        ] {
+            let e = p.execute(&sql).await.unwrap_err().to_string();
+            assert!(e.contains("authoriz") || e.contains("too many attached databases"), "{sql}: {e}");
+        }
+        assert!(!outside.exists(), "nothing was written outside");
+        // Its own reading still works: a table read into memory.
+        let data = p.read_table("t", 1 << 20).await.unwrap();
+        assert_eq!(data.columns.len(), 1);
+        // So does preparing a lookup, pragma functions and all.
+        let prepared = p.prepare("select * from t where a in (select name from pragma_table_info('t'))").await;
+        assert!(prepared.is_ok(), "{prepared:?}");
+        let mem = SqliteProvider::memory().await.unwrap();
+        assert!(mem.execute(&format!("attach '{o}' as x")).await.is_err());
+        assert!(!outside.exists());
     }
 }

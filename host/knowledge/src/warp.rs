@@ -362,7 +362,7 @@ pub async fn load(path: &Path, text: &str, db: &dyn Provider, allowed: &[PathBuf
     };
     let _ = (raw.default.transaction, raw.default.batch_size);
     let skip = raw.default.on_error == super::knowdb::OnError::Skip;
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = super::knowdb::folder(path);
     let base = dir.join(raw.base_dir.as_deref().unwrap_or("."));
     let sqldb = databases(path, raw.provider)?;
     let mut out = Loaded { tables: Vec::new(), cache: raw.cache, sqldb, intranet_nets };
@@ -393,7 +393,9 @@ pub async fn load(path: &Path, text: &str, db: &dyn Provider, allowed: &[PathBuf
         let sql = |file: &str| -> Result<String> {
             let p = inside(&table_dir.join(file))?;
             let text = crate::files::read_text(&p, crate::files::MAX_CONFIG_BYTES, "knowdb SQL file")?;
-            Ok(text.replace("{table}", &name))
+            let text = text.replace("{table}", &name);
+            super::guard::script::check_script(&text).map_err(|r| fail(format!("{}: {r}", p.display())))?;
+            Ok(text)
         };
         let create = sql("create.sql")?;
         let insert = sql("insert.sql")?;

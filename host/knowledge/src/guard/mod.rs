@@ -32,8 +32,11 @@
 //!   (`geo.city`) only when the list names it exactly;
 //! - a catalog table is refused whatever `tables` says: any part of the
 //!   name beginning with `pg_`, `sqlite_`, `pragma_` or
-//!   `information_schema`, or a name in MySQL's `mysql`,
+//!   `information_schema`, SQLite's `dbstat`, or a name in MySQL's `mysql`,
 //!   `performance_schema` or `sys` schema (see [`is_catalog`]);
+//! - on MySQL and MariaDB, whose schemas are databases, a schema-qualified
+//!   name (`otherdb.t`) is refused whatever `tables` says: a provider
+//!   reads only the database its URL names, by unqualified names;
 //! - the words that PostgreSQL and MySQL read as functions without
 //!   parentheses (`current_user`, `user`, `session_user`, …) are neither
 //!   columns nor tables;
@@ -50,6 +53,7 @@ mod lex;
 use lex::{Tok, tokens};
 mod read;
 use read::{Reader, is};
+pub mod script;
 
 /// The longest statement read, in bytes, as the rule wrote it and as it is
 /// written out for a database (MySQL's inline helpers copy their arguments).
@@ -74,6 +78,12 @@ const CATALOG_PREFIXES: &[&str] = &["pg_", "sqlite_", "pragma_", "information_sc
 /// MySQL's and MariaDB's system schemas, refused as the schema of a name.
 const CATALOG_SCHEMAS: &[&str] = &["mysql", "performance_schema", "sys"];
 
+/// Catalog tables whose names have no catalog prefix (compared
+/// case-insensitively, as any part of a name): SQLite's `dbstat` virtual
+/// table, which reads every page of the database file, whatever `tables`
+/// allows.
+const CATALOG_NAMES: &[&str] = &["dbstat"];
+
 /// Words that PostgreSQL or MySQL read, without parentheses, as a function
 /// of the session (who is connected, to what): never a column or a table.
 /// (`user` too, on PostgreSQL only: see [`Policy::database`].)
@@ -95,7 +105,7 @@ const SESSION_WORDS: &[&str] = &[
 pub fn is_catalog(table: &str) -> bool {
     let parts: Vec<&str> = table.split('.').collect();
     let starts = |part: &str, prefix: &str| part.get(..prefix.len()).is_some_and(|p| p.eq_ignore_ascii_case(prefix));
-    parts.iter().any(|part| CATALOG_PREFIXES.iter().any(|p| starts(part, p)))
+    parts.iter().any(|part| CATALOG_PREFIXES.iter().any(|p| starts(part, p)) || CATALOG_NAMES.iter().any(|n| is(part, n)))
         || parts[..parts.len() - 1].iter().any(|schema| CATALOG_SCHEMAS.iter().any(|s| is(schema, s)))
 }
 
@@ -121,7 +131,8 @@ pub struct Policy {
     pub database: &'static str,
     /// Whether a schema-qualified table (`public.ip_geo_city`) may be read
     /// without `tables` naming it: true on the databases a knowdb names
-    /// (see [`route`](super::route)). Catalog tables stay refused.
+    /// (see [`route`](super::route)). Catalog tables stay refused, and so
+    /// does every qualified name on `mysql`, where a schema is a database.
     pub qualified: bool,
 }
 
@@ -235,6 +246,14 @@ pub fn check(sql: &str, policy: &Policy) -> Result<Checked, Refusal> {
     if is_catalog(table) {
         return Err(plain(format!(
             "the table `{table}` is in the database's catalog, which lookups may not read (even when `tables` lists it)"
+        )));
+    }
+    if policy.database == "mysql"
+        && let Some((schema, name)) = table.split_once('.')
+    {
+        return Err(plain(format!(
+            "the table `{table}` names the database `{schema}`: a MySQL or MariaDB lookup reads only the database \
+             its URL names, by unqualified names (write `{name}`), even when `tables` lists it"
         )));
     }
     let listed = policy.tables.as_ref().map(|t| t.iter().any(|x| x == table));

@@ -255,3 +255,59 @@ fn deep_nesting_is_refused_not_a_crash() {
     assert!(!ok(&nested("(", MAX_DEPTH + 1, ")")));
     assert!(ok(&nested("not ", MAX_DEPTH, "")));
 }
+
+/// Trust round 3: SQLite's `dbstat` (every page of the file), its
+/// `sqlite_*` tables and `pragma_*` functions are catalog tables too,
+/// whatever their case, schema or sub-query; `json_each`-like names of
+/// user tables are not.
+#[test]
+fn sqlite_catalog_tables_and_functions_are_refused() {
+    let listed = |t: &str| Policy { tables: Some(vec![t.to_string()]), database: "sqlite", ..Policy::default() };
+    for table in [
+        "dbstat",
+        "DBSTAT",
+        "main.dbstat",
+        "temp.dbstat",
+        "sqlite_dbpage",
+        "sqlite_stat1",
+        "sqlite_stat4",
+        "sqlite_schema",
+        "sqlite_temp_master",
+        "temp.sqlite_temp_schema",
+        "pragma_table_info",
+        "pragma_index_list",
+        "Pragma_Database_List",
+    ] {
+        for sql in [format!("select a from {table} where b = :b"), format!("select a from (select a from {table}) x where 1 = 1")]
+        {
+            let e = check(&sql, &listed(table)).unwrap_err();
+            assert!(e.contains("catalog") && e.contains("even when `tables` lists it"), "{sql}: {e}");
+        }
+    }
+    for table in ["dbstats", "my_dbstat", "json_each_log"] {
+        assert!(ok(&format!("select a from {table} where b = :b")), "{table}");
+    }
+}
+
+/// Trust round 3: on MySQL and MariaDB a schema is a database, and a
+/// provider reads only the one its URL names: `otherdb.t` is refused, even
+/// when `tables` lists it or the database is one a knowdb names
+/// (`qualified`); unqualified names pass. Elsewhere qualified names stay
+/// as they were.
+#[test]
+fn mysql_lookups_stay_in_the_urls_database() {
+    let mysql = |tables: Option<Vec<String>>, qualified| Policy { tables, database: "mysql", qualified, ..Policy::default() };
+    for p in [mysql(None, true), mysql(Some(vec!["otherdb.t".into(), "t".into()]), false), mysql(None, false)] {
+        let e = check("select a from otherdb.t where b = :b", &p).unwrap_err();
+        assert!(e.contains("names the database `otherdb`") && e.contains("write `t`"), "{e}");
+        let e = check("select a from (select a from otherdb.t) x where 1 = 1", &p).unwrap_err();
+        assert!(e.contains("names the database `otherdb`"), "{e}");
+        assert!(check("select a from t where b = :b", &p).is_ok());
+    }
+    // The system schemas stay catalog tables (the message says so).
+    let e = check("select a from mysql.user where b = :b", &mysql(None, true)).unwrap_err();
+    assert!(e.contains("catalog"), "{e}");
+    // PostgreSQL's schemas are not databases: as before.
+    let pg = Policy { database: "postgres", qualified: true, ..Policy::default() };
+    assert!(check("select a from public.t where b = :b", &pg).is_ok());
+}
