@@ -369,8 +369,7 @@ impl LineOut {
 }
 
 /// Which signal stopped a run, once one has.
-#[derive(Default)]
-struct Stopped(std::sync::OnceLock<&'static str>);
+struct Stopped(std::sync::OnceLock<&'static str>, omlet::stream::Stop);
 
 /// On SIGTERM or SIGINT, asks `stop` to stop reading, so that the run
 /// finishes the records it read, flushes and prints its summary; a second
@@ -379,7 +378,7 @@ fn stop_on_signals(stop: omlet::stream::Stop) -> omlet::Result<Arc<Stopped>> {
     use tokio::signal::unix::{SignalKind, signal};
     let handler = |kind| signal(kind).map_err(|e| Error::Config(format!("cannot handle signals: {e}")));
     let (mut term, mut int) = (handler(SignalKind::terminate())?, handler(SignalKind::interrupt())?);
-    let stopped = Arc::new(Stopped::default());
+    let stopped = Arc::new(Stopped(std::sync::OnceLock::new(), stop.clone()));
     let seen = stopped.clone();
     tokio::spawn(async move {
         let name = tokio::select! {
@@ -716,7 +715,7 @@ async fn run_input(
     let flushed = out.finish().and(err_out.finish());
     result?;
     flushed?;
-    let stopped_by = stopped.0.get().copied();
+    let stopped_by = stopped.0.get().map(|&signal| (signal, stopped.1.cut_bytes()));
     summarize(&tally, started.elapsed().as_secs_f64(), knowledge.as_deref(), stopped_by, &o)?;
     let lost = tally.failed + if o.pass_unrouted { 0 } else { tally.unrouted };
     Ok(if lost == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
@@ -724,7 +723,13 @@ async fn run_input(
 
 /// The run's summary: to `--stats-file` as JSON, and on standard error as
 /// text (or as JSON with `--stats=json`).
-fn summarize(t: &Tally, secs: f64, knowledge: Option<&Knowledge>, stopped_by: Option<&str>, o: &RunOptions) -> omlet::Result<()> {
+fn summarize(
+    t: &Tally,
+    secs: f64,
+    knowledge: Option<&Knowledge>,
+    stopped_by: Option<(&str, u64)>,
+    o: &RunOptions,
+) -> omlet::Result<()> {
     let k = knowledge.map(|k| k.stats().snapshot());
     let hit_rate = k.as_ref().and_then(|s| s.hit_rate());
     let rate = t.records as f64 / secs.max(1e-9);
@@ -739,8 +744,9 @@ fn summarize(t: &Tally, secs: f64, knowledge: Option<&Knowledge>, stopped_by: Op
         "shared_cache_hit_rate": hit_rate,
         "knowledge": k,
     });
-    if let Some(signal) = stopped_by {
+    if let Some((signal, cut)) = stopped_by {
         summary["stopped_by"] = serde_json::json!(signal);
+        summary["cut_line_bytes"] = serde_json::json!(cut);
     }
     if let Some(path) = &o.stats_file {
         std::fs::write(path, format!("{summary}\n")).map_err(|e| Error::Io { path: path.clone(), source: e })?;
@@ -750,8 +756,14 @@ fn summarize(t: &Tally, secs: f64, knowledge: Option<&Knowledge>, stopped_by: Op
         let _ = writeln!(stderr, "{summary}");
         return Ok(());
     }
-    if let Some(signal) = stopped_by {
-        let _ = writeln!(stderr, "stopped by {signal}: the input was read up to there, every record read has its line");
+    if let Some((signal, cut)) = stopped_by {
+        let _ = writeln!(stderr, "stopped by {signal}: the input was read up to a line end, every record read has its line");
+        if cut > 0 {
+            let _ = writeln!(
+                stderr,
+                "the input stalled in the middle of a line when the signal came: its {cut} bytes read were not taken as a record"
+            );
+        }
     }
     let _ = writeln!(
         stderr,

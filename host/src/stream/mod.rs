@@ -17,7 +17,7 @@ mod run;
 mod tests;
 
 pub use live::{LiveRule, Watching};
-pub use pipe::{Counting, DEFAULT_IDLE, Pipe, Stop, Stoppable};
+pub use pipe::{CUT_LINE, Counting, DEFAULT_IDLE, Pipe, STOP_GRACE, Stop, Stoppable};
 pub use read::{EmptyCell, Format, Inputs, InputsIter, ReadLimits, read, read_with};
 pub use run::{evaluate_json, run, run_json, task_failed};
 

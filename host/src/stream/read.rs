@@ -266,6 +266,12 @@ impl Iterator for Lines {
                 Ok(b) => b,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(e) if is_idle(&e) => return Some(Err(e)),
+                // A stop left this line unfinished: it is no record.
+                Err(e) if super::pipe::is_cut(&e) => {
+                    self.failed = true;
+                    self.partial = Partial::default();
+                    return None;
+                }
                 Err(e) => {
                     self.failed = true;
                     return Some(Err(e));

@@ -188,6 +188,66 @@ fn a_stop_ends_a_file_where_its_records_are_read() {
     assert_eq!(read(Box::new(std::io::BufReader::with_capacity(8, source)), Format::Jsonl).into_iter().count(), 2);
 }
 
+/// A source that gives its bytes a few at a time.
+struct Trickle(std::io::Cursor<Vec<u8>>, usize);
+
+impl Read for Trickle {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        let n = out.len().min(self.1);
+        self.0.read(&mut out[..n])
+    }
+}
+
+#[test]
+fn a_stop_inside_a_line_of_a_file_finishes_that_line_and_no_more() {
+    let stop = Stop::new();
+    let text = b"{\"a\":1}\n{\"a\":22222}\n{\"a\":3}\n".to_vec();
+    let mut source = Stoppable::new(Trickle(std::io::Cursor::new(text), 5), stop.clone());
+    let mut got = vec![0u8; 10];
+    // Two reads of five bytes: into the second line.
+    source.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"{\"a\":1}\n{\"");
+    stop.stop();
+    source.read_to_end(&mut got).unwrap();
+    assert_eq!(String::from_utf8(got).unwrap(), "{\"a\":1}\n{\"a\":22222}\n");
+    assert_eq!(stop.cut_bytes(), 0);
+}
+
+#[test]
+fn a_stop_while_a_pipe_stalls_inside_a_line_drops_that_line() {
+    let (tx, go) = std::sync::mpsc::channel();
+    let stop = Stop::new();
+    let pipe = Pipe::spawn(Stalling { first: Some(b"{\"a\":1}\n{\"a\":2".to_vec()), go }, stop.clone(), DEFAULT_IDLE).unwrap();
+    let mut inputs = read(Box::new(std::io::BufReader::new(pipe)), Format::Jsonl).into_iter();
+    assert_eq!(json_of(&inputs.next().unwrap().unwrap()), r#"{"a":1}"#);
+    stop.stop();
+    // The rest of the line never comes: the part read is no record, and no error line.
+    assert!(inputs.next().is_none());
+    assert_eq!(stop.cut_bytes(), 6);
+    drop(tx);
+}
+
+#[test]
+fn a_stop_while_a_pipe_is_inside_a_line_waits_for_its_end() {
+    let (tx, go) = std::sync::mpsc::channel();
+    let stop = Stop::new();
+    let pipe = Pipe::spawn(Stalling { first: Some(b"a,b\n1,x".to_vec()), go }, stop.clone(), DEFAULT_IDLE).unwrap();
+    let mut inputs = read(Box::new(std::io::BufReader::new(pipe)), Format::Csv).into_iter();
+    // The stop comes while the reader waits inside the line `1,x`, and the
+    // line's end within the grace, with a next line after it.
+    let stopper = stop.clone();
+    let late = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(150));
+        stopper.stop();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        tx.send(b"yz\n2,w\n".to_vec()).unwrap();
+        tx
+    });
+    let all: Vec<String> = inputs.by_ref().map(|i| json_of(&i.unwrap())).collect();
+    assert_eq!(all, [r#"{"a":"1","b":"xyz"}"#]);
+    drop(late.join().unwrap());
+}
+
 #[test]
 fn a_stalled_pipe_hands_over_the_records_read_so_far() {
     let (tx, go) = std::sync::mpsc::channel();
