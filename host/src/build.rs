@@ -77,14 +77,36 @@ impl RuleSource {
     }
 
     /// Reads one rule file of at most `max` bytes.
+    ///
+    /// The file is read through [`omlet_knowledge::files`]: a FIFO, a
+    /// device or a directory is refused, and so is a file that holds more
+    /// than `max` bytes, whatever its metadata says.
     pub fn read_limited(path: &Path, max: u64) -> Result<RuleSource> {
         let len = std::fs::metadata(path).map_err(|e| Error::io(path, e))?.len();
         if len > max {
             let message = format!("{}: {len} bytes, more than a rule file may take ({max})", path.display());
             return Err(Error::limit(Limit::RuleBytes, message));
         }
-        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        let text = match omlet_knowledge::files::read_text(path, max, "rule file") {
+            Ok(text) => text,
+            Err(omlet_knowledge::Error::Limit { message, .. }) => return Err(Error::limit(Limit::RuleBytes, message)),
+            Err(omlet_knowledge::Error::Io { path, source }) => return Err(Error::io(path, source)),
+            Err(e) => return Err(e.into()),
+        };
         Ok(RuleSource { file: path.display().to_string(), text })
+    }
+
+    /// Reads one rule from `source` (standard input), at most `max` bytes.
+    pub fn read_stream(source: impl std::io::Read, file: &str, max: u64) -> Result<RuleSource> {
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::Read::take(source, max + 1), &mut bytes).map_err(|e| Error::io(file, e))?;
+        if bytes.len() as u64 > max {
+            let message = format!("{file}: more than {max} bytes, more than a rule file may take");
+            return Err(Error::limit(Limit::RuleBytes, message));
+        }
+        let text = String::from_utf8(bytes)
+            .map_err(|e| Error::io(file, std::io::Error::new(std::io::ErrorKind::InvalidData, e.utf8_error())))?;
+        Ok(RuleSource { file: file.to_string(), text })
     }
 
     /// Reads rule files, and the `.oml` files under directories (see
@@ -115,10 +137,11 @@ pub fn oml_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
 /// case files the same way).
 pub fn files_with_extension(paths: &[PathBuf], ext: &str) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
+    let mut seen = Seen::default();
     for p in paths {
         let meta = std::fs::metadata(p).map_err(|e| Error::io(p, e))?;
         if meta.is_dir() {
-            walk(p, ext, &mut out)?;
+            walk(p, ext, &mut out, &mut seen, 0)?;
         } else {
             out.push(p.clone());
         }
@@ -126,7 +149,33 @@ pub fn files_with_extension(paths: &[PathBuf], ext: &str) -> Result<Vec<PathBuf>
     Ok(out)
 }
 
-fn walk(dir: &Path, ext: &str, out: &mut Vec<PathBuf>) -> Result<()> {
+/// How deep a search for rule or case files goes below a folder it is given.
+pub const MAX_WALK_DEPTH: usize = 32;
+
+/// The folders a search entered, by their canonical paths: a link back up
+/// the tree (`ln -s . loop`) is entered once, not forever.
+#[derive(Default)]
+struct Seen(std::collections::HashSet<PathBuf>);
+
+impl Seen {
+    /// Whether `dir` is entered for the first time.
+    fn first(&mut self, dir: &Path) -> Result<bool> {
+        Ok(self.0.insert(dir.canonicalize().map_err(|e| Error::io(dir, e))?))
+    }
+}
+
+fn walk(dir: &Path, ext: &str, out: &mut Vec<PathBuf>, seen: &mut Seen, depth: usize) -> Result<()> {
+    if !seen.first(dir)? {
+        return Ok(());
+    }
+    if depth > MAX_WALK_DEPTH {
+        return Err(Error::Input {
+            what: dir.display().to_string(),
+            message: format!(
+                "folders nest deeper than {MAX_WALK_DEPTH} levels below the one given: name a folder nearer the files"
+            ),
+        });
+    }
     let rd = std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
     let mut entries = Vec::new();
     for e in rd {
@@ -137,7 +186,7 @@ fn walk(dir: &Path, ext: &str, out: &mut Vec<PathBuf>) -> Result<()> {
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
         if path.is_dir() {
             if !(name.starts_with('.') || name == "target" || name == "node_modules") {
-                walk(&path, ext, out)?;
+                walk(&path, ext, out, seen, depth + 1)?;
             }
         } else if path.extension().is_some_and(|e| e == ext) {
             out.push(path);
@@ -376,6 +425,27 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_rule_file_that_never_ends_is_refused() {
+        let e = RuleSource::read(Path::new("/dev/zero")).err().expect("refused");
+        assert!(e.to_string().contains("not a regular file"), "{e}");
+        let e = RuleSource::read_stream(std::io::repeat(b' '), "<stdin>", 1024).err().expect("refused");
+        assert!(matches!(e, Error::Limit { limit: Limit::RuleBytes, .. }), "{e}");
+    }
+
+    #[test]
+    fn links_back_up_the_tree_are_searched_once() {
+        let dir = std::env::temp_dir().join(format!("omlet-walk-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("rules")).unwrap();
+        std::fs::write(dir.join("rules/a.oml"), "").unwrap();
+        std::os::unix::fs::symlink(".", dir.join("rules/loop")).unwrap();
+        std::os::unix::fs::symlink("..", dir.join("rules/up")).unwrap();
+        let found = oml_files(&[dir.join("rules")]);
+        std::fs::remove_dir_all(&dir).unwrap();
+        let found = found.unwrap();
+        assert_eq!(found.len(), 1, "{found:?}");
+    }
 
     /// A module of one page of memory whose data holds the IR slot's magic
     /// at 1024, followed by `fields` (none: the segment ends at the magic,

@@ -1,6 +1,6 @@
 //! The omlet CLI: build, check and run OML rules.
 
-use std::io::{BufRead, Read, Write};
+use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -196,8 +196,11 @@ fn report(sources: &[RuleSource], err: &Error) {
     if let Error::Knowledge(KnowledgeError::Statement { file, line, column, sql, message, name }) = err {
         // The same snippet as a compile error, from the rule file when it
         // can be read (a built component may come without its sources).
-        let text =
-            sources.iter().find(|s| &s.file == file).map(|s| s.text.clone()).or_else(|| std::fs::read_to_string(file).ok());
+        let text = sources
+            .iter()
+            .find(|s| &s.file == file)
+            .map(|s| s.text.clone())
+            .or_else(|| RuleSource::read(Path::new(file)).ok().map(|s| s.text));
         match text.and_then(|t| offset_of(&t, *line, *column).map(|at| (t, at))) {
             Some((text, at)) => {
                 // The caret on the name the error is about, when it is in
@@ -353,7 +356,8 @@ async fn inspect(component: &Path, json: bool, knowdb: &[PathBuf]) -> omlet::Res
             }
         }
     } else {
-        std::fs::read(component).map_err(|e| Error::Io { path: component.into(), source: e })?
+        let max = omlet::EngineConfig::default().max_component_bytes as u64;
+        omlet::knowledge::files::read_bytes(component, max, "component")?
     };
     if !bytes.starts_with(b"\0asm") {
         return Err(Error::Input {
@@ -567,7 +571,7 @@ fn fmt(paths: &[PathBuf], check: bool) -> omlet::Result<ExitCode> {
     }
     let (mut differ, mut failed) = (0, 0);
     for f in omlet::build::oml_files(paths)? {
-        let text = std::fs::read_to_string(&f).map_err(|e| Error::Io { path: f.clone(), source: e })?;
+        let text = RuleSource::read(&f)?.text;
         let formatted = match omlet_lang::fmt::format_source(&text) {
             Ok(t) => t,
             Err(e) => {
@@ -594,9 +598,7 @@ fn fmt(paths: &[PathBuf], check: bool) -> omlet::Result<ExitCode> {
 /// The rule sources `paths` name; `-` alone is one rule on standard input.
 fn sources(paths: &[PathBuf]) -> omlet::Result<Vec<RuleSource>> {
     if paths.len() == 1 && paths[0] == Path::new("-") {
-        let mut text = String::new();
-        std::io::stdin().read_to_string(&mut text).map_err(|e| Error::Io { path: "-".into(), source: e })?;
-        return Ok(vec![RuleSource { file: "<stdin>".into(), text }]);
+        return Ok(vec![RuleSource::read_stream(std::io::stdin(), "<stdin>", omlet::build::MAX_RULE_FILE_BYTES)?]);
     }
     RuleSource::collect(paths)
 }

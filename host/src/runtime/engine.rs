@@ -319,19 +319,17 @@ pub(super) fn component_too_big(what: &str, len: u64, max: usize) -> Error {
 /// by its length before anything is read, and a file that grows while it
 /// is read is cut off and refused.
 pub(super) fn read_component(path: &Path, max: usize) -> Result<Vec<u8>> {
-    use std::io::Read;
-    let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-    let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
+    let len = std::fs::metadata(path).map_err(|e| Error::io(path, e))?.len();
     let what = || path.display().to_string();
     if len > max as u64 {
         return Err(component_too_big(&what(), len, max));
     }
-    let mut bytes = Vec::with_capacity(len as usize);
-    file.take(max as u64 + 1).read_to_end(&mut bytes).map_err(|e| Error::io(path, e))?;
-    if bytes.len() > max {
-        return Err(component_too_big(&what(), bytes.len() as u64, max));
+    match omlet_knowledge::files::read_bytes(path, max as u64, "component") {
+        Ok(bytes) => Ok(bytes),
+        Err(omlet_knowledge::Error::Limit { .. }) => Err(component_too_big(&what(), max as u64 + 1, max)),
+        Err(omlet_knowledge::Error::Io { path, source }) => Err(Error::io(path, source)),
+        Err(e) => Err(e.into()),
     }
-    Ok(bytes)
 }
 
 /// Advances the engine's epoch every [`TICK`] until the engine is dropped.
