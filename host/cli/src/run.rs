@@ -498,8 +498,10 @@ async fn run(rule: &Path, knowdb: &[PathBuf], config: Option<&Path>, o: RunOptio
     let rule_path = rule.to_path_buf();
     let rule = engine.load_path(rule, &options).await?;
     // `--watch`: what loading the rule again takes.
-    let watch = o.watch.then(|| (engine.clone(), rule_path, options.clone()));
-    refuse_early(&rule, knowledge.is_some(), &o)?;
+    refuse_early(&rule, knowledge.is_some(), &o.route, o.no_knowledge)?;
+    let (has_knowledge, route, no_knowledge) = (knowledge.is_some(), o.route.clone(), o.no_knowledge);
+    let vet: Vet = Arc::new(move |rule: &Rule| refuse_early(rule, has_knowledge, &route, no_knowledge));
+    let watch = o.watch.then(|| (engine.clone(), rule_path, options.clone(), vet));
     if let Some(x) = o.explain.clone() {
         return explain_records(&rule, &o, &x).await;
     }
@@ -517,17 +519,21 @@ async fn run(rule: &Path, knowdb: &[PathBuf], config: Option<&Path>, o: RunOptio
     run_input(rule, watch, knowledge, o).await
 }
 
+/// The checks a rule set passes before it runs, at the start and on each
+/// `--watch` reload.
+pub(crate) type Vet = Arc<dyn Fn(&Rule) -> omlet::Result<()> + Send + Sync>;
+
 /// What a run would lose every record to is refused before any is read: a
 /// model the set lacks, or lookups without knowledge.
-fn refuse_early(rule: &Rule, has_knowledge: bool, o: &RunOptions) -> omlet::Result<()> {
+fn refuse_early(rule: &Rule, has_knowledge: bool, route: &RouteBy, no_knowledge: bool) -> omlet::Result<()> {
     let info = rule.info();
-    if let RouteBy::Model(m) = &o.route
+    if let RouteBy::Model(m) = route
         && !info.models.iter().any(|x| &x.name == m)
     {
         let names: Vec<&str> = info.models.iter().map(|x| x.name.as_str()).collect();
         return Err(Error::Config(format!("--model {m}: the rule set has no such model (its models: {})", names.join(", "))));
     }
-    if !has_knowledge && !o.no_knowledge && !info.statements.is_empty() {
+    if !has_knowledge && !no_knowledge && !info.statements.is_empty() {
         // Without knowledge every lookup is absent: the enrichment would be
         // lost without a word. Say what to pass instead.
         let first = &info.statements[0];
@@ -620,7 +626,7 @@ struct Tally {
 /// A run over a file or standard input.
 async fn run_input(
     rule: Rule,
-    watch: Option<(omlet::Engine, PathBuf, omlet::LoadOptions)>,
+    watch: Option<(omlet::Engine, PathBuf, omlet::LoadOptions, Vet)>,
     knowledge: Option<Arc<Knowledge>>,
     o: RunOptions,
 ) -> omlet::Result<ExitCode> {
@@ -701,10 +707,17 @@ async fn run_input(
     });
     let live = omlet::stream::LiveRule::new(rule);
     let _watching = match watch {
-        Some((engine, path, options)) => Some(live.watch(engine, path, options, WATCH_EVERY, |r| match r {
-            Ok(()) => eprintln!("omlet run: the rule set changed; loaded again and swapped in"),
-            Err(e) => eprintln!("omlet run: the rule set changed but does not load, so the old one keeps running: {e}"),
-        })?),
+        Some((engine, path, options, vet)) => Some(live.watch(
+            engine,
+            path,
+            options,
+            WATCH_EVERY,
+            move |r| vet(r),
+            |r| match r {
+                Ok(()) => eprintln!("omlet run: the rule set changed; loaded again and swapped in"),
+                Err(e) => eprintln!("omlet run: the rule set changed but does not load, so the old one keeps running: {e}"),
+            },
+        )?),
         None => None,
     };
     let result = omlet::stream::run_json(live, inputs, &o.stream_options(), sink).await;

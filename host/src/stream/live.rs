@@ -63,14 +63,20 @@ impl LiveRule {
 
     /// Loads `path` again with `engine` and `options` whenever its files
     /// change (looked at every `every`; a change is loaded once it has
-    /// rested one period), and swaps the new rule in. `told` hears each
-    /// reload's outcome. The task ends when the returned handle is dropped.
+    /// rested one period), and swaps the new rule in once `vet` accepts it:
+    /// `vet` makes the checks the program made on the first rule at its
+    /// start (a rule with lookups and no knowledge, a model it lacks), so
+    /// that no reload swaps in a rule a start would refuse. A rule `vet`
+    /// refuses keeps the old one running, as a rule that fails to load
+    /// does. `told` hears each reload's outcome. The task ends when the
+    /// returned handle is dropped.
     pub fn watch(
         &self,
         engine: Engine,
         path: PathBuf,
         options: LoadOptions,
         every: Duration,
+        vet: impl Fn(&Rule) -> Result<()> + Send + Sync + 'static,
         told: impl Fn(std::result::Result<(), &Error>) + Send + Sync + 'static,
     ) -> Result<Watching> {
         let roots = vec![path.clone()];
@@ -80,10 +86,12 @@ impl LiveRule {
         }
         let live = self.clone();
         let told = Arc::new(told);
+        let vet = Arc::new(vet);
         let task = crate::knowledge::reload::on_settled_change(roots, loaded, every, fingerprint, move || {
             let (live, engine, path, options, told) = (live.clone(), engine.clone(), path.clone(), options.clone(), told.clone());
+            let vet = vet.clone();
             async move {
-                match engine.load_path(&path, &options).await {
+                match engine.load_path(&path, &options).await.and_then(|rule| vet(&rule).map(|()| rule)) {
                     Ok(rule) => {
                         live.swap(rule);
                         live.reloads[0].fetch_add(1, Ordering::Relaxed);
@@ -118,8 +126,10 @@ fn fingerprint(roots: &[PathBuf]) -> Vec<(PathBuf, u64, Option<std::time::System
         .into_iter()
         .map(|(path, len, time)| {
             let mut h = std::collections::hash_map::DefaultHasher::new();
+            // Through the bounded reader: a FIFO put in a rule's place is
+            // not waited on, which held the watcher (and the run) forever.
             if len <= 1 << 20
-                && let Ok(bytes) = std::fs::read(&path)
+                && let Ok(bytes) = crate::knowledge::files::read_bytes(&path, 1 << 20, "rule file")
             {
                 bytes.hash(&mut h);
             }

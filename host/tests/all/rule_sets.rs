@@ -160,9 +160,16 @@ async fn a_watched_rule_set_is_swapped_in_and_a_broken_one_is_not() {
     let told = Arc::new(std::sync::Mutex::new(Vec::new()));
     let heard = told.clone();
     let _w = live
-        .watch(engine, dir.path().to_path_buf(), omlet::LoadOptions::new(), std::time::Duration::from_millis(20), move |r| {
-            heard.lock().unwrap().push(r.map_err(|e| e.to_string()));
-        })
+        .watch(
+            engine,
+            dir.path().to_path_buf(),
+            omlet::LoadOptions::new(),
+            std::time::Duration::from_millis(20),
+            |_| Ok(()),
+            move |r| {
+                heard.lock().unwrap().push(r.map_err(|e| e.to_string()));
+            },
+        )
         .unwrap();
     let x = |live: &omlet::stream::LiveRule| {
         let rule = live.current();

@@ -63,7 +63,7 @@ fn url(flag: &str, p: &Path) -> omlet::Result<KafkaUrl> {
 
 pub(crate) async fn run(
     rule: Rule,
-    watch: Option<(omlet::Engine, std::path::PathBuf, omlet::LoadOptions)>,
+    watch: Option<(omlet::Engine, std::path::PathBuf, omlet::LoadOptions, crate::run::Vet)>,
     knowledge: Option<Arc<Knowledge>>,
     o: RunOptions,
 ) -> omlet::Result<ExitCode> {
@@ -93,18 +93,25 @@ pub(crate) async fn run(
     let started = Instant::now();
     let live = omlet::stream::LiveRule::new(rule);
     let _watching = match watch {
-        Some((engine, path, load)) => {
+        Some((engine, path, load, vet)) => {
             let counted = stats.clone();
-            Some(live.watch(engine, path, load, crate::run::WATCH_EVERY, move |r| match r {
-                Ok(()) => {
-                    counted.rule_reloads.fetch_add(1, Ordering::Relaxed);
-                    eprintln!("omlet run: the rule set changed; loaded again and swapped in");
-                }
-                Err(e) => {
-                    counted.rule_reload_failures.fetch_add(1, Ordering::Relaxed);
-                    eprintln!("omlet run: the rule set changed but does not load, so the old one keeps running: {e}");
-                }
-            })?)
+            Some(live.watch(
+                engine,
+                path,
+                load,
+                crate::run::WATCH_EVERY,
+                move |r| vet(r),
+                move |r| match r {
+                    Ok(()) => {
+                        counted.rule_reloads.fetch_add(1, Ordering::Relaxed);
+                        eprintln!("omlet run: the rule set changed; loaded again and swapped in");
+                    }
+                    Err(e) => {
+                        counted.rule_reload_failures.fetch_add(1, Ordering::Relaxed);
+                        eprintln!("omlet run: the rule set changed but does not load, so the old one keeps running: {e}");
+                    }
+                },
+            )?)
         }
         None => None,
     };

@@ -620,6 +620,11 @@ fn run_watch_swaps_a_changed_rule_in_without_stopping() {
     std::fs::write(&rule, "name : t\n---\nv = chars(three\n").unwrap();
     wait_for("does not load, so the old one keeps running");
     assert_eq!(send(&mut stdin), r#"{"v":"two"}"#, "the old rule keeps running");
+    // A rule with lookups, and no knowledge given: a start refuses it, and
+    // so does a reload, instead of running it with every lookup absent.
+    std::fs::write(&rule, "name : t\n---\nv = select zone from zones where ip = read(ip) ;\n").unwrap();
+    wait_for("no knowledge was given");
+    assert_eq!(send(&mut stdin), r#"{"v":"two"}"#, "the old rule keeps running");
     drop(stdin);
     assert!(child.wait().unwrap().success());
     reader.join().unwrap();
