@@ -12,8 +12,10 @@ impl Knowledge {
     ///
     /// Fails, and the knowledge stays as it was, when the knowdb does not
     /// load (an error naming the file, as at open), when it now declares
-    /// other tables, or when a lookup bound on it no longer prepares (a
-    /// column gone): the rules were bound on the old tables. Changes to its
+    /// other tables, when a lookup bound on it no longer prepares (a
+    /// column gone): the rules were bound on the old tables, or when a table
+    /// held in memory is now over `memory.max_table_mb` and
+    /// `memory.over_limit` is `fail`. Changes to its
     /// `[cache]`, `[intranet_nets]` or databases need a restart. Only a
     /// knowdb held in in-memory SQLite (`url = "sqlite::memory:"`, the
     /// default) can be loaded again.
@@ -75,10 +77,18 @@ impl Knowledge {
         tables.dedup();
         let mut held = Vec::with_capacity(tables.len());
         for table in tables {
-            let t = Self::read_from(&fresh, table, self.config.memory.max_table_mb).await.map(Arc::new).map_err(|e| {
-                tracing::warn!(target: "omlet::knowledge", "{table} stays in SQL: {e}");
-                e.to_string()
-            });
+            let t = match Self::read_from(&fresh, table, self.config.memory.max_table_mb).await {
+                Ok(t) => Ok(Arc::new(t)),
+                // As at the start: with `fail`, a table over the limit is
+                // not quietly moved to SQL, and this load is refused whole.
+                Err(e @ Error::Limit { .. }) if self.config.memory.over_limit == memory::OverLimit::Fail => {
+                    return Err(stays(format!("{e} (memory.over_limit = \"fail\")")));
+                }
+                Err(e) => {
+                    tracing::warn!(target: "omlet::knowledge", "{table} stays in SQL: {e}");
+                    Err(e.to_string())
+                }
+            };
             held.push((table, t));
         }
         // The swap: the database, then the in-memory copies, then the caches.

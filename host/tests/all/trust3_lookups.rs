@@ -197,3 +197,40 @@ async fn a_snapshot_over_its_limit_is_never_stale_on_postgres() {
         }
     }
 }
+
+/// A knowdb loaded again whose table held in memory grew past
+/// `max_table_mb`: with `over_limit = "fail"` the load is refused whole
+/// (as at a start) and the old knowledge stays, instead of the table
+/// moving quietly to SQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_knowdb_reload_over_the_table_limit_follows_fail() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("owner")).unwrap();
+    let knowdb = "version = 2\n[[tables]]\nname = \"owner\"\ncolumns.by_header = [\"ip\", \"name\"]\n";
+    std::fs::write(d.join("knowdb.toml"), knowdb).unwrap();
+    std::fs::write(d.join("owner/create.sql"), "create table {table} (ip text, name text)").unwrap();
+    std::fs::write(d.join("owner/insert.sql"), "insert into {table} values (?1, ?2)").unwrap();
+    std::fs::write(d.join("owner/data.csv"), "ip,name\n10.0.0.1,alice\n").unwrap();
+    let mut config = KnowledgeConfig { knowdb: Some(d.join("knowdb.toml")), ..Default::default() };
+    config.memory.max_table_mb = 1;
+    config.memory.over_limit = OverLimit::Fail;
+    let k = config.open().await.unwrap();
+    let rule = "name : t\n---\nwho = select name from owner where ip = read(ip) ;\n";
+    let engine = omlet::Engine::new().unwrap();
+    let rule = engine.load_source("t.oml", rule, &omlet::LoadOptions::new().knowledge(k.clone())).await.unwrap();
+    let who = || async {
+        let out = rule.evaluate(&omlet::record::from_json_str(r#"{"ip":"10.0.0.1"}"#).unwrap()).await.unwrap();
+        omlet::record::to_json_string(&out)
+    };
+    assert_eq!(who().await, r#"{"who":"alice"}"#);
+    let mut big = String::from("ip,name\n10.0.0.1,bob\n");
+    for i in 0..40_000 {
+        big.push_str(&format!("10.{}.{}.{},{:040}\n", i / 65536, (i / 256) % 256, i % 256, i));
+    }
+    std::fs::write(d.join("owner/data.csv"), big).unwrap();
+    let e = k.reload_knowdb().await.unwrap_err();
+    assert!(e.to_string().contains("in-memory table size") && e.to_string().contains("stays as it was"), "{e}");
+    assert_eq!(who().await, r#"{"who":"alice"}"#, "the old knowledge answers");
+    assert_eq!(k.memory_tables().await.len(), 1);
+}
