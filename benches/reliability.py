@@ -279,6 +279,121 @@ def probes_round_two(omlet, work):
     return out
 
 
+def probes_round_three(omlet, work):
+    """The probes of the third trust round that run through the CLI, numbered R3.N."""
+    import select
+    import signal as sig
+    out = []
+
+    def file(name, data):
+        return write_in(work, name, data)
+
+    def probe(point, name, expect, args, records_in=None, stdin=None, want=None, timeout=60):
+        pr = Probe(f"R3.{point}", name, expect)
+        pr.records_in = records_in
+        try:
+            p, pr.seconds = run_cli(omlet, args, stdin, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pr.seconds, pr.verdict, pr.note = timeout, "FAILS", f"no answer within {timeout} s"
+            out.append(pr)
+            return
+        pr.out, pr.errors, pr.code = count_lines(p.stdout), error_lines(p.stderr), p.returncode
+        err = p.stderr.decode(errors="replace")
+        pr.verdict = "holds" if want(p, err) else "FAILS"
+        lines = [l for l in err.splitlines() if l.strip() and not l.startswith("{")]
+        pr.note = (lines[-1] if lines else "")[:160]
+        out.append(pr)
+
+    copy = file("r3copy.oml", "name : t\n---\nid = read(id) ;\nname = read(name) ;\n")
+
+    def stall_then_signal(point, name, fmt, head, cut, want_out):
+        """Writes `head` then `cut` (a line's first part) and stalls; SIGTERM."""
+        pr = Probe(f"R3.{point}", name, f"{want_out} out, 0 error lines, exit 0; the cut line is no record")
+        pr.records_in = want_out
+        t = time.time()
+        child = subprocess.Popen([omlet, "run", copy, "--format", fmt], cwd=ROOT, stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        child.stdin.write(head + cut)
+        child.stdin.flush()
+        got = b""
+        while got.count(b"\n") < want_out and time.time() - t < 60:
+            r, _, _ = select.select([child.stdout], [], [], 0.1)
+            if r:
+                got += os.read(child.stdout.fileno(), 1 << 20)
+        time.sleep(0.3)
+        child.send_signal(sig.SIGTERM)
+        rest, err = child.communicate(timeout=60)
+        child.stdin.close()
+        pr.seconds = time.time() - t
+        pr.out, pr.errors, pr.code = count_lines(got + rest), error_lines(err), child.returncode
+        text = err.decode(errors="replace")
+        pr.verdict = "holds" if (pr.out, pr.errors, pr.code) == (want_out, 0, 0) and b"tru" not in got + rest else "FAILS"
+        pr.note = " ".join(l for l in text.splitlines() if "stalled" in l or "records in" in l)[:160]
+        out.append(pr)
+
+    stall_then_signal(1, "JSONL: SIGTERM while stdin stalls inside a line", "jsonl",
+                      b"".join(b'{"id":%d,"name":"n"}\n' % i for i in range(100)), b'{"id":100,"name":"tru', 100)
+    stall_then_signal(1, "CSV: SIGTERM while stdin stalls inside a line", "csv",
+                      b"id,name\n" + b"".join(b"%d,n\n" % i for i in range(100)), b"100,tru", 100)
+
+    zero = os.path.join(work, "zero.oml")
+    if not os.path.exists(zero):
+        os.symlink("/dev/zero", zero)
+    probe(2, "a rule file linked to `/dev/zero`", "refused at once (exit 1)", ["check", zero], None, None,
+          lambda p, err: p.returncode == 1 and "not a regular file" in err)
+    fifo = os.path.join(work, "fifo.toml")
+    if not os.path.exists(fifo):
+        os.mkfifo(fifo)
+    probe(2, "a knowledge config that is a FIFO", "refused at once (exit 1)", ["run", copy, "--knowledge", fifo], 1,
+          b"{}\n", lambda p, err: p.returncode == 1 and "not a regular file" in err)
+    zdb = os.path.join(work, "zkb")
+    os.makedirs(zdb, exist_ok=True)
+    if not os.path.exists(os.path.join(zdb, "knowdb.toml")):
+        os.symlink("/dev/zero", os.path.join(zdb, "knowdb.toml"))
+    probe(2, "a `knowdb.toml` linked to `/dev/zero`", "refused at once (exit 1)",
+          ["run", copy, "--knowdb", os.path.join(zdb, "knowdb.toml")], 1, b"{}\n",
+          lambda p, err: p.returncode == 1 and "not a regular file" in err)
+    case = file("zero_case.toml", 'oml_file = "/dev/zero"\ninput = {}\nexpected = {}\n')
+    probe(2, "a case file with `oml_file = \"/dev/zero\"`", "refused (exit 1), no file's lines printed",
+          ["test", case], None, None, lambda p, err: p.returncode != 0 and len(err) < 4000)
+
+    loops = os.path.join(work, "loops")
+    os.makedirs(loops, exist_ok=True)
+    write_in(loops, "a.oml", "name : a\n---\nv = read(v) ;\n")
+    for n in ("l1", "l2"):
+        if not os.path.lexists(os.path.join(loops, n)):
+            os.symlink(".", os.path.join(loops, n))
+    probe(10, "two links to `.` in a rule folder", "checks the one rule (exit 0)", ["check", loops], None, None,
+          lambda p, err: p.returncode == 0, timeout=30)
+
+    # --watch: the rule replaced by a FIFO, then SIGTERM.
+    pr = Probe("R3.9", "`--watch`: the rule replaced by a FIFO, then SIGTERM", "the run stops (exit 0), every record read has its line")
+    rule = file("watched.oml", "name : t\n---\nid = read(id) ;\n")
+    t = time.time()
+    child = subprocess.Popen([omlet, "run", rule, "--watch", "--batch", "1"], cwd=ROOT, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    child.stdin.write(b'{"id":1}\n')
+    child.stdin.flush()
+    time.sleep(1.0)
+    os.remove(rule)
+    os.mkfifo(rule)
+    time.sleep(2.5)
+    child.send_signal(sig.SIGTERM)
+    try:
+        rest, err = child.communicate(timeout=20)
+        pr.out, pr.errors, pr.code = count_lines(rest), error_lines(err), child.returncode
+        pr.verdict = "holds" if child.returncode == 0 and pr.out == 1 else "FAILS"
+        pr.note = " ".join(l for l in err.decode(errors="replace").splitlines() if "records in" in l)[:160]
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.communicate()
+        pr.verdict, pr.note = "FAILS", "still running 20 s after SIGTERM"
+    pr.records_in = 1
+    pr.seconds = time.time() - t
+    out.append(pr)
+    return out
+
+
 SQL_TESTS = [
     (4, "one NUL key in a batched PostgreSQL lookup", "a_refused_key_fails_only_its_own_lookup_in_a_batch_on_postgres"),
     (6, "a `'\\'` literal on MariaDB", "a_backslash_in_a_literal_is_a_character_on_mariadb"),
@@ -296,9 +411,25 @@ SQL_TESTS = [
 ]
 
 
+# The third round's probes that need a database, a cache or a reload, as
+# tests of host/tests/all (module::test prefix).
+R3_TESTS = [
+    ("R3.3", "a PostgreSQL snapshot table grows past `max_table_mb` (`over_limit` = sql, fail)",
+     "trust3_lookups::a_snapshot_over_its_limit_is_never_stale_on_postgres"),
+    ("R3.3", "a knowdb loaded again grows past `max_table_mb` with `over_limit = \"fail\"`",
+     "trust3_lookups::a_knowdb_reload_over_the_table_limit_follows_fail"),
+    ("R3.4", "batched lookups of repeated keys with `order by … limit 1`", "trust3_lookups::batches_answer_as_one_key_does_on"),
+    ("R3.5", "an aggregate answer of many MB, 8 records at once", "trust3_lookups::an_aggregate_over_the_answer_bound_fails_on"),
+    ("R3.8", "a knowdb's `create.sql` ATTACHes a SQLite file outside its folder",
+     "trust3_reach::a_knowdbs_sql_reaches_its_own_database_only"),
+    ("R3.8", "a MariaDB lookup of `otherdb.t`", "trust3_reach::a_mariadb_provider_reads_only_its_urls_database"),
+]
+
+
 def run_db_tests():
     """Runs the SQL probes and the fault matrix; returns (sql rows, fault lines)."""
     names = ["databases::" + t for t in sorted({t for _, _, t in SQL_TESTS})] + ["databases::faults_between"]
+    names += [t for _, _, t in R3_TESTS]
     p = sh(["cargo", "test", "-j2", "-p", "omlet", "--test", "all", "--"] + names + ["--nocapture", "--test-threads=2"])
     text = p.stdout + p.stderr
     results = {}
@@ -306,7 +437,7 @@ def run_db_tests():
         if l.startswith("test ") and (" ... ok" in l or " ... FAILED" in l):
             results[l.split()[1].removeprefix("databases::")] = l.endswith("ok")
     rows = []
-    for issue, name, test in SQL_TESTS:
+    for issue, name, test in SQL_TESTS + R3_TESTS:
         hits = {k: v for k, v in results.items() if k.startswith(test)}
         verdict = "holds" if hits and all(hits.values()) else "FAILS"
         rows.append((issue, name, ", ".join(sorted(hits)) or test, verdict))
@@ -380,7 +511,7 @@ def main():
             sys.exit(b.stderr)
 
     with tempfile.TemporaryDirectory() as work:
-        rows = probes(a.omlet, work) + probes_round_two(a.omlet, work)
+        rows = probes(a.omlet, work) + probes_round_two(a.omlet, work) + probes_round_three(a.omlet, work)
     sql_rows, faults = ([], []) if a.skip_db else run_db_tests()
 
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
@@ -398,9 +529,9 @@ def main():
         "",
         "## Hostile inputs",
         "",
-        "The probes of the sandbox round and of the second trust round, through `omlet run`/`check`/`build`.",
+        "The probes of the sandbox round and of the second and third trust rounds, through `omlet run`/`check`/`build`/`test`.",
         "The first column is the probe's id: a plain number for a probe of the sandbox round, 30.N for one of the",
-        "second trust round (the same ids name the probes in the tables and notes below).",
+        "second trust round, R3.N for one of the third (the same ids name the probes in the tables and notes below).",
         "`out` counts output lines, `errors` error lines naming a record.",
         "",
         "| # | probe | records in | out | errors | exit | seconds | expected | verdict | what omlet said |",
@@ -414,7 +545,7 @@ def main():
             f"{r.seconds:.1f} | {r.expect} | {r.verdict} | {note} |"
         )
     if sql_rows:
-        md += ["", "Probes that need a database, as tests on real PostgreSQL 15 and MariaDB 10.11 (host/tests/all/databases.rs):", "",
+        md += ["", "Probes that need a database, a cache or a reload, as tests on real PostgreSQL 15 and MariaDB 10.11 (host/tests/all/):", "",
                "| # | probe | tests | verdict |", "|---|---|---|---|"]
         for issue, name, tests, verdict in sql_rows:
             md.append(f"| {issue} | {name} | `{tests}` | {verdict} |")
