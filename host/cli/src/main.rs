@@ -603,11 +603,15 @@ fn sources(paths: &[PathBuf]) -> omlet::Result<Vec<RuleSource>> {
     RuleSource::collect(paths)
 }
 
+/// The most of a sample file `omlet check --sample` reads (64 MiB).
+const MAX_SAMPLE_BYTES: u64 = 64 << 20;
+
 /// The field names of the first 10,000 records of a sample file (JSONL, or
-/// CSV for `*.csv`), for `omlet check --sample`.
+/// CSV for `*.csv`), within its first [`MAX_SAMPLE_BYTES`], for `omlet
+/// check --sample`.
 fn sample_fields(path: &Path) -> omlet::Result<std::collections::BTreeSet<String>> {
     let f = std::fs::File::open(path).map_err(|e| Error::Io { path: path.into(), source: e })?;
-    let reader: Box<dyn BufRead + Send> = Box::new(std::io::BufReader::new(f));
+    let reader: Box<dyn BufRead + Send> = Box::new(std::io::BufReader::new(std::io::Read::take(f, MAX_SAMPLE_BYTES)));
     let mut names = std::collections::BTreeSet::new();
     for item in omlet::stream::read(reader, Format::of_path(&path.display().to_string())).into_iter().take(10_000) {
         if let Ok(r) = item?.record {
