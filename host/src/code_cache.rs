@@ -9,7 +9,8 @@
 //! What it replaces: `Component::from_binary` on every load; a miss still
 //! does exactly that, and then writes the result here.
 //!
-//! Cost: per load, a checksum over the entry's code (a few MiB, XXH3 at
+//! Cost: per load, reading the entry into memory (a few MiB: wasmtime then
+//! copies it into its own executable memory) and a checksum over it (XXH3 at
 //! memory speed), and for a component given as bytes one SHA-256 over them
 //! (about 0.5 ms a MiB) (a rule set compiled from its sources is named by its
 //! program instead, [`CodeCache::rule`]); on disk the compiled code of each
@@ -18,18 +19,33 @@
 //!
 //! Trust: a cached entry is machine code that the process will run, so it
 //! is used only from a folder owned by the user and writable by nobody
-//! else, only from a file (not a link) owned by the user and writable by
-//! nobody else, and only when the checksum written after its code matches
-//! it. The key covers the component (its bytes, or the guest, the program
-//! and the code that joins them) and wasmtime's own compatibility hash (its
-//! version, the target, and every engine setting that changes code), so a
-//! new omlet, a new guest or another engine configuration never reads an
-//! old entry. When in doubt (an unreadable file, a wrong checksum, code
-//! wasmtime refuses), the component is compiled again and the entry
-//! rewritten.
+//! else, and only from a file (not a link) owned by the user and writable by
+//! nobody else. Its key (the entry's name) covers the component (its bytes,
+//! or the guest, the program and the code that joins them) and the engine's
+//! identity (wasmtime's compatibility hash: its version, the target, and
+//! every engine setting that changes code), so a new omlet, a new guest or
+//! another engine configuration never reads an old entry.
+//!
+//! The entry carries that key too, and the engine's identity, in its header
+//! (`HEADER`), and is used only when both equal the ones being looked up
+//! and the checksum of its code matches: an entry renamed to another rule's
+//! name, or copied over another's file, is never run as that rule. This
+//! binding guards against mix-ups (a rename, a copy, a volume shared by
+//! several hosts or versions); it is no defence against someone who can
+//! write to the folder, who can write an entry with any key and checksum:
+//! that is what the owner and mode checks are for. (A keyed MAC would not
+//! change that: its key would have to sit where the same user can read it.)
+//!
+//! An entry is read into memory, at most [`MAX_ENTRY_BYTES`], and wasmtime
+//! copies the code from there into memory of its own; the file is never
+//! mapped, so a file truncated or overwritten after the load cannot reach a
+//! running rule (a mapped file cut short is a SIGBUS, one overwritten
+//! changes the code and data under the rule). When in doubt (an unreadable
+//! or oversized file, another key, a wrong checksum, code wasmtime
+//! refuses), the component is compiled again and the entry rewritten.
 
 use std::hash::{Hash, Hasher};
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
@@ -41,17 +57,23 @@ use crate::{Error, Result};
 /// Most bytes the cache folder's entries may take together (512 MiB).
 pub const MAX_BYTES: u64 = 512 << 20;
 
-/// What an entry ends with: after wasmtime's serialized code (an ELF file,
-/// which must start the file for wasmtime to map it), its [`checksum`],
-/// then the format's name.
-const MAGIC: &[u8; 16] = b"omlet-code-v2\0\0\0";
+/// What an entry starts with: the format's name.
+const MAGIC: &[u8; 16] = b"omlet-code-v3\0\0\0";
 
-/// The bytes after the code: its checksum and [`MAGIC`].
-const TRAILER: usize = 16 + MAGIC.len();
+/// The bytes before the code: [`MAGIC`], the entry's key ([`key`] or
+/// [`rule_key`]), the engine's identity ([`engine_id`]), the code's length
+/// (u64, little-endian) and its [`checksum`]. wasmtime's serialized code
+/// follows.
+const HEADER: usize = MAGIC.len() + 32 + 32 + 8 + 16;
+
+/// The largest entry read (256 MiB; the guest's code takes 3 to 6 MiB): a
+/// larger file is not read, and compiled code that large is not written.
+pub const MAX_ENTRY_BYTES: u64 = 256 << 20;
 
 /// An entry's checksum: XXH3-128 of its code. It finds a damaged or cut
 /// entry; it is no defence against a forged one, and need not be, since an
-/// entry is read only from files that the user alone can write. SHA-256
+/// entry is read only from files that the user alone can write (a wrong key
+/// is found by comparing the key in the header). SHA-256
 /// took about 1.4 ms a load over the nginx rule's 3.4 MiB of code, XXH3
 /// about a tenth of that.
 fn checksum(code: &[u8]) -> [u8; 16] {
@@ -136,7 +158,8 @@ impl CodeCache {
     /// used (a folder that is not the user's, a full disk) is passed by,
     /// with a debug-level log: the load never fails because of the cache.
     pub fn component(&self, engine: &Engine, component: &[u8]) -> Result<(Component, Outcome)> {
-        self.entry(engine, &key(engine, component), || Ok(std::borrow::Cow::Borrowed(component)))
+        let id = engine_id(engine);
+        self.entry(engine, &id, &key(&id, component), || Ok(std::borrow::Cow::Borrowed(component)))
     }
 
     /// The compiled component of the rule set whose compiled program is `ir`
@@ -157,24 +180,26 @@ impl CodeCache {
         ir: &[u8],
         build: impl FnOnce() -> Result<Vec<u8>>,
     ) -> Result<(Component, Outcome)> {
-        self.entry(engine, &rule_key(engine, guest, ir), || build().map(std::borrow::Cow::Owned))
+        let id = engine_id(engine);
+        self.entry(engine, &id, &rule_key(&id, guest, ir), || build().map(std::borrow::Cow::Owned))
     }
 
-    /// The entry named `key`, or else the component `make` gives, compiled
-    /// and written under `key`.
+    /// The entry for `key` on the engine `id`, or else the component `make`
+    /// gives, compiled and written under `key`.
     fn entry<'c>(
         &self,
         engine: &Engine,
-        key: &str,
+        id: &Digest32,
+        key: &Digest32,
         make: impl FnOnce() -> Result<std::borrow::Cow<'c, [u8]>>,
     ) -> Result<(Component, Outcome)> {
-        let path = self.dir.join(format!("{key}.cwasm"));
+        let path = self.dir.join(format!("{}.cwasm", hex::encode(key)));
         let trusted = trusted_dir(&self.dir);
-        if trusted && let Some(c) = self.read(engine, &path) {
+        if trusted && let Some(c) = self.read(engine, &path, id, key) {
             return Ok((c, Outcome::Hit));
         }
         let compiled = Component::from_binary(engine, &make()?).map_err(|e| Error::load("component", e))?;
-        let outcome = match self.write(&compiled, &path) {
+        let outcome = match self.write(&compiled, &path, id, key) {
             Ok(()) => Outcome::Written,
             Err(e) => {
                 tracing::debug!(target: "omlet::code_cache", "{}: not written: {e}", path.display());
@@ -184,36 +209,37 @@ impl CodeCache {
         Ok((compiled, outcome))
     }
 
-    /// The entry at `path`, if it is there, trusted, whole and loads.
+    /// The entry at `path`, if it is there, trusted, written for `key` on
+    /// the engine `id`, whole, and loads.
     ///
-    /// The file is mapped, not read: its checksum is checked over a read-only
-    /// mapping, and wasmtime maps it again for the code (the page cache
-    /// serves both). Reading it into memory and copying it into wasmtime's
-    /// executable mapping took two copies of its 3 MiB and the faults of
-    /// fresh pages for each, about 2 ms of a 12 ms start.
-    fn read(&self, engine: &Engine, path: &Path) -> Option<Component> {
-        let file = open_trusted(path)?;
-        let whole = {
-            // SAFETY: entries are never changed in place: a new entry is a
-            // new file renamed over the old name, so the mapped file stays as
-            // it is while the mapping lives (to the end of this block). The
-            // file is the user's alone (checked on the open file just above).
-            let map = unsafe { memmap2::Mmap::map(&file) }.ok()?;
-            let (code, trailer) = map.split_at_checked(map.len().checked_sub(TRAILER)?)?;
-            let (digest, magic) = trailer.split_at(16);
-            magic == MAGIC.as_slice() && checksum(code) == *digest
+    /// The file is read into memory, not mapped: wasmtime copies the code
+    /// into memory of its own, and nothing of the file is used after this
+    /// returns, so a file cut short or written over later cannot reach the
+    /// rule (a mapping of it would: a SIGBUS, or other code under a running
+    /// rule). The read and the copy cost about 2 ms of a 12 ms start.
+    fn read(&self, engine: &Engine, path: &Path, id: &Digest32, key: &Digest32) -> Option<Component> {
+        let (file, len) = open_trusted(path)?;
+        let bytes = match read_capped(&file, len, MAX_ENTRY_BYTES) {
+            Some(b) => b,
+            None => {
+                tracing::debug!(target: "omlet::code_cache", "{}: unreadable or over {MAX_ENTRY_BYTES} bytes; compiling again", path.display());
+                return None;
+            }
         };
-        if !whole {
-            tracing::debug!(target: "omlet::code_cache", "{}: its checksum does not match; compiling again", path.display());
-            return None;
-        }
-        // SAFETY: the file is what `Component::serialize` wrote (followed by
-        // the trailer, which the code's sections do not reach) for an engine
-        // whose compatibility hash is in the key, in a file and a folder that
-        // only this user can write, whose checksum was just checked; wasmtime
-        // checks again that it was made by a compatible engine. The file is
-        // never changed in place (see above), as a mapped file must not be.
-        match unsafe { Component::deserialize_file(engine, path) } {
+        let code = match check(&bytes, id, key) {
+            Ok(code) => code,
+            Err(why) => {
+                tracing::debug!(target: "omlet::code_cache", "{}: {why}; compiling again", path.display());
+                return None;
+            }
+        };
+        // SAFETY: `code` is what `Component::serialize` wrote (see `write`)
+        // for this key, on an engine of this identity (both checked in its
+        // header), whole (its checksum was just checked), in a file and a
+        // folder that only this user can write; wasmtime checks again that it
+        // was made by a compatible engine. It is memory of ours, which nobody
+        // else changes, and wasmtime copies it before returning.
+        match unsafe { Component::deserialize(engine, code) } {
             Ok(c) => {
                 // Marks it used, for the eviction of the least recently used.
                 let _ = file.set_modified(std::time::SystemTime::now());
@@ -228,12 +254,15 @@ impl CodeCache {
 
     /// Writes `compiled` to `path`, whole or not at all (a file of its own,
     /// renamed into place), then keeps the folder under its size.
-    fn write(&self, compiled: &Component, path: &Path) -> std::io::Result<()> {
+    fn write(&self, compiled: &Component, path: &Path, id: &Digest32, key: &Digest32) -> std::io::Result<()> {
         make_private_dir(&self.dir)?;
         if !trusted_dir(&self.dir) {
             return Err(std::io::Error::other("the folder is not the user's alone"));
         }
         let code = compiled.serialize().map_err(std::io::Error::other)?;
+        if (HEADER + code.len()) as u64 > MAX_ENTRY_BYTES {
+            return Err(std::io::Error::other("the compiled code is over the largest entry"));
+        }
         let tmp = self.dir.join(format!(
             ".{}.{}.tmp",
             std::process::id(),
@@ -245,9 +274,8 @@ impl CodeCache {
         std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
         let written = (|| {
             let mut f = options.open(&tmp)?;
+            f.write_all(&header(id, key, &code))?;
             f.write_all(&code)?;
-            f.write_all(&checksum(&code))?;
-            f.write_all(MAGIC)?;
             f.sync_all()?;
             std::fs::rename(&tmp, path)
         })();
@@ -305,37 +333,94 @@ impl Hasher for ShaHasher {
     }
 }
 
-/// The entry's name: SHA-256 over the format, wasmtime's compatibility
-/// hash and the component.
-fn key(engine: &Engine, component: &[u8]) -> String {
+/// A SHA-256 digest: an entry's key, an engine's identity.
+type Digest32 = [u8; 32];
+
+/// The engine's identity: SHA-256 over wasmtime's compatibility hash (its
+/// version, the target and every setting that changes code).
+fn engine_id(engine: &Engine) -> Digest32 {
     let mut h = ShaHasher(Sha256::new());
-    h.write(MAGIC);
     engine.precompile_compatibility_hash().hash(&mut h);
-    h.write(&(component.len() as u64).to_le_bytes());
-    h.write(component);
-    hex::encode(h.0.finalize())
+    h.0.finalize().into()
 }
 
-/// The name of a rule set's entry ([`CodeCache::rule`]): SHA-256 over the
-/// formats (of the key and of the entry), wasmtime's compatibility hash,
-/// what makes the component out of the guest and the program (this crate's
-/// version, the source of `crate::build`, which splices and encodes, and the
-/// manifest that pins `wit-component`), the guest's digest and the program. Any change to the
-/// splicing code, even a comment, names new entries: the cost is one
-/// compilation, where a missed change would run a stale component.
-fn rule_key(engine: &Engine, guest: &[u8], ir: &[u8]) -> String {
-    let mut h = ShaHasher(Sha256::new());
-    h.write(RULE_MAGIC);
-    h.write(MAGIC);
-    engine.precompile_compatibility_hash().hash(&mut h);
+/// The key of a component's entry: SHA-256 over the format, the engine's
+/// identity and the component.
+fn key(id: &Digest32, component: &[u8]) -> Digest32 {
+    let mut h = Sha256::new();
+    h.update(MAGIC);
+    h.update(id);
+    h.update((component.len() as u64).to_le_bytes());
+    h.update(component);
+    h.finalize().into()
+}
+
+/// The key of a rule set's entry ([`CodeCache::rule`]): SHA-256 over the
+/// formats (of the key and of the entry), the engine's identity, what makes
+/// the component out of the guest and the program (this crate's version,
+/// the source of `crate::build`, which splices and encodes, and the manifest
+/// that pins `wit-component`), the guest's digest and the program. Any
+/// change to the splicing code, even a comment, names new entries: the cost
+/// is one compilation, where a missed change would run a stale component.
+fn rule_key(id: &Digest32, guest: &[u8], ir: &[u8]) -> Digest32 {
+    let mut h = Sha256::new();
+    h.update(RULE_MAGIC);
+    h.update(MAGIC);
+    h.update(id);
     for part in [env!("CARGO_PKG_VERSION").as_bytes(), include_bytes!("build.rs"), include_bytes!("../Cargo.toml")] {
-        h.write(&(part.len() as u64).to_le_bytes());
-        h.write(part);
+        h.update((part.len() as u64).to_le_bytes());
+        h.update(part);
     }
-    h.write(&crate::guest::digest(guest));
-    h.write(&(ir.len() as u64).to_le_bytes());
-    h.write(ir);
-    hex::encode(h.0.finalize())
+    h.update(crate::guest::digest(guest));
+    h.update((ir.len() as u64).to_le_bytes());
+    h.update(ir);
+    h.finalize().into()
+}
+
+/// The header of the entry of `code` ([`HEADER`]).
+fn header(id: &Digest32, key: &Digest32, code: &[u8]) -> Vec<u8> {
+    let mut h = Vec::with_capacity(HEADER);
+    h.extend_from_slice(MAGIC);
+    h.extend_from_slice(key);
+    h.extend_from_slice(id);
+    h.extend_from_slice(&(code.len() as u64).to_le_bytes());
+    h.extend_from_slice(&checksum(code));
+    h
+}
+
+/// The code of the entry `bytes`, if it is one of this format written for
+/// `key` on the engine `id`, and whole; else why not.
+fn check<'b>(bytes: &'b [u8], id: &Digest32, key: &Digest32) -> std::result::Result<&'b [u8], &'static str> {
+    let (head, code) = bytes.split_at_checked(HEADER).ok_or("shorter than its header")?;
+    let (magic, rest) = head.split_at(MAGIC.len());
+    let (its_key, rest) = rest.split_at(32);
+    let (its_id, rest) = rest.split_at(32);
+    let (len, digest) = rest.split_at(8);
+    if magic != MAGIC.as_slice() {
+        return Err("not an entry of this format");
+    }
+    if its_key != key.as_slice() {
+        return Err("written for another component (a renamed or copied entry)");
+    }
+    if its_id != id.as_slice() {
+        return Err("written by another engine");
+    }
+    if u64::from_le_bytes(len.try_into().unwrap_or_default()) != code.len() as u64 || checksum(code) != digest {
+        return Err("its checksum does not match");
+    }
+    Ok(code)
+}
+
+/// The file's bytes, if it reads whole and holds at most `cap` of them
+/// (`len`, its length when opened, sizes the buffer; a file that grows past
+/// `cap` meanwhile is refused all the same).
+fn read_capped(file: &std::fs::File, len: u64, cap: u64) -> Option<Vec<u8>> {
+    if len > cap {
+        return None;
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(len).ok()?);
+    file.take(cap + 1).read_to_end(&mut bytes).ok()?;
+    (bytes.len() as u64 <= cap).then_some(bytes)
 }
 
 /// Makes `dir` and its missing parents, the last with mode 0700.
@@ -353,16 +438,16 @@ fn trusted_dir(dir: &Path) -> bool {
     std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir() && owned_alone(&m))
 }
 
-/// An entry opened for reading if it is a plain file (a link is not
-/// followed) that is the user's alone, checked on the open file.
-fn open_trusted(path: &Path) -> Option<std::fs::File> {
+/// An entry opened for reading, and its length, if it is a plain file (a
+/// link is not followed) that is the user's alone, checked on the open file.
+fn open_trusted(path: &Path) -> Option<(std::fs::File, u64)> {
     let mut options = std::fs::File::options();
     options.read(true);
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::custom_flags(&mut options, libc::O_NOFOLLOW);
     let file = options.open(path).ok()?;
     let m = file.metadata().ok()?;
-    (m.is_file() && owned_alone(&m)).then_some(file)
+    (m.is_file() && owned_alone(&m)).then_some((file, m.len()))
 }
 
 /// Owned by the effective user, and writable by no one else. Off Unix,
@@ -436,8 +521,9 @@ mod tests {
         cache.component(&e, EMPTY).unwrap();
         let file = entries(t.path()).remove(0);
         let whole = std::fs::read(&file).unwrap();
-        // A byte of the code, of the checksum, of the format's name.
-        for at in [whole.len() / 3, whole.len() - TRAILER, whole.len() - 1] {
+        // A byte of the format's name, of the key, of the engine's identity,
+        // of the length, of the checksum, of the code, its last.
+        for at in [0, MAGIC.len(), MAGIC.len() + 32, HEADER - 24, HEADER - 1, whole.len() / 3, whole.len() - 1] {
             let mut bytes = whole.clone();
             bytes[at] ^= 1;
             std::fs::write(&file, &bytes).unwrap();
@@ -446,6 +532,62 @@ mod tests {
         }
         std::fs::write(&file, b"short").unwrap();
         assert_eq!(cache.component(&e, EMPTY).unwrap().1, Outcome::Written);
+        std::fs::write(&file, &whole[..whole.len() - 1]).unwrap();
+        assert_eq!(cache.component(&e, EMPTY).unwrap().1, Outcome::Written, "cut by a byte");
+        let mut longer = whole.clone();
+        longer.push(0);
+        std::fs::write(&file, &longer).unwrap();
+        assert_eq!(cache.component(&e, EMPTY).unwrap().1, Outcome::Written, "a byte more");
+    }
+
+    /// An entry carries the key it was written for: moved to another key's
+    /// name, whole and with its checksum right, it is not used for that key.
+    #[test]
+    fn an_entry_under_another_keys_name_is_not_used() {
+        let t = tempfile::tempdir().unwrap();
+        let cache = CodeCache::new(t.path());
+        let e = engine();
+        let ok = || Ok(EMPTY.to_vec());
+        cache.rule(&e, b"guest", b"one", ok).unwrap();
+        let one = entries(t.path()).remove(0);
+        cache.rule(&e, b"guest", b"two", ok).unwrap();
+        let two = entries(t.path()).into_iter().find(|p| *p != one).unwrap();
+        std::fs::rename(&one, &two).unwrap();
+        let built = std::cell::Cell::new(false);
+        let (_, outcome) = cache
+            .rule(&e, b"guest", b"two", || {
+                built.set(true);
+                ok()
+            })
+            .unwrap();
+        assert_eq!(outcome, Outcome::Written);
+        assert!(built.get(), "the component was built again, not taken from the other entry");
+        assert_eq!(cache.rule(&e, b"guest", b"two", ok).unwrap().1, Outcome::Hit);
+        // The same for a component given as bytes, and between the two kinds.
+        let id = engine_id(&e);
+        let bytes_entry = t.path().join(format!("{}.cwasm", hex::encode(key(&id, EMPTY))));
+        std::fs::copy(&two, &bytes_entry).unwrap();
+        assert_eq!(cache.component(&e, EMPTY).unwrap().1, Outcome::Written);
+        assert_eq!(cache.component(&e, EMPTY).unwrap().1, Outcome::Hit);
+    }
+
+    /// An entry over [`MAX_ENTRY_BYTES`] is not read (nor mapped).
+    #[test]
+    fn an_entry_over_the_largest_size_is_not_read() {
+        let t = tempfile::tempdir().unwrap();
+        let cache = CodeCache::new(t.path());
+        let e = engine();
+        cache.component(&e, EMPTY).unwrap();
+        let file = entries(t.path()).remove(0);
+        let f = std::fs::OpenOptions::new().write(true).open(&file).unwrap();
+        f.set_len(MAX_ENTRY_BYTES + 1).unwrap();
+        assert_eq!(read_capped(&f, MAX_ENTRY_BYTES + 1, MAX_ENTRY_BYTES), None);
+        assert_eq!(cache.component(&e, EMPTY).unwrap().1, Outcome::Written);
+        assert_eq!(cache.component(&e, EMPTY).unwrap().1, Outcome::Hit);
+        // A file that grows past the bound after it was opened.
+        let f = std::fs::File::open(&file).unwrap();
+        assert_eq!(read_capped(&f, 0, 16).map(|b| b.len()), None);
+        assert!(read_capped(&f, 0, MAX_ENTRY_BYTES).is_some());
     }
 
     #[cfg(unix)]

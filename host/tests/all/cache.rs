@@ -1,5 +1,7 @@
 //! The shared cache's semantics, on SQLite: TTL, capacity, reload,
-//! negative caching, bypass; and the guest cache under the same rules.
+//! negative caching, bypass; and the guest cache under the same rules. At
+//! the end, the compiled-code cache: an entry runs only as the rule it was
+//! written for, and a file changed under a running rule does not reach it.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -345,4 +347,123 @@ async fn a_row_over_max_entry_bytes_is_answered_but_not_cached() {
     get(&k, &b, 1000).await;
     get(&k, &b, 1000).await;
     assert_eq!(queries(&k), 1, "under a higher max_entry_bytes it is cached");
+}
+
+// The compiled-code cache (`omlet::code_cache`).
+
+/// Two rules on the same guest, differing only in the field they write.
+const RULE_N: &str = "name : n\n---\nn : digit = read(n) ;\n";
+const RULE_M: &str = "name : m\n---\nm : digit = read(n) ;\n";
+
+fn code_config(dir: &std::path::Path) -> omlet::EngineConfig {
+    omlet::EngineConfig { code_cache: Some(dir.to_path_buf()), ..Default::default() }
+}
+
+/// The entries in `dir`.
+fn code_entries(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut v: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "cwasm"))
+        .collect();
+    v.sort();
+    v
+}
+
+/// Loads `rule` with a new engine over the cache in `dir`; returns the
+/// rule and the entry that holds its code: the one last used (a load marks
+/// the entry it reads or writes).
+async fn load_cached(dir: &std::path::Path, rule: &str) -> (omlet::Rule, std::path::PathBuf) {
+    let engine = omlet::Engine::with_config(&code_config(dir)).unwrap();
+    let r = engine.load_source("r.oml", rule, &Default::default()).await.unwrap();
+    let newest =
+        code_entries(dir).into_iter().max_by_key(|p| std::fs::metadata(p).unwrap().modified().unwrap()).expect("an entry");
+    (r, newest)
+}
+
+fn record_42() -> omlet::Record {
+    omlet::Record::from_json(r#"{"n":"42"}"#).unwrap()
+}
+
+/// Evaluates `rule` on 16 tasks at once (so that new instances are made,
+/// from the code and data as loaded), 4 records each; every output must be
+/// `want`.
+async fn evaluate_everywhere(rule: &omlet::Rule, want: &str, when: &str) {
+    let tasks: Vec<_> = (0..16)
+        .map(|_| {
+            let rule = rule.clone();
+            tokio::spawn(async move {
+                let mut out = Vec::new();
+                for _ in 0..4 {
+                    out.push(rule.evaluate(&record_42()).await.unwrap().to_json());
+                }
+                out
+            })
+        })
+        .collect();
+    for t in tasks {
+        for json in t.await.unwrap() {
+            assert_eq!(json, want, "{when}");
+        }
+    }
+}
+
+/// An entry renamed to another rule's name (a mix-up on a shared volume, a
+/// careless copy) carries the key it was written for: the other rule is
+/// compiled again, not run as the first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_code_entry_renamed_to_another_rules_name_is_not_run_as_that_rule() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("code");
+    let (_, entry_n) = load_cached(&dir, RULE_N).await;
+    let (_, entry_m) = load_cached(&dir, RULE_M).await;
+    assert_ne!(entry_n, entry_m);
+    std::fs::rename(&entry_n, &entry_m).unwrap();
+    let renamed = std::fs::read(&entry_m).unwrap();
+    let (m, _) = load_cached(&dir, RULE_M).await;
+    assert_eq!(m.evaluate(&record_42()).await.unwrap().to_json(), r#"{"m":42}"#, "run as the rule it names");
+    assert_ne!(std::fs::read(&entry_m).unwrap(), renamed, "the entry was written again for its own rule");
+    // And the rewritten entry is read back as itself.
+    let (m, _) = load_cached(&dir, RULE_M).await;
+    assert_eq!(m.evaluate(&record_42()).await.unwrap().to_json(), r#"{"m":42}"#);
+}
+
+/// Another rule's entry copied over the file (in place, as `cp` does) of a
+/// rule that is running: the running rule keeps its own code and data, and
+/// the next load does not take the copy for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_code_entry_copied_over_a_running_rules_entry_does_not_switch_it() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("code");
+    let (_, entry_n) = load_cached(&dir, RULE_N).await;
+    let (_, entry_m) = load_cached(&dir, RULE_M).await;
+    // Read back from its entry, and running.
+    let (m, entry) = load_cached(&dir, RULE_M).await;
+    assert_eq!(entry, entry_m);
+    evaluate_everywhere(&m, r#"{"m":42}"#, "before the copy").await;
+    std::fs::copy(&entry_n, &entry_m).unwrap();
+    evaluate_everywhere(&m, r#"{"m":42}"#, "the running rule, after the copy").await;
+    let (m2, _) = load_cached(&dir, RULE_M).await;
+    evaluate_everywhere(&m2, r#"{"m":42}"#, "loaded after the copy").await;
+    evaluate_everywhere(&m, r#"{"m":42}"#, "the running rule, at the end").await;
+}
+
+/// The entry of a running rule truncated (in place): the rule keeps
+/// evaluating records, and the process does not die of a SIGBUS.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_code_entry_truncated_under_a_running_rule_does_not_stop_it() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("code");
+    load_cached(&dir, RULE_N).await;
+    let (n, entry) = load_cached(&dir, RULE_N).await;
+    evaluate_everywhere(&n, r#"{"n":42}"#, "before the cut").await;
+    for len in [4096, 0] {
+        std::fs::OpenOptions::new().write(true).open(&entry).unwrap().set_len(len).unwrap();
+        evaluate_everywhere(&n, r#"{"n":42}"#, &format!("cut to {len} bytes")).await;
+    }
+    // The cut entry is compiled again on the next load.
+    let (n2, _) = load_cached(&dir, RULE_N).await;
+    evaluate_everywhere(&n2, r#"{"n":42}"#, "loaded after the cut").await;
+    assert!(std::fs::metadata(&entry).unwrap().len() > 100_000, "rewritten whole");
 }
