@@ -2,7 +2,7 @@
 //! (`tests/conformance/README.md`, also the rule authors' unit-test format)
 //! through the wasm component, or through the native evaluator.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use omlet_lang::value::{Field, Kind, Value};
@@ -15,6 +15,10 @@ use omlet::build::RuleSource;
 use omlet::knowledge::sqlite::SqliteProvider;
 use omlet::knowledge::{BoundStatement, Knowledge, Provider, Tables};
 use omlet::record;
+
+mod guard;
+mod native;
+pub use guard::{MAX_FAILURE_BYTES, MAX_OUTPUT_BYTES, MAX_REPORT_BYTES, MAX_SHOWN_BYTES, is_column_name};
 
 /// A record as the evaluator holds it (the native runs use the language crate directly).
 type Fields = Vec<Field<'static>>;
@@ -129,7 +133,7 @@ pub struct Outcome {
 /// `omlet test DIR` reads; a file that cannot be read counts as one, so
 /// that reading it reports why).
 pub fn is_case_file(path: &Path) -> bool {
-    let Ok(text) = std::fs::read_to_string(path) else { return true };
+    let Ok(text) = read_case_text(path) else { return true };
     match toml::from_str::<toml::Table>(&text) {
         Ok(table) => table.contains_key("case"),
         Err(_) => true,
@@ -138,9 +142,11 @@ pub fn is_case_file(path: &Path) -> bool {
 
 /// Reads the cases of a case file as written (`oml_file` and `knowdb` not
 /// resolved; keys it does not know, such as `class` or `source`, ignored).
-/// Fails with [`Error::Io`], or [`Error::Input`] for bad TOML.
+/// Fails with [`Error::Io`] (also for a FIFO or a device), with a limit
+/// error for a file over [`MAX_CONFIG_BYTES`](omlet::knowledge::files::MAX_CONFIG_BYTES),
+/// or [`Error::Input`] for bad TOML.
 pub fn read_cases(path: &Path) -> Result<Vec<Case>> {
-    let text = std::fs::read_to_string(path).map_err(|e| Error::Io { path: path.into(), source: e })?;
+    let text = read_case_text(path)?;
     let bad = |message: String| Error::Input { what: path.display().to_string(), message };
     // A misspelled key (`expect =`) would silently test nothing: name it.
     let mut table: toml::Table = toml::from_str(&text).map_err(|e| bad(e.to_string()))?;
@@ -182,6 +188,13 @@ pub fn read_cases(path: &Path) -> Result<Vec<Case>> {
     }
     let f: CaseFile = table.try_into().map_err(|e: toml::de::Error| bad(e.to_string()))?;
     Ok(f.case)
+}
+
+/// A case file's text, through the bounded reader (at most 1 MiB, a
+/// regular file).
+fn read_case_text(path: &Path) -> Result<String> {
+    use omlet::knowledge::files;
+    Ok(files::read_text(path, files::MAX_CONFIG_BYTES, "case file")?)
 }
 
 /// The keys a case may have: what the runner reads, and the corpus's
@@ -236,27 +249,72 @@ pub async fn run_matching(
     filter: Option<&str>,
     trace: bool,
 ) -> Result<Vec<Outcome>> {
+    run_matching_within(path, &[], mode, engine, db, filter, trace).await
+}
+
+/// [`run_matching`], where the files the cases name (`oml_file`, `knowdb`)
+/// may lie inside the case file's folder or inside one of `roots` (the
+/// folders given to `omlet test`); any other, links followed, is refused
+/// with [`Error::Input`] naming the key and the path. Every file is read
+/// with a bound: a rule file at most
+/// [`MAX_RULE_FILE_BYTES`](omlet::build::MAX_RULE_FILE_BYTES). What the
+/// outcomes say is clipped: [`MAX_SHOWN_BYTES`] a value,
+/// [`MAX_FAILURE_BYTES`] a case, [`MAX_REPORT_BYTES`] the file.
+#[allow(clippy::too_many_arguments, reason = "run_matching's arguments and the roots; main.rs passes them all")]
+pub async fn run_matching_within(
+    path: &Path,
+    roots: &[PathBuf],
+    mode: Mode,
+    engine: &Engine,
+    db: Option<&TestDb>,
+    filter: Option<&str>,
+    trace: bool,
+) -> Result<Vec<Outcome>> {
     let mut out = Vec::new();
-    let dir = path.parent().unwrap_or(Path::new("."));
-    for mut case in read_cases(path)? {
+    let dir = guard::folder(path);
+    let cases = read_cases(path)?;
+    let roots = guard::roots(path, roots)?;
+    let mut reported = 0;
+    for mut case in cases {
         if filter.is_some_and(|f| !case.name.contains(f)) {
             continue;
         }
         if let Some(k) = &case.knowdb {
-            case.knowdb = Some(dir.join(k).display().to_string());
+            case.knowdb = Some(guard::confine(path, &case.name, "knowdb", Path::new(k), &roots)?.display().to_string());
         }
         if let Some(f) = &case.oml_file {
+            let real = guard::confine(path, &case.name, "oml_file", Path::new(f), &roots)?;
+            // Named as written (relative to the case file), read where it resolved.
             let p = dir.join(f);
-            if p.is_dir() {
-                // A rule set: its files, compiled together.
-                case.sources = RuleSource::collect(std::slice::from_ref(&p))?.into_iter().map(|s| (s.file, s.text)).collect();
+            if real.is_dir() {
+                // A rule set: its files, compiled together, each inside the roots too.
+                for file in omlet::build::oml_files(std::slice::from_ref(&p))? {
+                    let inside = file.strip_prefix(dir).unwrap_or(&file);
+                    let real = guard::confine(path, &case.name, "oml_file", inside, &roots)?;
+                    case.sources.push((file.display().to_string(), RuleSource::read(&real)?.text));
+                }
+                if case.sources.is_empty() {
+                    return Err(Error::Input { what: p.display().to_string(), message: "no .oml files found".into() });
+                }
             } else {
-                case.oml = std::fs::read_to_string(&p).map_err(|e| Error::Io { path: p.clone(), source: e })?;
+                case.oml = RuleSource::read(&real)?.text;
             }
             case.oml_file = Some(p.display().to_string());
         }
         let (result, trace) = run_case_traced(&case, mode, engine, db, trace).await;
-        out.push(Outcome { name: case.name, failure: result.err(), trace });
+        // What a case prints is bounded, and so is what a file prints.
+        let mut failure = result.err().map(|f| guard::clip(&f, MAX_FAILURE_BYTES));
+        let mut trace = trace.map(|t| guard::clip(&t, MAX_FAILURE_BYTES * 4));
+        let size = failure.as_ref().map_or(0, String::len) + trace.as_ref().map_or(0, String::len);
+        if reported + size > MAX_REPORT_BYTES {
+            failure = failure.map(|f| {
+                format!("(the failure's {} bytes are left out: this file's report passed {MAX_REPORT_BYTES} bytes)", f.len())
+            });
+            trace = trace.map(|_| "(left out: this file's report passed its bound)".to_string());
+        } else {
+            reported += size;
+        }
+        out.push(Outcome { name: case.name, failure, trace });
     }
     Ok(out)
 }
@@ -389,33 +447,23 @@ async fn run_case_inner(
             if let Some(n) = &case.intranet_nets {
                 host.nets = n.strict("the case's intranet_nets").map_err(|e| e.to_string())?;
             }
-            let traced = trace.is_some();
-            let (out, text) = tokio::task::spawn_blocking(move || {
-                let model = match model {
-                    Ok(m) => m,
-                    Err(e) => return (Err(e), None),
-                };
-                let (out, text) = if traced {
-                    let (out, t) = omlet_lang::eval::explain(&program, model, input, &mut host);
-                    (out, Some(t.to_text()))
-                } else {
-                    (omlet_lang::evaluate(&program, model, input, &mut host), None)
-                };
-                (out.map(|r| r.into_iter().map(Field::into_owned).collect::<Fields>()).map_err(|e| e.to_string()), text)
-            })
-            .await
-            .map_err(|e| e.to_string())?;
+            let (out, text) = native::evaluate(engine.config(), program, model, input, host, trace.is_some()).await?;
             if let (Some(t), Some(text)) = (trace.as_mut(), text) {
                 *t = text;
             }
             out
         }
     };
+    let output = output.and_then(bounded);
     match (&case.expected_record_error, output) {
         (None, output) => compare(case, &expected, &output?),
         (Some(want), Err(e)) if e.contains(want.as_str()) => Ok(()),
-        (Some(want), Err(e)) => Err(format!("expected a record error containing `{want}`, got `{e}`")),
-        (Some(want), Ok(out)) => Err(format!("expected a record error containing `{want}`, but the record gave {out:?}")),
+        (Some(want), Err(e)) => Err(format!("expected a record error containing `{}`, got `{}`", show(want), show(&e))),
+        (Some(want), Ok(out)) => Err(format!(
+            "expected a record error containing `{}`, but the record gave {}",
+            show(want),
+            show(&record::fields_json(&out))
+        )),
     }
 }
 
@@ -478,7 +526,11 @@ pub struct TableData {
 /// Reads a case's `knowledge` JSON:
 /// `{"tables": {"t": {"columns": [...], "types": [...], "rows": [[...], ...]}}}`,
 /// `types` optional. JSON `true`/`false` become 1/0, arrays and objects
-/// their JSON text. Fails with [`Error::Knowledge`] for JSON of another shape.
+/// their JSON text. Fails with [`Error::Knowledge`] for JSON of another
+/// shape, a table name that is not a lower-case identifier, a column name
+/// that is not an identifier, or a type the knowdb's `types` would refuse
+/// (the types returned are the allow-list's own words: nothing of the
+/// case's text reaches SQL).
 pub fn tables_from_json(json: &str) -> Result<Vec<TableData>> {
     #[derive(Deserialize)]
     struct Tables {
@@ -495,6 +547,7 @@ pub fn tables_from_json(json: &str) -> Result<Vec<TableData>> {
     let mut out = Vec::new();
     for (name, t) in spec.tables {
         let t: Table = serde_json::from_value(t).map_err(|e| omlet::knowledge::Error::Knowledge(format!("table {name}: {e}")))?;
+        let types = guard::table(&name, &t.columns, &t.types).map_err(omlet::knowledge::Error::Knowledge)?;
         let rows = t
             .rows
             .iter()
@@ -510,7 +563,7 @@ pub fn tables_from_json(json: &str) -> Result<Vec<TableData>> {
                     .collect()
             })
             .collect();
-        out.push(TableData { name, columns: t.columns, types: t.types, rows });
+        out.push(TableData { name, columns: t.columns, types, rows });
     }
     Ok(out)
 }
@@ -537,11 +590,13 @@ impl TestDb {
     /// `omlet_test_<pid>_<ms>` (utf8mb4 with binary collation on MySQL) and
     /// connects to it, waiting up to 10 s for a connection; the URL's user
     /// needs the right to create databases. A SQLite URL is used as it is,
-    /// and not removed.
+    /// and not removed; `sqlite://FILE` must name an existing regular file
+    /// (a test run creates no database file), else [`Error::Input`].
     pub async fn create(url: &str) -> Result<TestDb> {
         use omlet::knowledge::config::connect;
         let timeout = std::time::Duration::from_secs(10);
         if url.starts_with("sqlite") {
+            guard::existing_sqlite(url)?;
             return Ok(TestDb { provider: connect(url, 1, timeout).await?.into_dyn(), admin: None });
         }
         let name = format!(
@@ -608,34 +663,35 @@ fn compare(case: &Case, expected: &str, actual: &[Field<'static>]) -> std::resul
     let want: Json = serde_json::from_str(expected).map_err(|e| format!("expected is not JSON: {e}"))?;
     let got_text = record::fields_json(actual);
     let got: Json = serde_json::from_str(&got_text).map_err(|e| format!("output is not JSON: {e}"))?;
-    let diff = || format!("expected: {expected}\n  actual: {got_text}");
+    let diff = || format!("expected: {}\n  actual: {}", show(expected), show(&got_text));
     let (Json::Object(w), Json::Object(g)) = (&want, &got) else { return Err(diff()) };
     // Field by field: what is missing, extra or different, then the order.
     let mut lines = Vec::new();
     for (k, wv) in w {
+        let name = show(k);
         match g.get(k) {
-            None => lines.push(format!("missing  {k}: expected {wv}")),
+            None => lines.push(format!("missing  {name}: expected {}", show(wv))),
             Some(gv) => {
                 let typed = actual.iter().find(|f| f.name == k.as_str()).map(|f| &f.value);
                 if !matches(wv, gv, typed) {
-                    lines.push(format!("changed  {k}: expected {wv}, got {gv}"));
+                    lines.push(format!("changed  {name}: expected {}, got {}", show(wv), show(gv)));
                 }
             }
         }
     }
     for (k, gv) in g {
         if !w.contains_key(k) {
-            lines.push(format!("extra    {k}: {gv}"));
+            lines.push(format!("extra    {}: {}", show(k), show(gv)));
         }
     }
     let wk: Vec<&String> = w.keys().collect();
     let gk: Vec<&String> = g.keys().collect();
     if lines.is_empty() && wk != gk {
-        let names = |v: &[&String]| v.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ");
+        let names = |v: &[&String]| show(&v.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", "));
         lines.push(format!("order    the fields are right, in another order: expected {}; got {}", names(&wk), names(&gk)));
     }
     if !lines.is_empty() {
-        return Err(format!("{}\n{}", lines.join("\n"), diff()));
+        return Err(format!("{}\n{}", guard::clip(&lines.join("\n"), MAX_FAILURE_BYTES), diff()));
     }
     // Every mismatch of type, not only the first.
     let mut wrong = Vec::new();
@@ -654,6 +710,23 @@ fn compare(case: &Case, expected: &str, actual: &[Field<'static>]) -> std::resul
         return Err(format!("{}\n{}", wrong.join("\n"), diff()));
     }
     Ok(())
+}
+
+/// `value` as a failure shows it: at most [`MAX_SHOWN_BYTES`], then `… (N bytes more)`.
+fn show(value: &(impl std::fmt::Display + ?Sized)) -> String {
+    guard::clip(&value.to_string(), MAX_SHOWN_BYTES)
+}
+
+/// Fails an output record whose rendering passes [`MAX_OUTPUT_BYTES`].
+fn bounded(output: Fields) -> std::result::Result<Fields, String> {
+    let len = record::fields_json(&output).len();
+    if len > MAX_OUTPUT_BYTES {
+        return Err(format!(
+            "output bytes: the output record takes {len} bytes, more than {MAX_OUTPUT_BYTES} \
+             (omlet_cli::conformance::MAX_OUTPUT_BYTES)"
+        ));
+    }
+    Ok(output)
 }
 
 /// Whether output `got` (rendered; `typed` is the value it was rendered

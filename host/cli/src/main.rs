@@ -433,10 +433,11 @@ async fn test(
     knowledge: Option<&str>,
     trace: bool,
 ) -> omlet::Result<ExitCode> {
-    use omlet_cli::conformance::{Mode, TestDb, run_matching};
+    use omlet_cli::conformance::{Mode, TestDb, run_matching_within};
     // Directories are searched as `build` and `fmt` search them for rules;
     // a TOML file found there that holds no cases (a knowdb.toml beside
     // the cases) is passed over, where one named on its own is read.
+    let roots: Vec<PathBuf> = files.iter().filter(|p| p.is_dir()).cloned().collect();
     let mut found = Vec::new();
     for p in files {
         if !p.is_dir() {
@@ -462,7 +463,8 @@ async fn test(
     let (mut passed, mut failed, mut cases) = (0, 0, Vec::new());
     let mut suites = Vec::new();
     for f in &files {
-        let outcomes = run_matching(f, mode, &engine, db.as_ref(), filter, trace).await?;
+        // The files a case names lie beside it or inside a folder given here.
+        let outcomes = run_matching_within(f, &roots, mode, &engine, db.as_ref(), filter, trace).await?;
         suites.push(junit_suite(&f.display().to_string(), &outcomes));
         for o in outcomes {
             if json {

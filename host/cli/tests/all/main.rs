@@ -12,6 +12,7 @@ mod docs;
 #[cfg(feature = "kafka")]
 mod kafka;
 mod trust;
+mod trust3;
 
 /// The repository's root.
 pub fn root() -> &'static std::path::Path {
