@@ -76,7 +76,8 @@ impl<R: Read> Read for LineBound<R> {
             } else {
                 self.run += 1;
                 if self.run > self.max {
-                    let message = format!("line {} is longer than {} bytes, the most a knowdb CSV line may take", self.line, self.max);
+                    let message =
+                        format!("line {} is longer than {} bytes, the most a knowdb CSV line may take", self.line, self.max);
                     return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, message));
                 }
             }
