@@ -322,7 +322,9 @@ def probes_round_three(omlet, work):
                 got += os.read(child.stdout.fileno(), 1 << 20)
         time.sleep(0.3)
         child.send_signal(sig.SIGTERM)
-        rest, err = child.communicate(timeout=60)
+        # The producer stays open (stalled) until omlet has ended.
+        child.wait(timeout=60)
+        rest, err = child.stdout.read(), child.stderr.read()
         child.stdin.close()
         pr.seconds = time.time() - t
         pr.out, pr.errors, pr.code = count_lines(got + rest), error_lines(err), child.returncode
@@ -374,13 +376,19 @@ def probes_round_three(omlet, work):
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     child.stdin.write(b'{"id":1}\n')
     child.stdin.flush()
-    time.sleep(1.0)
+    first = b""
+    while not first.endswith(b"\n") and time.time() - t < 60:
+        r, _, _ = select.select([child.stdout], [], [], 0.1)
+        if r:
+            first += os.read(child.stdout.fileno(), 1 << 16)
     os.remove(rule)
     os.mkfifo(rule)
     time.sleep(2.5)
     child.send_signal(sig.SIGTERM)
     try:
-        rest, err = child.communicate(timeout=20)
+        child.wait(timeout=20)
+        rest, err = first + child.stdout.read(), child.stderr.read()
+        child.stdin.close()
         pr.out, pr.errors, pr.code = count_lines(rest), error_lines(err), child.returncode
         pr.verdict = "holds" if child.returncode == 0 and pr.out == 1 else "FAILS"
         pr.note = " ".join(l for l in err.decode(errors="replace").splitlines() if "records in" in l)[:160]

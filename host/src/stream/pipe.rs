@@ -67,7 +67,8 @@ pub(super) const STOP_POLL: std::time::Duration = std::time::Duration::from_mill
 ///   boundary: it finishes the line it is in from what its thread read or
 ///   reads within [`STOP_GRACE`], and then ends as a source at its end does.
 ///   Bytes past that line end are dropped. A line that does not end within
-///   the grace is never handed over as a line: the read fails with
+///   the grace, or that the source's end cuts after the stop, is never
+///   handed over as a line: the read fails with
 ///   [`CUT_LINE`] (an [`std::io::ErrorKind::Interrupted`] error is not used,
 ///   as readers retry those).
 ///
@@ -182,6 +183,14 @@ impl Read for Pipe {
             match self.rx.recv_timeout(slice) {
                 Ok(Ok(b)) => (self.buf, self.at) = (b, 0),
                 Ok(Err(e)) => return Err(e),
+                // The source's end after a stop, inside a line: the
+                // producer was most likely stopped too, mid-line, so the
+                // part read is no record.
+                Err(RecvTimeoutError::Disconnected) if stopped && self.edge == Edge::InLine => {
+                    self.edge = Edge::Ended;
+                    self.stop.note_cut(self.in_line);
+                    return Err(Edge::cut());
+                }
                 // The source's end: a last line without its newline is a
                 // line, as at the end of a file.
                 Err(RecvTimeoutError::Disconnected) => return Ok(0),

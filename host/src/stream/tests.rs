@@ -228,6 +228,20 @@ fn a_stop_while_a_pipe_stalls_inside_a_line_drops_that_line() {
 }
 
 #[test]
+fn a_source_that_ends_inside_a_line_after_a_stop_gives_no_record_of_it() {
+    let (tx, go) = std::sync::mpsc::channel();
+    let stop = Stop::new();
+    let pipe = Pipe::spawn(Stalling { first: Some(b"{\"a\":1}\n{\"a\":2".to_vec()), go }, stop.clone(), DEFAULT_IDLE).unwrap();
+    let mut inputs = read(Box::new(std::io::BufReader::new(pipe)), Format::Jsonl).into_iter();
+    assert_eq!(json_of(&inputs.next().unwrap().unwrap()), r#"{"a":1}"#);
+    // The producer is stopped with us, mid-line: its end is no line end.
+    stop.stop();
+    drop(tx);
+    assert!(inputs.next().is_none());
+    assert_eq!(stop.cut_bytes(), 6);
+}
+
+#[test]
 fn a_stop_while_a_pipe_is_inside_a_line_waits_for_its_end() {
     let (tx, go) = std::sync::mpsc::channel();
     let stop = Stop::new();
