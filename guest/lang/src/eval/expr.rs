@@ -347,14 +347,27 @@ impl<'a, 'h> Ctx<'a, 'h> {
         }
         // Plain reads (the usual `@name`s) are looked at where they are,
         // neither cloned nor dropped.
+        let cap = self.budget_left();
         if args.iter().all(|a| self.peekable(a)) {
-            return fmt_text(pieces, |i, _| index.get(i).and_then(|&j| args.get(j as usize)).and_then(|a| self.peek(a)));
+            let text = fmt_text(pieces, cap, |i, _| index.get(i).and_then(|&j| args.get(j as usize)).and_then(|a| self.peek(a)));
+            return self.within_budget(text);
         }
         let mut values: [Option<Value<'a>>; ON_STACK] = Default::default();
         for (a, v) in args.iter().zip(values.iter_mut()) {
             *v = self.access(a).map(|f| f.value);
         }
-        fmt_text(pieces, |i, _| index.get(i).and_then(|&j| values.get(j as usize)).and_then(Option::as_ref))
+        let text = fmt_text(pieces, cap, |i, _| index.get(i).and_then(|&j| values.get(j as usize)).and_then(Option::as_ref));
+        self.within_budget(text)
+    }
+
+    /// `fmt`'s text, or, when it went past the budget, `""` and the record
+    /// failed.
+    fn within_budget(&mut self, text: Option<Value<'static>>) -> Value<'a> {
+        text.unwrap_or_else(|| {
+            self.built = usize::MAX;
+            self.over_budget();
+            Value::Chars(Cow::Borrowed(""))
+        })
     }
 
     /// [`Self::fmt`] with each piece's argument found by the name of the
@@ -367,7 +380,8 @@ impl<'a, 'h> Ctx<'a, 'h> {
                 vars.push(f);
             }
         }
-        fmt_text(pieces, |_, name| vars.iter().find(|f| f.name == name).map(|f| &f.value))
+        let text = fmt_text(pieces, self.budget_left(), |_, name| vars.iter().find(|f| f.name == name).map(|f| &f.value));
+        self.within_budget(text)
     }
 }
 
@@ -410,8 +424,13 @@ pub(super) fn to_integer(f: CalcFn, x: f64) -> Option<i64> {
 
 /// `fmt`'s text: its pieces in order, each `{name}` written from
 /// `var(piece's position, name)`; `""` when a variable is absent or the
-/// format is invalid (spec §8.10).
-pub(super) fn fmt_text<'v, 'a: 'v>(pieces: &[FmtPiece], var: impl Fn(usize, &str) -> Option<&'v Value<'a>>) -> Value<'static> {
+/// format is invalid (spec §8.10). `None` when the text grows past `cap`
+/// bytes (the record's value budget, when it has one).
+pub(super) fn fmt_text<'v, 'a: 'v>(
+    pieces: &[FmtPiece],
+    cap: Option<usize>,
+    var: impl Fn(usize, &str) -> Option<&'v Value<'a>>,
+) -> Option<Value<'static>> {
     // Sized once for the usual case, instead of growing piece by piece; built
     // as bytes so that texts and digits are copied without a `memory.copy`
     // each in wasm (`value::append`).
@@ -428,13 +447,16 @@ pub(super) fn fmt_text<'v, 'a: 'v>(pieces: &[FmtPiece], var: impl Fn(usize, &str
                     v.write_raw(&mut s);
                     value::append(&mut out, s.as_bytes());
                 }
-                None => return Value::Chars(Cow::Borrowed("")),
+                None => return Some(Value::Chars(Cow::Borrowed(""))),
             },
-            FmtPiece::Invalid => return Value::Chars(Cow::Borrowed("")),
+            FmtPiece::Invalid => return Some(Value::Chars(Cow::Borrowed(""))),
+        }
+        if cap.is_some_and(|c| out.len() > c) {
+            return None;
         }
     }
     // Pieces of text, put together: always UTF-8.
-    Value::Chars(Cow::Owned(String::from_utf8(out).unwrap_or_default()))
+    Some(Value::Chars(Cow::Owned(String::from_utf8(out).unwrap_or_default())))
 }
 
 /// Does a match condition hold for a value (spec §8.7.3–4)? Ranges and

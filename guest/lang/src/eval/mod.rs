@@ -107,6 +107,9 @@ pub enum EvalError {
     Lookup(String),
     /// The rule failed the record itself, with `fail(…)`: its message.
     Rejected(String),
+    /// The values the record's statements built went past the budget the
+    /// caller set ([`Spare::with_value_budget`]): what, and the budget.
+    Limit(String),
 }
 
 impl core::fmt::Display for EvalError {
@@ -115,6 +118,7 @@ impl core::fmt::Display for EvalError {
             EvalError::NoSuchModel(i) => write!(f, "no model #{i} in this rule set"),
             EvalError::Lookup(m) => write!(f, "lookup failed: {m}"),
             EvalError::Rejected(m) => write!(f, "rejected by the rule: {m}"),
+            EvalError::Limit(m) => write!(f, "limit reached (value bytes): {m}"),
         }
     }
 }
@@ -143,6 +147,8 @@ pub struct Spare {
     recent: Recent,
     /// See [`Spare::writer_hides`].
     writer_hides: bool,
+    /// See [`Spare::with_value_budget`].
+    value_budget: Option<usize>,
     /// Tests evaluate with and without [`Positions`], to compare.
     #[cfg(test)]
     scan: bool,
@@ -200,6 +206,18 @@ impl Spare {
     /// The most fields a kept buffer may have room for.
     pub const KEEP_FIELDS: usize = 4096;
 
+    /// Bounds the values each record's statements build at `bytes` (texts
+    /// and members counted by their bytes, other values as 16): past it
+    /// the record fails with [`EvalError::Limit`]. The sum is checked after
+    /// each statement, and by `fmt` while it builds its text, so a record
+    /// holds at most about twice the budget. A host whose memory is bounded
+    /// otherwise (the guest, in its instance's memory) needs none; the
+    /// native evaluator of `omlet test --native` sets one.
+    pub const fn with_value_budget(mut self, bytes: usize) -> Spare {
+        self.value_budget = Some(bytes);
+        self
+    }
+
     pub const fn new() -> Spare {
         Spare {
             src: Vec::new(),
@@ -207,6 +225,7 @@ impl Spare {
             at: Positions::new(),
             recent: Recent::new(),
             writer_hides: false,
+            value_budget: None,
             #[cfg(test)]
             scan: false,
         }
@@ -311,6 +330,17 @@ pub fn explain<'a>(
     input: Vec<Field<'a>>,
     host: &mut dyn Host,
 ) -> (Result<Vec<Field<'a>>, EvalError>, Trace) {
+    explain_with(program, model, input, host, &mut Spare::new())
+}
+
+/// [`explain`], with the value budget of `spare` ([`Spare::with_value_budget`]).
+pub fn explain_with<'a>(
+    program: &'a Program,
+    model: usize,
+    input: Vec<Field<'a>>,
+    host: &mut dyn Host,
+    spare: &mut Spare,
+) -> (Result<Vec<Field<'a>>, EvalError>, Trace) {
     let Some(m) = program.models.get(model) else {
         let e = EvalError::NoSuchModel(model);
         let mut trace = Trace::default();
@@ -318,7 +348,7 @@ pub fn explain<'a>(
         return (Err(e), trace);
     };
     let mut trace = Some(Box::new(Trace::new(&m.name, &m.file)));
-    let out = run(program, model, input, host, &mut Spare::new(), Some(&mut trace), true);
+    let out = run(program, model, input, host, spare, Some(&mut trace), true);
     let mut trace = trace.map(|t| *t).unwrap_or_default();
     if let Err(e) = &out {
         trace.error = Some(alloc::format!("{e}"));
@@ -350,6 +380,7 @@ fn run<'a>(
     }
     let mut ctx = Ctx::new(program, input, host);
     ctx.at = at;
+    ctx.budget = spare.value_budget;
     ctx.dst = recycle(core::mem::take(&mut spare.dst));
     // Most statements write one field: one allocation for the output.
     ctx.dst.reserve(m.stmts.len());
@@ -360,7 +391,11 @@ fn run<'a>(
         if let Some(t) = ctx.trace.as_deref_mut() {
             t.begin(m.lines.get(i).copied().unwrap_or(0), targets_of(stmt));
         }
+        let before = ctx.dst.len();
         ctx.stmt(stmt);
+        if ctx.budget.is_some() {
+            ctx.charge(before);
+        }
         if let Some(e) = ctx.fatal.take() {
             failed = Some(e);
             break;
@@ -383,6 +418,16 @@ fn run<'a>(
         }
     }
     Ok(out)
+}
+
+/// About how many bytes `v` takes: texts by their bytes, objects and
+/// arrays by their members', anything else 16.
+fn value_bytes(v: &Value<'_>) -> usize {
+    match v {
+        Value::Chars(t) | Value::BigInt(t) => t.len(),
+        Value::Obj(m) | Value::Array(m) => m.iter().map(|f| 16 + f.name.len() + value_bytes(&f.value)).sum(),
+        _ => 16,
+    }
 }
 
 /// Most bytes of a `fail(…)` message: a longer one is cut at a character
@@ -409,6 +454,10 @@ pub struct Ctx<'a, 'h> {
     unindexable: bool,
     /// Set by [`explain`]: what happens is noted here.
     trace: Option<Box<Trace>>,
+    /// The caller's bound on the bytes of values built ([`Spare::with_value_budget`]).
+    budget: Option<usize>,
+    /// Bytes of the values written to `dst` so far, while there is a budget.
+    built: usize,
     /// How many fields of dst have no slot ([`NO_SYM`]): while none has, a
     /// batch statement moves a field without a slot without comparing its
     /// name with every output field's.
@@ -528,8 +577,34 @@ impl<'a, 'h> Ctx<'a, 'h> {
             index: None,
             unindexable: false,
             trace: None,
+            budget: None,
+            built: 0,
             dst_unnamed: 0,
             at: Positions::new(),
+        }
+    }
+
+    /// Adds the fields a statement appended from `dst[before]` on to the
+    /// bytes built, and fails the record past the budget.
+    fn charge(&mut self, before: usize) {
+        let added: usize = self.dst.get(before..).unwrap_or(&[]).iter().map(|f| f.name.len() + value_bytes(&f.value)).sum();
+        self.built = self.built.saturating_add(added);
+        self.over_budget();
+    }
+
+    /// Bytes a statement may still build, while there is a budget.
+    fn budget_left(&self) -> Option<usize> {
+        self.budget.map(|max| max.saturating_sub(self.built))
+    }
+
+    /// Fails the record when the values built are past the budget (or
+    /// `fmt` found its text would be).
+    fn over_budget(&mut self) {
+        if let Some(max) = self.budget
+            && self.built > max
+            && self.fatal.is_none()
+        {
+            self.fatal = Some(EvalError::Limit(alloc::format!("the record's statements built more than {max} bytes of values")));
         }
     }
 

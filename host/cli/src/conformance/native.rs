@@ -42,16 +42,20 @@ pub async fn evaluate(
     let waited = Arc::new(AtomicU64::new(0));
     let mut host = Timed { inner: host, waited: waited.clone() };
     let (tx, rx) = tokio::sync::oneshot::channel();
+    // The values a record builds are bounded as the guest's instance memory
+    // bounds them in wasm.
+    let budget = config.max_memory;
     let work = move || {
         let model = match model {
             Ok(m) => m,
             Err(e) => return (Err(e), None),
         };
+        let mut spare = omlet_lang::eval::Spare::new().with_value_budget(budget);
         let (out, text) = if traced {
-            let (out, t) = omlet_lang::eval::explain(&program, model, input, &mut host);
+            let (out, t) = omlet_lang::eval::explain_with(&program, model, input, &mut host, &mut spare);
             (out, Some(t.to_text()))
         } else {
-            (omlet_lang::evaluate(&program, model, input, &mut host), None)
+            (omlet_lang::eval::evaluate_with(&program, model, input, &mut host, &mut spare), None)
         };
         (out.map(|r| r.into_iter().map(Field::into_owned).collect::<Fields>()).map_err(|e| e.to_string()), text)
     };

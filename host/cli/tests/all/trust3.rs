@@ -239,3 +239,23 @@ fn the_report_of_a_case_file_is_bounded() {
     assert!(said.len() < (1 << 20) + 64 * 1024, "{} bytes of report", said.len());
     assert!(said.contains("this file's report passed 1048576 bytes"), "{}", tail(&said));
 }
+
+/// A rule that doubles a text in each statement stops at the native
+/// evaluator's value budget (the engine's `max_memory`, as the guest's
+/// memory stops it in wasm), with a limit error for its case, instead of
+/// building 256 MiB of values before the output bound sees any.
+#[test]
+fn a_native_case_that_doubles_its_values_stops_at_the_value_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rule = String::from("name : t\n---\na0 = fmt(\"{s}{s}\", @s) ;\n");
+    for i in 1..18 {
+        rule.push_str(&format!("a{i} = fmt(\"{{a{p}}}{{a{p}}}\", @a{p}) ;\n", p = i - 1));
+    }
+    let s = "v".repeat(1024);
+    let body = format!("[[case]]\nname = \"doubling\"\noml = '''{rule}'''\ninput = '{{\"s\":\"{s}\"}}'\nexpected = '{{}}'\n");
+    let cases = case_file(dir.path(), &body);
+    let out = omlet_bounded(&["test", "--native", &cases]);
+    let said = all(&out);
+    assert_eq!(out.status.code(), Some(1), "{}", head(&said));
+    assert!(said.contains("limit reached (value bytes)"), "{}", head(&said));
+}
