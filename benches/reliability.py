@@ -578,7 +578,8 @@ def main():
         '`trust3::a_sqlite_knowledge_url_must_name_an_existing_file`, `trust3::files_a_case_names_must_lie_inside_its_folder`); a `--watch`',
         "reload of a rule with lookups and no knowledge (R3.9; `run_watch_swaps_a_changed_rule_in_without_stopping`); `--native`'s",
         "bounds and the report's size (R3.10; `trust3::native_outputs_past_their_bound_fail_the_case_and_the_report_stays_small`,",
-        '`trust3::the_report_of_a_case_file_is_bounded`, `trust3::a_native_case_past_the_call_deadline_fails_with_a_deadline_error`).',
+        '`trust3::the_report_of_a_case_file_is_bounded`, `trust3::a_native_case_past_the_call_deadline_fails_with_a_deadline_error`,',
+        '`trust3::a_native_case_that_doubles_its_values_stops_at_the_value_budget`).',
         "",
     ]
     md += ["## Limits", "", "Every limit, its default and what crossing it does (from docs/deployment.md):", "", limits_table(), ""]
