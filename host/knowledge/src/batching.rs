@@ -33,9 +33,6 @@ pub struct BatchPlan {
     pub select: String,
     /// The type of the single parameter (from the single-key statement).
     pub key_type: ParamType,
-    /// The statement's ` order by …` (empty for none): `select` already
-    /// orders each key's rows by it.
-    pub order: String,
 }
 
 /// The batch form of a statement the guard read (`c`), if it is
@@ -59,9 +56,10 @@ pub(super) fn batch_select(c: &Checked, params: &[String]) -> Option<String> {
 }
 
 /// Whether the first row of each key is what `sql` (a bound statement
-/// with a batch plan) answers: yes unless it ends in `limit n` with n not
+/// with a batch form) answers: yes unless it ends in `limit n` with n not
 /// at least 1 (`limit 0` answers no row). The guard lets `limit` only end
-/// a statement, followed by a number.
+/// a statement, followed by a number. Checked once, when the statement is
+/// bound: a statement it refuses gets no batch plan.
 pub(super) fn keeps_first_row(sql: &str) -> bool {
     let mut words = sql.split_ascii_whitespace().rev();
     match (words.next(), words.next()) {
@@ -159,7 +157,7 @@ impl Knowledge {
     /// load pays no wait for batching, and a heavy one sends fewer, larger
     /// queries.
     pub(super) async fn miss(&self, stmt: &BoundStatement, bound: Vec<Cell>) -> Result<Option<Vec<Cell>>, LookupError> {
-        let Some(plan) = stmt.batch.as_ref().filter(|_| keeps_first_row(&stmt.sql)) else {
+        let Some(plan) = &stmt.batch else {
             return self.fetch(stmt, bound).await;
         };
         let key = bound.into_iter().next().unwrap_or(Cell::Null);

@@ -51,7 +51,6 @@ impl Knowledge {
         }
         self.index_for(routed.source, &checked).await;
         let terms = checked.terms.clone();
-        let order_by = checked.order.clone();
         // The batch form, from what the guard read of the statement.
         let batch_form = batch_select(&checked, &s.params);
         // The columns the lookup names, to say which one a table lacks.
@@ -78,7 +77,7 @@ impl Knowledge {
         let database = source.name.clone().filter(|_| sources.len() > 1);
         let stats = self.stats_slot(&sql, database)?;
         let (memory, mut path) = self
-            .memory_for(routed.source, &st.table, terms.as_deref(), order_by.is_some(), &st.params, &prepared.columns)
+            .memory_for(routed.source, &st.table, terms.as_deref(), checked.order.is_some(), &st.params, &prepared.columns)
             .await?;
         if let Some(name) = source.name.as_ref().filter(|_| sources.len() > 1 && memory.is_none()) {
             path = format!("{path} (on the database `{name}`)");
@@ -94,11 +93,12 @@ impl Knowledge {
             memory,
             path,
         };
+        // A statement ending in `limit 0` answers no row: nothing to batch.
         if self.config.batch_misses
-            && let Some(select) = batch_form
+            && let Some(select) = batch_form.filter(|_| keeps_first_row(&bound.sql))
         {
             let key_type = bound.param_types.first().copied().unwrap_or(ParamType::Any);
-            let plan = BatchPlan { select, key_type, order: order_by.unwrap_or_default() };
+            let plan = BatchPlan { select, key_type };
             // A plan the database refuses just means no batching for it.
             if provider.prepare_many(&plan).await.is_ok() {
                 bound.batch = Some(plan);

@@ -65,7 +65,7 @@ use omlet_lang::Cell;
 use omlet_lang::ir::SqlStatement;
 
 pub use batching::BatchPlan;
-use batching::{Pending, batch_select};
+use batching::{Pending, batch_select, keeps_first_row};
 pub use config::{CacheConfig, CacheMode, KnowledgeConfig, OnLookupError};
 pub use intranet::IntranetNets;
 /// `mode` of [`IntranetNets`]: `add` (default) or `replace`.
