@@ -87,25 +87,15 @@ impl RuleSource {
             let message = format!("{}: {len} bytes, more than a rule file may take ({max})", path.display());
             return Err(Error::limit(Limit::RuleBytes, message));
         }
-        let text = match omlet_knowledge::files::read_text(path, max, "rule file") {
-            Ok(text) => text,
-            Err(omlet_knowledge::Error::Limit { message, .. }) => return Err(Error::limit(Limit::RuleBytes, message)),
-            Err(omlet_knowledge::Error::Io { path, source }) => return Err(Error::io(path, source)),
-            Err(e) => return Err(e.into()),
-        };
+        let text = omlet_knowledge::files::read_text(path, max, "rule file")
+            .map_err(|e| Error::bounded_read(e, |m| Error::limit(Limit::RuleBytes, m)))?;
         Ok(RuleSource { file: path.display().to_string(), text })
     }
 
     /// Reads one rule from `source` (standard input), at most `max` bytes.
     pub fn read_stream(source: impl std::io::Read, file: &str, max: u64) -> Result<RuleSource> {
-        let mut bytes = Vec::new();
-        std::io::Read::read_to_end(&mut std::io::Read::take(source, max + 1), &mut bytes).map_err(|e| Error::io(file, e))?;
-        if bytes.len() as u64 > max {
-            let message = format!("{file}: more than {max} bytes, more than a rule file may take");
-            return Err(Error::limit(Limit::RuleBytes, message));
-        }
-        let text = String::from_utf8(bytes)
-            .map_err(|e| Error::io(file, std::io::Error::new(std::io::ErrorKind::InvalidData, e.utf8_error())))?;
+        let text = omlet_knowledge::files::read_text_from(source, Path::new(file), max, "rule file")
+            .map_err(|e| Error::bounded_read(e, |m| Error::limit(Limit::RuleBytes, m)))?;
         Ok(RuleSource { file: file.to_string(), text })
     }
 

@@ -169,6 +169,17 @@ impl Error {
         Error::Limit { limit, message }
     }
 
+    /// The error of a read through [`omlet_knowledge::files`]: past its
+    /// bound, what `over` makes of the message (the caller's own limit);
+    /// an I/O error stays [`Error::Io`].
+    pub(crate) fn bounded_read(e: omlet_knowledge::Error, over: impl FnOnce(String) -> Error) -> Error {
+        match e {
+            omlet_knowledge::Error::Limit { message, .. } => over(message),
+            omlet_knowledge::Error::Io { path, source } => Error::Io { path, source },
+            e => Error::Knowledge(e),
+        }
+    }
+
     /// A copy of the error, for a second place that reports it. Variants
     /// whose sources cannot be copied become [`Error::Internal`] with their text.
     pub(crate) fn duplicate(&self) -> Error {

@@ -271,7 +271,7 @@ pub async fn run_matching_within(
     trace: bool,
 ) -> Result<Vec<Outcome>> {
     let mut out = Vec::new();
-    let dir = guard::folder(path);
+    let dir = omlet::knowledge::files::folder(path);
     let cases = read_cases(path)?;
     let roots = guard::roots(path, roots)?;
     let mut reported = 0;

@@ -26,23 +26,40 @@ pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 /// [`Error::Limit`] ([`Limit::FileBytes`]) when it holds more than `max`
 /// bytes, whatever its metadata says.
 pub fn read_bytes(path: &Path, max: u64, what: &str) -> Result<Vec<u8>> {
-    let file = open_regular(path)?;
+    read_from(open_regular(path)?, path, max, what)
+}
+
+/// [`read_text`] for a file already open, or a stream (standard input):
+/// `name` names it in the errors.
+pub fn read_text_from(source: impl Read, name: &Path, max: u64, what: &str) -> Result<String> {
+    let bytes = read_from(source, name, max, what)?;
+    String::from_utf8(bytes).map_err(|e| {
+        let at = e.utf8_error().valid_up_to();
+        Error::io(name, std::io::Error::new(std::io::ErrorKind::InvalidData, format!("not UTF-8 (byte {at})")))
+    })
+}
+
+/// [`read_bytes`] for a text file: the bytes must be UTF-8.
+pub fn read_text(path: &Path, max: u64, what: &str) -> Result<String> {
+    read_text_from(open_regular(path)?, path, max, what)
+}
+
+/// At most `max` bytes of `source`, which `name` names in the errors.
+fn read_from(source: impl Read, name: &Path, max: u64, what: &str) -> Result<Vec<u8>> {
     let mut bytes = Vec::new();
-    file.take(max.saturating_add(1)).read_to_end(&mut bytes).map_err(|e| Error::io(path, e))?;
+    source.take(max.saturating_add(1)).read_to_end(&mut bytes).map_err(|e| Error::io(name, e))?;
     if bytes.len() as u64 > max {
-        let message = format!("{}: more than {max} bytes, the most a {what} may take", path.display());
+        let message = format!("{}: more than {max} bytes, the most a {what} may take", name.display());
         return Err(Error::limit(Limit::FileBytes, message));
     }
     Ok(bytes)
 }
 
-/// [`read_bytes`] for a text file: the bytes must be UTF-8.
-pub fn read_text(path: &Path, max: u64, what: &str) -> Result<String> {
-    let bytes = read_bytes(path, max, what)?;
-    String::from_utf8(bytes).map_err(|e| {
-        let at = e.utf8_error().valid_up_to();
-        Error::io(path, std::io::Error::new(std::io::ErrorKind::InvalidData, format!("not UTF-8 (byte {at})")))
-    })
+/// The folder of the file `path`, as the files it names are found from:
+/// its parent, or `.` for a bare file name (whose parent is the empty path,
+/// which names no folder).
+pub fn folder(path: &Path) -> &Path {
+    path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."))
 }
 
 /// The longest line a knowdb CSV file may hold (1 MiB): longer, and the

@@ -284,18 +284,11 @@ pub async fn load_with(path: &Path, db: &dyn Provider, roots: &[PathBuf]) -> Res
     Ok(loaded.tables)
 }
 
-/// The folder of the knowdb file `path`, as the loader reads it: its
-/// parent, or `.` for a bare file name (whose parent is the empty path,
-/// which names no folder).
-pub(crate) fn folder(path: &Path) -> &Path {
-    path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."))
-}
-
 /// [`load_with`] for either layout: omlet's own, or Warp Parse's (`version
 /// = 2`, see [`warp`](super::warp)), whose `[cache]` and
 /// `[provider.sqldb]` come back beside the tables.
 pub async fn load_any(path: &Path, db: &dyn Provider, roots: &[PathBuf]) -> Result<super::warp::Loaded> {
-    let dir = folder(path);
+    let dir = crate::files::folder(path);
     let mut allowed = vec![dir.canonicalize().map_err(|e| Error::io(dir, e))?];
     for r in roots {
         allowed.push(r.canonicalize().map_err(|e| Error::io(r, e))?);

@@ -114,7 +114,7 @@ fn watch_knowdb(knowledge: &Arc<Knowledge>) -> Result<tokio::task::JoinHandle<()
 /// path, which `read_dir` cannot read: a config given by a relative path
 /// from its own folder watched nothing), and `knowdb_roots`.
 fn watched_roots(knowdb: &std::path::Path, knowdb_roots: &[std::path::PathBuf]) -> Vec<std::path::PathBuf> {
-    let mut roots = vec![super::knowdb::folder(knowdb).to_path_buf()];
+    let mut roots = vec![crate::files::folder(knowdb).to_path_buf()];
     roots.extend(knowdb_roots.iter().cloned());
     roots
 }

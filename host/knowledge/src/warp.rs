@@ -362,7 +362,7 @@ pub async fn load(path: &Path, text: &str, db: &dyn Provider, allowed: &[PathBuf
     };
     let _ = (raw.default.transaction, raw.default.batch_size);
     let skip = raw.default.on_error == super::knowdb::OnError::Skip;
-    let dir = super::knowdb::folder(path);
+    let dir = crate::files::folder(path);
     let base = dir.join(raw.base_dir.as_deref().unwrap_or("."));
     let sqldb = databases(path, raw.provider)?;
     let mut out = Loaded { tables: Vec::new(), cache: raw.cache, sqldb, intranet_nets };

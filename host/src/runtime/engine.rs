@@ -324,12 +324,8 @@ pub(super) fn read_component(path: &Path, max: usize) -> Result<Vec<u8>> {
     if len > max as u64 {
         return Err(component_too_big(&what(), len, max));
     }
-    match omlet_knowledge::files::read_bytes(path, max as u64, "component") {
-        Ok(bytes) => Ok(bytes),
-        Err(omlet_knowledge::Error::Limit { .. }) => Err(component_too_big(&what(), max as u64 + 1, max)),
-        Err(omlet_knowledge::Error::Io { path, source }) => Err(Error::io(path, source)),
-        Err(e) => Err(e.into()),
-    }
+    omlet_knowledge::files::read_bytes(path, max as u64, "component")
+        .map_err(|e| Error::bounded_read(e, |_| component_too_big(&what(), max as u64 + 1, max)))
 }
 
 /// Advances the engine's epoch every [`TICK`] until the engine is dropped.

@@ -6,6 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
+use omlet::knowledge::files::folder;
 use omlet::{Error, Result};
 
 /// The most one value a failure shows (an expected or actual record, a
@@ -46,11 +47,6 @@ pub fn roots(case_file: &Path, extra: &[PathBuf]) -> Result<Vec<PathBuf>> {
         out.push(r.canonicalize().map_err(|e| Error::Io { path: r.clone(), source: e })?);
     }
     Ok(out)
-}
-
-/// The folder of `case_file` (`.` for a bare file name).
-pub fn folder(case_file: &Path) -> &Path {
-    case_file.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."))
 }
 
 /// `named` (the value of `key` in case `case` of `case_file`), relative to
