@@ -71,15 +71,18 @@ pub async fn evaluate(
     let start = Instant::now();
     let deadline = config.call_deadline;
     let mut rx = rx;
-    loop {
+    // What the evaluation computed so far (its time in lookups left out):
+    // past the deadline, the case fails, whether its result is in or not,
+    // so that the outcome does not hang on which of the two came first.
+    let left = || {
         let computed = start.elapsed().saturating_sub(Duration::from_nanos(waited.load(Ordering::Relaxed)));
-        let Some(left) = deadline.checked_sub(computed).filter(|d| !d.is_zero()) else {
-            return Err(format!(
-                "call deadline: the native evaluation computed for more than {deadline:?} (EngineConfig::call_deadline)"
-            ));
-        };
-        match tokio::time::timeout(left, &mut rx).await {
-            Ok(Ok(done)) => return Ok(done),
+        deadline.checked_sub(computed).filter(|d| !d.is_zero()).ok_or_else(|| {
+            format!("call deadline: the native evaluation computed for more than {deadline:?} (EngineConfig::call_deadline)")
+        })
+    };
+    loop {
+        match tokio::time::timeout(left()?, &mut rx).await {
+            Ok(Ok(done)) => return left().map(|_| done),
             Ok(Err(_)) => return Err("the native evaluation stopped without a result (it panicked)".into()),
             // Time spent in lookups is not counted: look again.
             Err(_) => continue,
