@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# Builds the prebuilt guest core module, host/guest/omlet_guest.wasm, from
-# guest/ and wit/, and stamps it with the hash of those sources.
+# Builds the prebuilt guest modules from guest/ and wit/, and stamps them
+# with the hash of those sources: host/guest/omlet_guest.wasm, which `omlet
+# build` wraps into a component, and host/guest/omlet_guest_core.wasm, the
+# same guest behind the core ABI (docs/abi.md, feature `core-abi`), which
+# `omlet build --target core` writes as it is.
 #
-#   scripts/build-guest.sh [OUT]     (default OUT: host/guest/omlet_guest.wasm)
+#   scripts/build-guest.sh [OUT]     (default OUT: host/guest/omlet_guest.wasm;
+#                                     the core module goes beside it, OUT with _core)
 #   OMLET_GUEST_FEATURES=by-hand-nginx scripts/build-guest.sh /tmp/byhand.wasm   (an experiment)
 #
 # Uses rustup's wasm32-unknown-unknown target when it is installed, otherwise
@@ -13,6 +17,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 OUT=${1:-host/guest/omlet_guest.wasm}
 TARGET_DIR=${OMLET_GUEST_TARGET_DIR:-$ROOT/target/guest}
+CORE_OUT=${OUT%.wasm}_core.wasm
 FLAGS=(-p omlet-guest --lib --target wasm32-unknown-unknown --profile wasm -j2)
 # Experiments only (see guest/component/Cargo.toml's features): a guest built
 # with features is never the committed one, whose stamp says nothing of them.
@@ -22,6 +27,7 @@ if [ -n "${OMLET_GUEST_FEATURES:-}" ]; then
         exit 2
     fi
     FLAGS+=(--features "$OMLET_GUEST_FEATURES")
+    CORE_OUT=
 fi
 # Inline more than LLVM's default (225): every call that stays a call in the
 # guest pays wasmtime's epoch check (the call deadline) on entry. 1000 made
@@ -38,9 +44,10 @@ fi
 unset CARGO_ENCODED_RUSTFLAGS
 export RUSTFLAGS="-C llvm-args=-inline-threshold=1000 -C target-feature=+simd128"
 
+# cargo_build [ARGS...]: the guest with the toolchain at hand.
 if command -v rustup >/dev/null 2>&1 && rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknown; then
     echo "build-guest: using rustup's wasm32-unknown-unknown target" >&2
-    CARGO_TARGET_DIR=$TARGET_DIR cargo build "${FLAGS[@]}" >&2
+    cargo_build() { CARGO_TARGET_DIR=$TARGET_DIR cargo build "${FLAGS[@]}" "$@" >&2; }
 else
     need=()
     [ -x /usr/bin/rustc ] && /usr/bin/rustc --version | grep -q . || need+=(rustc-web)
@@ -54,8 +61,10 @@ else
         DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >&2
     fi
     echo "build-guest: using Debian's toolchain ($(/usr/bin/rustc --version))" >&2
-    RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 CARGO_TARGET_DIR=$TARGET_DIR \
-        /usr/bin/cargo build "${FLAGS[@]}" -Zbuild-std=core,alloc,panic_abort >&2
+    cargo_build() {
+        RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 CARGO_TARGET_DIR=$TARGET_DIR \
+            /usr/bin/cargo build "${FLAGS[@]}" -Zbuild-std=core,alloc,panic_abort "$@" >&2
+    }
 fi
 
 # Binaryen's wasm-opt then optimises the module as wasm: LLVM's output still
@@ -82,6 +91,17 @@ if ! command -v wasm-opt >/dev/null 2>&1; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq binaryen >&2
 fi
 mkdir -p "$(dirname "$OUT")"
-wasm-opt "${WASM_OPT_FLAGS[@]}" "$TARGET_DIR/wasm32-unknown-unknown/wasm/omlet_guest.wasm" -o "$OUT"
-hash=$(python3 scripts/guest_hash.py --embed "$OUT")
-echo "build-guest: wrote $OUT ($(wc -c <"$OUT") bytes), sources $hash" >&2
+BUILT=$TARGET_DIR/wasm32-unknown-unknown/wasm/omlet_guest.wasm
+# optimise_and_stamp OUT: the module just built, through wasm-opt, stamped.
+optimise_and_stamp() {
+    wasm-opt "${WASM_OPT_FLAGS[@]}" "$BUILT" -o "$1"
+    hash=$(python3 scripts/guest_hash.py --embed "$1")
+    echo "build-guest: wrote $1 ($(wc -c <"$1") bytes), sources $hash" >&2
+}
+cargo_build
+optimise_and_stamp "$OUT"
+# The core ABI's guest: the same crate, its other door.
+if [ -n "$CORE_OUT" ]; then
+    cargo_build --features core-abi
+    optimise_and_stamp "$CORE_OUT"
+fi

@@ -257,6 +257,92 @@ fn component_with(program: &Program, max_ir_bytes: usize) -> Result<Vec<u8>> {
     component_of(&crate::guest::core_module()?, &program_bytes(program, max_ir_bytes)?)
 }
 
+/// The two kinds of artifact a rule set is built into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Target {
+    /// A WebAssembly component whose contract is `wit/omlet.wit` (the
+    /// default): for wasmtime, jco, and hosts with the component model.
+    #[default]
+    Component,
+    /// A core module with the ABI of docs/abi.md: for hosts without the
+    /// component model (wazero in Go, Chicory on the JVM).
+    Core,
+}
+
+/// Compiles rule sources into an artifact of `target`, under `limits`.
+pub fn build_artifact_with(sources: &[RuleSource], limits: &BuildLimits, target: Target) -> Result<Vec<u8>> {
+    let program = compile_with(sources, limits)?;
+    let ir = program_bytes(&program, limits.max_ir_bytes)?;
+    match target {
+        Target::Component => component_of(&crate::guest::core_module()?, &ir),
+        Target::Core => splice_ir(&crate::guest::core_abi_module()?, &ir),
+    }
+}
+
+/// Wraps a compiled program into a core ABI module (docs/abi.md).
+pub fn core_artifact_for(program: &Program) -> Result<Vec<u8>> {
+    splice_ir(&crate::guest::core_abi_module()?, &program_bytes(program, MAX_IR_BYTES)?)
+}
+
+/// Whether `bytes` is a core WebAssembly module (`omlet build --target
+/// core`) rather than a component: its header's version is 1.
+pub fn is_core_module(bytes: &[u8]) -> bool {
+    bytes.len() >= 8 && bytes[..4] == *b"\0asm" && bytes[4..8] == [1, 0, 0, 0]
+}
+
+/// The compiled rule (IR bytes) a core ABI module built by `omlet build
+/// --target core` carries: [`Error::Load`] for a module that exports no
+/// `omlet_abi_version`, and for one whose IR slot is empty or points outside
+/// its data.
+pub fn ir_of(module: &[u8]) -> Result<Vec<u8>> {
+    let bad = |m: &str| Error::load("core module", anyhow::anyhow!("{m}"));
+    let mut abi = false;
+    let mut segments: Vec<(u64, &[u8])> = Vec::new();
+    for payload in Parser::new(0).parse_all(module) {
+        match payload.map_err(|e| Error::load("core module", e))? {
+            Payload::ExportSection(r) => {
+                for e in r {
+                    abi |= e.map_err(|e| Error::load("core module", e))?.name == "omlet_abi_version";
+                }
+            }
+            Payload::DataSection(r) => {
+                for d in r {
+                    let d = d.map_err(|e| Error::load("core module", e))?;
+                    if let DataKind::Active { offset_expr, .. } = &d.kind
+                        && let Ok(Operator::I32Const { value }) = offset_expr.get_operators_reader().read()
+                    {
+                        segments.push((u64::from(value as u32), d.data));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    if !abi {
+        return Err(bad("not an omlet core module: it exports no `omlet_abi_version` (docs/abi.md)"));
+    }
+    // The bytes at [at, at + n) of the memory image, when one segment holds them.
+    let read = |at: u64, n: u64| {
+        segments
+            .iter()
+            .find(|(a, d)| *a <= at && at + n <= a + d.len() as u64)
+            .map(|(a, d)| &d[(at - a) as usize..][..n as usize])
+    };
+    let slot = segments
+        .iter()
+        .find_map(|(a, d)| find(d, IR_SLOT_MAGIC).map(|off| a + off as u64 + IR_SLOT_MAGIC.len() as u64))
+        .ok_or_else(|| bad("the module has no IR slot"))?;
+    let fields =
+        read(slot, 8).ok_or_else(|| bad("the module carries no compiled rule: build it with `omlet build --target core`"))?;
+    let word = |i: usize| u64::from(u32::from_le_bytes([fields[i], fields[i + 1], fields[i + 2], fields[i + 3]]));
+    let (ptr, len) = (word(0), word(4));
+    if len == 0 {
+        return Err(bad("the module carries no compiled rule: build it with `omlet build --target core`"));
+    }
+    read(ptr, len).map(<[u8]>::to_vec).ok_or_else(|| bad("the module's IR slot points outside its data"))
+}
+
 /// A compiled program's bytes (the IR the guest reads), refused over
 /// `max_ir_bytes`.
 pub(crate) fn program_bytes(program: &Program, max_ir_bytes: usize) -> Result<Vec<u8>> {

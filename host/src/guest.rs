@@ -1,14 +1,18 @@
-//! The prebuilt guest core module that every compiled rule starts from.
+//! The prebuilt guest core modules that every compiled rule starts from:
+//! the component's (`host/guest/omlet_guest.wasm`, which `omlet build` wraps
+//! into a component) and the core ABI's (`host/guest/omlet_guest_core.wasm`,
+//! docs/abi.md, which `omlet build --target core` writes as it is). Both are
+//! built from `guest/` by `scripts/build-guest.sh`.
 //!
-//! It is committed at `host/guest/omlet_guest.wasm` and embedded in the
-//! library, so that a host application builds with stable Rust alone. The
-//! build script stamps it with a hash of the sources it was built from
+//! They are committed and embedded in the library, so that a host application builds with stable Rust alone. The
+//! build script stamps them with a hash of the sources they were built from
 //! (custom section `omlet-guest-source`); [`source_hash_of_tree`] computes the
 //! same hash over a checkout, so a test can tell a stale guest.
 //!
 //! Built with the `test-guest` feature (test builds only),
 //! `OMLET_GUEST=/path/to/omlet_guest.wasm` makes the library use another
-//! build of the guest, so that the suite can run against a fresh build.
+//! build of the guest (and its core ABI module beside it, `…_core.wasm`), so
+//! that the suite can run against a fresh build.
 //! Without it the library reads no environment variable.
 
 use std::borrow::Cow;
@@ -17,6 +21,7 @@ use std::path::Path;
 use sha2::{Digest, Sha256};
 
 static EMBEDDED: &[u8] = include_bytes!("../guest/omlet_guest.wasm");
+static EMBEDDED_CORE: &[u8] = include_bytes!("../guest/omlet_guest_core.wasm");
 
 /// Name of the custom section holding the source hash.
 pub const SOURCE_SECTION: &str = "omlet-guest-source";
@@ -31,9 +36,28 @@ pub fn core_module() -> crate::Result<Cow<'static, [u8]>> {
     Ok(Cow::Borrowed(EMBEDDED))
 }
 
+/// The guest behind the core ABI (docs/abi.md) in use: the embedded one
+/// (or, in a test build with the `test-guest` feature, the `_core.wasm`
+/// beside `$OMLET_GUEST` when that is set).
+pub fn core_abi_module() -> crate::Result<Cow<'static, [u8]>> {
+    #[cfg(feature = "test-guest")]
+    if let Some(p) = std::env::var_os("OMLET_GUEST").filter(|p| !p.is_empty()) {
+        let p = std::path::PathBuf::from(p);
+        let stem = p.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        let core = p.with_file_name(format!("{stem}_core.wasm"));
+        return std::fs::read(&core).map(Cow::Owned).map_err(|e| crate::Error::io(core, e));
+    }
+    Ok(Cow::Borrowed(EMBEDDED_CORE))
+}
+
 /// The embedded guest, whatever [`core_module`] gives.
 pub fn embedded() -> &'static [u8] {
     EMBEDDED
+}
+
+/// The embedded core ABI guest, whatever [`core_abi_module`] gives.
+pub fn embedded_core() -> &'static [u8] {
+    EMBEDDED_CORE
 }
 
 /// A guest core module's digest, for the code cache's keys: XXH3-128 (the

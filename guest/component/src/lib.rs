@@ -1,5 +1,10 @@
-//! The wasm component entry point: the WIT exports of `wit/omlet.wit`
-//! implemented over `omlet-lang`.
+//! The guest's entry points over `omlet-lang`, behind one of two doors:
+//! the WIT exports of `wit/omlet.wit` (`wit.rs`, the component, built by
+//! default), or the core ABI of docs/abi.md (`core_abi.rs`, with the feature
+//! `core-abi`: a plain module for hosts without the component model). The
+//! doors only translate: the state, the lookup cache, routing and the
+//! evaluating calls below are one code for both, so that the two artifacts
+//! give the same bytes for the same record.
 //!
 //! The compiled rule (IR bytes) is not part of this crate. `omlet build`
 //! appends it to the prebuilt core module as a data segment and patches the
@@ -22,12 +27,20 @@ use omlet_lang::eval::{self, Cell, QueryError};
 use omlet_lang::fnv::FnvBuild;
 use omlet_lang::frame::{Reader, Writer};
 use omlet_lang::intranet::Net;
-use omlet_lang::ir::{IR_VERSION, Program};
+use omlet_lang::ir::Program;
 use omlet_lang::lines::LineWriter;
 use omlet_lang::{Route, RouteError};
 
 #[cfg(feature = "by-hand-nginx")]
 mod by_hand;
+#[cfg(feature = "core-abi")]
+mod core_abi;
+#[cfg(feature = "core-abi")]
+use core_abi as door;
+#[cfg(not(feature = "core-abi"))]
+mod wit;
+#[cfg(not(feature = "core-abi"))]
+use wit as door;
 #[cfg(target_arch = "wasm32")]
 mod mem;
 #[cfg(any(target_arch = "wasm32", test))]
@@ -42,16 +55,6 @@ static ALLOC: pool::global::Pooled = pool::global::Pooled;
 fn panic(_: &core::panic::PanicInfo<'_>) -> ! {
     core::arch::wasm32::unreachable()
 }
-
-wit_bindgen::generate!({
-    path: "../../wit",
-    world: "rule-lines",
-});
-
-use exports::omlet::rule::evaluator::{BatchOutput, ErrorKind, EvalError, Explained, RecordError, Route as WRoute};
-use exports::omlet::rule::lines::BatchLines;
-use exports::omlet::rule::meta;
-use omlet::rule::knowledge;
 
 /// Where the IR is: a magic tag that `omlet build` searches for in the data
 /// segments, then the address and length it writes after it.
@@ -230,7 +233,33 @@ fn program(st: &mut State) -> Result<&Program, String> {
     st.program.get_or_insert_with(load_program).as_ref().map_err(Clone::clone)
 }
 
-struct Guest;
+/// Why a record, or a whole call, gave no output: the four kinds both
+/// doors report (`evaluator.error-kind`, the core ABI's statuses 1 to 4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// The route names no model.
+    Unrouted,
+    /// A lookup failed and the host's policy fails the record.
+    Lookup,
+    /// A damaged frame or a rule the guest cannot run.
+    Failed,
+    /// The rule failed the record with `fail(…)`.
+    Rejected,
+}
+
+/// A [`Kind`] and its message.
+#[derive(Debug, Clone)]
+pub(crate) struct Failure {
+    pub kind: Kind,
+    pub message: String,
+}
+
+/// A record of a batch that gave no output: its place in the input frame.
+#[derive(Debug, Clone)]
+pub(crate) struct RecordFailure {
+    pub index: u32,
+    pub failure: Failure,
+}
 
 /// A model's lookups, with the index of their statement in the model.
 fn lookups_of(m: &omlet_lang::ir::Model) -> impl Iterator<Item = (usize, &omlet_lang::ir::Lookup)> {
@@ -240,144 +269,138 @@ fn lookups_of(m: &omlet_lang::ir::Model) -> impl Iterator<Item = (usize, &omlet_
     })
 }
 
-impl meta::Guest for Guest {
-    fn info() -> Result<meta::RuleInfo, String> {
-        let st = state();
-        let p = program(st)?;
-        Ok(meta::RuleInfo {
-            ir_version: IR_VERSION,
-            source_hash: p.source_hash.clone(),
-            uses_clock: p.uses_clock(),
-            models: p
-                .models
-                .iter()
-                .map(|m| meta::Model {
-                    name: m.name.clone(),
-                    patterns: m.patterns.clone(),
-                    enabled: m.enabled,
-                    file: m.file.clone(),
-                    statements: {
-                        let mut s: Vec<u32> = lookups_of(m).map(|(_, l)| l.statement).collect();
-                        s.sort_unstable();
-                        s.dedup();
-                        s
-                    },
-                    lookups: lookups_of(m)
-                        .map(|(i, l)| meta::Lookup {
-                            statement: l.statement,
-                            line: m.lines.get(i).copied().unwrap_or(0),
-                            sql: p.statements.get(l.statement as usize).map(|s| l.shown(s)).unwrap_or_default(),
-                        })
-                        .collect(),
-                })
-                .collect(),
-            statements: p
-                .statements
-                .iter()
-                .map(|s| meta::Statement {
-                    sql: s.sql.clone(),
-                    params: s.params.clone(),
-                    table: s.table.clone(),
-                    columns: s.columns.clone(),
-                    line: s.line,
-                    column: s.column,
-                })
-                .collect(),
+/// The statements a model may run (indices into the program's), sorted.
+pub(crate) fn model_statements(m: &omlet_lang::ir::Model) -> Vec<u32> {
+    let mut s: Vec<u32> = lookups_of(m).map(|(_, l)| l.statement).collect();
+    s.sort_unstable();
+    s.dedup();
+    s
+}
+
+/// A model's lookups in order: (statement, line, the SQL with its literals).
+pub(crate) fn model_lookups(p: &Program, m: &omlet_lang::ir::Model) -> Vec<(u32, u32, String)> {
+    lookups_of(m)
+        .map(|(i, l)| {
+            let line = m.lines.get(i).copied().unwrap_or(0);
+            let sql = p.statements.get(l.statement as usize).map(|s| l.shown(s)).unwrap_or_default();
+            (l.statement, line, sql)
         })
+        .collect()
+}
+
+/// The compiled rule, decoded at the first call; why not, when it cannot be.
+pub(crate) fn program_now() -> Result<&'static Program, String> {
+    program(state())
+}
+
+fn failed(message: String) -> Failure {
+    Failure { kind: Kind::Failed, message }
+}
+
+/// A failed evaluation as the host sees it: a fatal lookup error is a kind of its own.
+fn eval_failure(e: eval::EvalError) -> Failure {
+    match e {
+        eval::EvalError::Lookup(message) => Failure { kind: Kind::Lookup, message },
+        eval::EvalError::Rejected(message) => Failure { kind: Kind::Rejected, message },
+        other => failed(other.to_string()),
     }
 }
 
-impl exports::omlet::rule::evaluator::Guest for Guest {
-    fn evaluate(generation: u64, route: WRoute, input: Vec<u8>) -> Result<Vec<u8>, EvalError> {
-        let st = state();
-        refresh(st, generation);
-        let mut w = core::mem::take(&mut st.writer);
-        let mut spare = core::mem::take(&mut st.spare);
-        // Outputs are written with `record_hiding`, which hides `__` fields.
-        spare.writer_hides(true);
-        let result = (|| {
-            let (prog, model, mut host) = split(st, &route)?;
-            let mut reader = Reader::new(&input).map_err(|e| failed(e.to_string()))?;
-            if reader.records() != 1 {
-                return Err(failed("`evaluate` takes a frame of exactly one record".to_string()));
-            }
-            let fields = reader.size(0).and_then(|n| reader.fields_in(n, spare.fields())).map_err(|e| failed(e.to_string()))?;
-            let out = eval::evaluate_with(prog, model, fields, &mut host, &mut spare).map_err(eval_error)?;
-            w.record_hiding(&out);
-            spare.give_back(out);
-            Ok(w.take_frame())
-        })();
-        st.writer = w;
-        st.spare = spare;
-        result
-    }
-
-    fn explain(generation: u64, route: WRoute, input: Vec<u8>) -> Explained {
-        let st = state();
-        refresh(st, generation);
-        let mut trace = omlet_lang::trace::Trace::default();
-        let output = (|| {
-            let (prog, model, mut host) = split(st, &route)?;
-            let mut reader = Reader::new(&input).map_err(|e| failed(e.to_string()))?;
-            if reader.records() != 1 {
-                return Err(failed("`explain` takes a frame of exactly one record".to_string()));
-            }
-            let fields = reader.size(0).and_then(|n| reader.fields_in(n, Vec::new())).map_err(|e| failed(e.to_string()))?;
-            let (out, t) = eval::explain(prog, model, fields, &mut host);
-            trace = t;
-            let out = out.map_err(eval_error)?;
-            let mut w = Writer::new();
-            w.record(&out);
-            Ok(w.finish())
-        })();
-        if let Err(e) = &output
-            && trace.error.is_none()
-        {
-            trace.error = Some(e.message.clone());
+/// Evaluates the one record of the frame `input` on `route`, writing its
+/// output frame into `out` (cleared first; its buffer is reused).
+pub(crate) fn evaluate(generation: u64, route: Route<'_>, input: &[u8], out: &mut Vec<u8>) -> Result<(), Failure> {
+    let st = state();
+    refresh(st, generation);
+    let mut w = core::mem::take(&mut st.writer);
+    let mut spare = core::mem::take(&mut st.spare);
+    // Outputs are written with `record_hiding`, which hides `__` fields.
+    spare.writer_hides(true);
+    let result = (|| {
+        let (prog, model, mut host) = split(st, route)?;
+        let mut reader = Reader::new(input).map_err(|e| failed(e.to_string()))?;
+        if reader.records() != 1 {
+            return Err(failed("`evaluate` takes a frame of exactly one record".to_string()));
         }
-        Explained { output, trace: trace.to_json() }
-    }
-
-    fn evaluate_batch(generation: u64, route: WRoute, input: Vec<u8>) -> BatchOutput {
-        let st = state();
-        // Taken before the batch borrows the state.
-        let mut w = core::mem::take(&mut st.writer);
-        let errors = run_batch(generation, &route, &input, |out| {
-            w.record_hiding(out);
-            Ok(())
-        });
-        let records = w.take_frame();
-        state().writer = w;
-        BatchOutput { records, errors }
-    }
+        let fields = reader.size(0).and_then(|n| reader.fields_in(n, spare.fields())).map_err(|e| failed(e.to_string()))?;
+        let output = eval::evaluate_with(prog, model, fields, &mut host, &mut spare).map_err(eval_failure)?;
+        w.record_hiding(&output);
+        spare.give_back(output);
+        w.take_frame_into(out);
+        Ok(())
+    })();
+    st.writer = w;
+    st.spare = spare;
+    result
 }
 
-impl exports::omlet::rule::lines::Guest for Guest {
-    fn evaluate_batch_lines(generation: u64, route: WRoute, input: Vec<u8>) -> BatchLines {
-        let st = state();
-        // The text goes to the host and is freed after the call: start it
-        // at the size of the previous batch's, so that it seldom grows.
-        let mut w = LineWriter::with_capacity(st.lines_bytes);
-        let errors = run_batch(generation, &route, &input, |out| w.line_hiding(out).map_err(|m| failed(m.to_string())));
-        state().lines_bytes = w.len().min(MAX_LINES_HINT);
-        let (text, ends) = w.take();
-        BatchLines { text, ends, errors }
+/// Evaluates the one record of `input` as [`evaluate`] does, and traces it:
+/// the output frame (or why none) and the trace as JSON.
+pub(crate) fn explain(generation: u64, route: Route<'_>, input: &[u8]) -> (Result<Vec<u8>, Failure>, String) {
+    let st = state();
+    refresh(st, generation);
+    let mut trace = omlet_lang::trace::Trace::default();
+    let output = (|| {
+        let (prog, model, mut host) = split(st, route)?;
+        let mut reader = Reader::new(input).map_err(|e| failed(e.to_string()))?;
+        if reader.records() != 1 {
+            return Err(failed("`explain` takes a frame of exactly one record".to_string()));
+        }
+        let fields = reader.size(0).and_then(|n| reader.fields_in(n, Vec::new())).map_err(|e| failed(e.to_string()))?;
+        let (out, t) = eval::explain(prog, model, fields, &mut host);
+        trace = t;
+        let out = out.map_err(eval_failure)?;
+        let mut w = Writer::new();
+        w.record(&out);
+        Ok(w.finish())
+    })();
+    if let Err(e) = &output
+        && trace.error.is_none()
+    {
+        trace.error = Some(e.message.clone());
     }
+    (output, trace.to_json())
+}
+
+/// Evaluates every record of `input` on `route`: the output frame of those
+/// that succeeded, in `out` (cleared first), and one failure per other.
+pub(crate) fn batch_frame(generation: u64, route: Route<'_>, input: &[u8], out: &mut Vec<u8>) -> Vec<RecordFailure> {
+    let st = state();
+    // Taken before the batch borrows the state.
+    let mut w = core::mem::take(&mut st.writer);
+    let errors = run_batch(generation, route, input, |output| {
+        w.record_hiding(output);
+        Ok(())
+    });
+    w.take_frame_into(out);
+    state().writer = w;
+    errors
+}
+
+/// [`batch_frame`] with the outputs as JSON lines: the text, where each
+/// line ends, and the failures.
+pub(crate) fn batch_lines(generation: u64, route: Route<'_>, input: &[u8]) -> (Vec<u8>, Vec<u32>, Vec<RecordFailure>) {
+    let st = state();
+    // The text goes to the host and is freed after the call: start it
+    // at the size of the previous batch's, so that it seldom grows.
+    let mut w = LineWriter::with_capacity(st.lines_bytes);
+    let errors = run_batch(generation, route, input, |output| w.line_hiding(output).map_err(|m| failed(m.to_string())));
+    state().lines_bytes = w.len().min(MAX_LINES_HINT);
+    let (text, ends) = w.take();
+    (text, ends, errors)
 }
 
 /// The most that [`State::lines_bytes`] asks for up front.
 const MAX_LINES_HINT: usize = 4 << 20;
 
 /// Evaluates every record of the frame `input` on `route`, giving each
-/// output to `put` (which may refuse it): the errors, one per record that
-/// gave no output. `evaluate-batch` and `evaluate-batch-lines` differ only in
-/// `put`.
+/// output to `put` (which may refuse it): the failures, one per record that
+/// gave no output. [`batch_frame`] and [`batch_lines`] differ only in `put`.
 fn run_batch(
     generation: u64,
-    route: &WRoute,
+    route: Route<'_>,
     input: &[u8],
-    mut put: impl FnMut(&[omlet_lang::value::Field<'_>]) -> Result<(), EvalError>,
-) -> Vec<RecordError> {
+    mut put: impl FnMut(&[omlet_lang::value::Field<'_>]) -> Result<(), Failure>,
+) -> Vec<RecordFailure> {
     let st = state();
     refresh(st, generation);
     // Taken before `split` borrows the state; an early return drops it.
@@ -387,12 +410,12 @@ fn run_batch(
     let mut reader = match Reader::new(input) {
         Ok(r) => r,
         // Without a readable header the records cannot even be counted.
-        Err(e) => return alloc::vec![RecordError { index: 0, error: failed(e.to_string()) }],
+        Err(e) => return alloc::vec![RecordFailure { index: 0, failure: failed(e.to_string()) }],
     };
     let n = reader.records();
     let (prog, model, mut host) = match split(st, route) {
         Ok(x) => x,
-        Err(error) => return (0..n as u32).map(|index| RecordError { index, error: error.clone() }).collect(),
+        Err(failure) => return (0..n as u32).map(|index| RecordFailure { index, failure: failure.clone() }).collect(),
     };
     let mut errors = Vec::new();
     for index in 0..n {
@@ -401,7 +424,7 @@ fn run_batch(
             // Nodes have no fixed size: past a damaged record, none can be found.
             Err(e) => {
                 for i in index..n {
-                    errors.push(RecordError { index: i as u32, error: failed(alloc::format!("damaged frame: {e}")) });
+                    errors.push(RecordFailure { index: i as u32, failure: failed(alloc::format!("damaged frame: {e}")) });
                 }
                 break;
             }
@@ -417,32 +440,17 @@ fn run_batch(
         };
         match result {
             Ok(out) => {
-                if let Err(error) = put(&out) {
-                    errors.push(RecordError { index: index as u32, error });
+                if let Err(failure) = put(&out) {
+                    errors.push(RecordFailure { index: index as u32, failure });
                 }
                 spare.give_back(out);
             }
-            Err(e) => errors.push(RecordError { index: index as u32, error: eval_error(e) }),
+            Err(e) => errors.push(RecordFailure { index: index as u32, failure: eval_failure(e) }),
         }
     }
     state().spare = spare;
     errors
 }
-
-fn failed(message: String) -> EvalError {
-    EvalError { kind: ErrorKind::Failed, message }
-}
-
-/// A failed evaluation as the host sees it: a fatal lookup error is a kind of its own.
-fn eval_error(e: eval::EvalError) -> EvalError {
-    match e {
-        eval::EvalError::Lookup(message) => EvalError { kind: ErrorKind::Lookup, message },
-        eval::EvalError::Rejected(message) => EvalError { kind: ErrorKind::Rejected, message },
-        other => failed(other.to_string()),
-    }
-}
-
-export!(Guest);
 
 /// Drops cached knowledge when the host's generation moved.
 fn refresh(st: &mut State, generation: u64) {
@@ -455,31 +463,30 @@ fn refresh(st: &mut State, generation: u64) {
 }
 
 /// The program, the model `route` names, and the host for evaluating on it.
-fn split<'s>(st: &'s mut State, route: &WRoute) -> Result<(&'s Program, usize, WitHost<'s>), EvalError> {
+fn split<'s>(st: &'s mut State, route: Route<'_>) -> Result<(&'s Program, usize, DoorHost<'s>), Failure> {
     let State { program, cache, columns, routes, key, nets, .. } = st;
     let prog = program.get_or_insert_with(load_program).as_ref().map_err(|e| failed(e.clone()))?;
     let model = match route {
         // Paths repeat: remember where each went (a bounded map, like the cache).
-        WRoute::Path(path) => match routes.get(path.as_str()) {
+        Route::Path(path) => match routes.get(path) {
             Some(r) => r.clone(),
             None => {
                 let r = prog.route(Route::Path(path));
                 if routes.len() >= ROUTE_CAPACITY {
                     routes.clear();
                 }
-                routes.insert(path.clone(), r.clone());
+                routes.insert(path.to_string(), r.clone());
                 r
             }
         },
-        WRoute::Model(name) => prog.route(Route::Model(name)),
-        WRoute::Only => prog.route(Route::Only),
+        other => prog.route(other),
     };
-    let model = model.map_err(|e| EvalError { kind: ErrorKind::Unrouted, message: e.to_string() })?;
-    Ok((prog, model, WitHost { cache, key, columns, nets, layer: "host" }))
+    let model = model.map_err(|e| Failure { kind: Kind::Unrouted, message: e.to_string() })?;
+    Ok((prog, model, DoorHost { cache, key, columns, nets, layer: "host" }))
 }
 
-/// `eval::Host` over the WIT imports, with the guest-side cache.
-struct WitHost<'s> {
+/// `eval::Host` over the door's imports, with the guest-side cache.
+struct DoorHost<'s> {
     cache: &'s mut Cache,
     /// The key of the current lookup: one buffer, so a hit allocates none.
     key: &'s mut Vec<u8>,
@@ -496,27 +503,7 @@ fn cache_key(statement: u32, params: &[Cell], k: &mut Vec<u8>) {
     eval::push_cells_key(params, k);
 }
 
-fn to_wit(c: &Cell) -> knowledge::Cell {
-    match c {
-        Cell::Null => knowledge::Cell::Null,
-        Cell::Integer(i) => knowledge::Cell::Integer(*i),
-        Cell::Real(f) => knowledge::Cell::Real(*f),
-        Cell::Text(s) => knowledge::Cell::Text(s.clone()),
-        Cell::Blob(b) => knowledge::Cell::Blob(b.clone()),
-    }
-}
-
-fn from_wit(c: knowledge::Cell) -> Cell {
-    match c {
-        knowledge::Cell::Null => Cell::Null,
-        knowledge::Cell::Integer(i) => Cell::Integer(i),
-        knowledge::Cell::Real(f) => Cell::Real(f),
-        knowledge::Cell::Text(s) => Cell::Text(s),
-        knowledge::Cell::Blob(b) => Cell::Blob(b),
-    }
-}
-
-impl eval::Host for WitHost<'_> {
+impl eval::Host for DoorHost<'_> {
     fn query(&mut self, statement: u32, params: &[Cell]) -> Result<Option<Vec<Cell>>, QueryError> {
         cache_key(statement, params, self.key);
         if let Some(hit) = self.cache.get(self.key.as_slice()) {
@@ -524,30 +511,20 @@ impl eval::Host for WitHost<'_> {
             return Ok(hit.clone());
         }
         self.layer = "host";
-        let wit: Vec<knowledge::Cell> = params.iter().map(to_wit).collect();
-        match knowledge::query(statement, &wit) {
-            Ok(answer) => {
-                let row = answer.row.map(|r| r.into_iter().map(from_wit).collect::<Vec<_>>());
-                if answer.cacheable {
-                    self.cache.keep(self.key, &row);
-                }
-                Ok(row)
-            }
-            Err(e) => Err(QueryError { message: e.message, fatal: e.fatal }),
+        let (row, cacheable) = door::query(statement, params)?;
+        if cacheable {
+            self.cache.keep(self.key, &row);
         }
+        Ok(row)
     }
 
     fn columns(&mut self, statement: u32) -> Result<Vec<String>, QueryError> {
         if let Some(c) = self.columns.get(&statement) {
             return Ok(c.clone());
         }
-        match knowledge::columns(statement) {
-            Ok(c) => {
-                self.columns.insert(statement, c.clone());
-                Ok(c)
-            }
-            Err(e) => Err(QueryError { message: e.message, fatal: e.fatal }),
-        }
+        let c = door::columns(statement)?;
+        self.columns.insert(statement, c.clone());
+        Ok(c)
     }
 
     fn last_layer(&self) -> &'static str {
@@ -555,17 +532,11 @@ impl eval::Host for WitHost<'_> {
     }
 
     fn now(&mut self) -> (i64, i32) {
-        let n = omlet::rule::clock::now();
-        (n.unix_nanos, n.utc_offset_seconds)
+        door::now()
     }
 
     fn intranet_nets(&mut self) -> &[Net] {
-        self.nets.get_or_insert_with(|| {
-            knowledge::intranet_nets()
-                .into_iter()
-                .map(|n| Net::from_bits((u128::from(n.high) << 64) | u128::from(n.low), n.prefix))
-                .collect()
-        })
+        self.nets.get_or_insert_with(door::intranet_nets)
     }
 }
 

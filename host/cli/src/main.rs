@@ -46,9 +46,14 @@ enum Cmd {
         /// Rule files (.oml) and directories (searched recursively for .oml files).
         #[arg(required = true)]
         rules: Vec<PathBuf>,
-        /// Where to write the component; `-` writes it to standard output.
+        /// Where to write the artifact; `-` writes it to standard output.
         #[arg(short, long)]
         output: PathBuf,
+        /// What to build: a WebAssembly component (`wit/omlet.wit`), or a
+        /// core module with the ABI of docs/abi.md, for hosts without the
+        /// component model (the Go host on wazero, Chicory).
+        #[arg(long, value_enum, default_value_t = Target::Component)]
+        target: Target,
     },
     /// Report compile errors of rules (checked together, as one rule set) without building.
     Check {
@@ -77,10 +82,10 @@ enum Cmd {
         #[arg(long)]
         deny_warnings: bool,
     },
-    /// Show what a built component holds: models, patterns, SQL statements, IR version, source hash.
+    /// Show what a built artifact holds: models, patterns, SQL statements, IR version, source hash.
     Inspect {
-        /// A component built by `omlet build`, or rule files and directories
-        /// (built in memory first).
+        /// A component or core module built by `omlet build`, or rule files
+        /// and directories (built in memory first).
         component: PathBuf,
         /// Print JSON instead of text.
         #[arg(long)]
@@ -150,7 +155,7 @@ async fn main() -> ExitCode {
         omlet::clock::set_utc_offset(Some(offset));
     }
     let result = match cli.cmd {
-        Cmd::Build { rules, output } => build(&rules, &output),
+        Cmd::Build { rules, output, target } => build(&rules, &output, target),
         Cmd::Check { rules, knowdb, knowledge, json, sample, deny_warnings } => {
             check(&rules, &knowdb, knowledge.as_deref(), json, sample.as_deref(), deny_warnings).await
         }
@@ -319,10 +324,23 @@ const MAX_REPORTED: usize = 50;
 /// Source lines longer than this are shown as an excerpt around the error.
 const MAX_SNIPPET_LINE: usize = 400;
 
-fn build(rules: &[PathBuf], output: &Path) -> omlet::Result<ExitCode> {
+/// `omlet build --target`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Target {
+    /// A WebAssembly component (the default).
+    Component,
+    /// A core module with omlet's core ABI (docs/abi.md).
+    Core,
+}
+
+fn build(rules: &[PathBuf], output: &Path, target: Target) -> omlet::Result<ExitCode> {
     let t = Instant::now();
     let sources = RuleSource::collect(rules)?;
-    let bytes = match omlet::build::build_component(&sources) {
+    let target = match target {
+        Target::Component => omlet::build::Target::Component,
+        Target::Core => omlet::build::Target::Core,
+    };
+    let bytes = match omlet::build::build_artifact_with(&sources, &omlet::build::BuildLimits::default(), target) {
         Ok(b) => b,
         Err(e) => {
             report(&sources, &e);
@@ -396,14 +414,16 @@ async fn inspect(component: &Path, json: bool, knowdb: &[PathBuf]) -> omlet::Res
                 })
             })
             .collect();
+        let kind = if omlet::build::is_core_module(&bytes) { "core" } else { "component" };
         let out = serde_json::json!({
-            "ir_version": info.ir_version, "source_hash": info.source_hash,
+            "kind": kind, "ir_version": info.ir_version, "source_hash": info.source_hash,
             "uses_clock": info.uses_clock, "models": models,
         });
         println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
         return Ok(ExitCode::SUCCESS);
     }
-    println!("{}: IR version {}, source hash {}", component.display(), info.ir_version, info.source_hash);
+    let kind = if omlet::build::is_core_module(&bytes) { "core module (ABI 1)" } else { "component" };
+    println!("{}: {kind}, IR version {}, source hash {}", component.display(), info.ir_version, info.source_hash);
     println!("{} model(s){}", info.models.len(), if info.uses_clock { "; reads the clock" } else { "" });
     for m in &info.models {
         let state = if m.enabled { "" } else { " (disabled: reached by name only)" };

@@ -176,12 +176,18 @@ impl Engine {
     pub async fn load_sources(&self, sources: &[RuleSource], options: &LoadOptions) -> Result<Rule> {
         let limits = options.build.as_ref().unwrap_or(&self.config.build);
         let ir = build::program_bytes(&build::compile_with(sources, limits)?, limits.max_ir_bytes)?;
+        self.load_ir(&ir, options).await
+    }
+
+    /// Loads a compiled program (IR bytes) into this library's guest.
+    async fn load_ir(&self, ir: &[u8], options: &LoadOptions) -> Result<Rule> {
         let guest = crate::guest::core_module()?;
         let component = match &self.code {
             // Found by the guest and the program, without building the component.
-            Some(cache) => cache.rule(&self.inner, &guest, &ir, || build::component_of(&guest, &ir))?.0,
-            None => Component::from_binary(&self.inner, &build::component_of(&guest, &ir)?)
-                .map_err(|e| Error::load("component", e))?,
+            Some(cache) => cache.rule(&self.inner, &guest, ir, || build::component_of(&guest, ir))?.0,
+            None => {
+                Component::from_binary(&self.inner, &build::component_of(&guest, ir)?).map_err(|e| Error::load("component", e))?
+            }
         };
         self.load_compiled(component, options).await
     }
@@ -217,7 +223,16 @@ impl Engine {
     /// [`load_component`](Self::load_component) without the size check:
     /// for components whose size is already bounded (built here under the
     /// build limits, or read from a file no bigger than the limit).
+    ///
+    /// A core ABI module (`omlet build --target core`, docs/abi.md) loads
+    /// too: its compiled rule is read out of it and run in this library's
+    /// component guest, built from the same sources as the core ABI's. The
+    /// module's own code is not run here; a rule compiled for another IR
+    /// version is refused as it would be in a component.
     pub(super) async fn load_built(&self, component: &[u8], options: &LoadOptions) -> Result<Rule> {
+        if build::is_core_module(component) {
+            return self.load_ir(&build::ir_of(component)?, options).await;
+        }
         let component = match &self.code {
             Some(cache) => cache.component(&self.inner, component)?.0,
             None => Component::from_binary(&self.inner, component).map_err(|e| Error::load("component", e))?,

@@ -5,6 +5,7 @@
 mod cache;
 mod coalesce;
 mod component;
+mod core_abi;
 mod databases;
 mod e2e;
 mod fuzz_regressions;
