@@ -330,6 +330,18 @@ fn benches(c: &mut Criterion) {
     };
     let mut floor_sync = rt.block_on(floor::Floor::new(&engine, false)).unwrap();
     let mut floor_async = rt.block_on(floor::Floor::new(&engine, true)).unwrap();
+    // The pure rule's one-record call through the core ABI (docs/abi.md):
+    // the frame above in, the output frame copied out, no host record code.
+    let core_module = omlet::build::build_artifact_with(
+        &[RuleSource { file: "pure.oml".into(), text: PURE_RULE.into() }],
+        &Default::default(),
+        omlet::build::Target::Core,
+    )
+    .unwrap();
+    let mut core = core_call::CoreCall::new(&engine, &core_module).unwrap();
+    let mut core_out = Vec::new();
+    assert_eq!(core.evaluate(&frame, &mut core_out).unwrap(), 0, "the core call evaluates the record");
+    g.bench_function("core_abi_pure_call", |b| b.iter(|| std::hint::black_box(core.evaluate(&frame, &mut core_out).unwrap())));
     g.bench_function("wasmtime_empty_call", |b| b.iter(|| floor_sync.empty().unwrap()));
     g.bench_function("wasmtime_echo_call", |b| b.iter(|| std::hint::black_box(floor_sync.echo(&frame).unwrap())));
     g.bench_function("wasmtime_empty_call_async", |b| {

@@ -293,6 +293,7 @@ pub fn database(kind: &str) -> Option<(String, Server)> {
     }
 }
 
+pub mod core_call;
 pub mod floor;
 pub mod peers;
 
