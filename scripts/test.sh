@@ -37,6 +37,20 @@ cargo test -j2 -p omlet-lang -p omlet-knowledge -p omlet -p omlet-cli -p omlet-b
 # The guest crate's own tests: its library only (its cdylib links for wasm).
 cargo test -j2 -p omlet-guest --lib
 
+# The Go host (go/): formatted, vetted, and its tests, which build core
+# modules with the omlet binary the CLI tests above just built and start
+# their own PostgreSQL and MariaDB. Go is the machine's, or fetched by
+# scripts/go.sh when it has none new enough.
+GO=$(scripts/go.sh)
+# The Go tests skip what needs the CLI when it is missing; here it must not be.
+[ -x target/debug/omlet ] || { echo "test.sh: target/debug/omlet was not built" >&2; exit 1; }
+unformatted=$(cd go && "$(dirname "$GO")/gofmt" -l .)
+if [ -n "$unformatted" ]; then
+    echo "test.sh: gofmt would change: $unformatted" >&2
+    exit 1
+fi
+(cd go && GOTOOLCHAIN=local "$GO" vet ./... && OMLET_BIN=$PWD/../target/debug/omlet GOTOOLCHAIN=local "$GO" test -count=1 ./...)
+
 have_wasm_toolchain() {
     if command -v rustup >/dev/null 2>&1 && rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknown; then
         return 0
