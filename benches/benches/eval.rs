@@ -24,8 +24,13 @@ fn compile(text: &str) -> Program {
     omlet::build::compile(&[RuleSource { file: "bench.oml".into(), text: text.into() }]).unwrap()
 }
 
+/// A rule as a long-running host holds it: loaded from its sources, with its
+/// core path for one-record calls compiled (which a rule gets after its
+/// first 1,024 one-record calls), so that no cell measures the switch.
 fn load(rt: &Runtime, engine: &Engine, text: &str, k: Option<Arc<Knowledge>>) -> Arc<Rule> {
-    Arc::new(rt.block_on(engine.load_source("bench.oml", text, &omlet::LoadOptions::new().knowledge(k))).unwrap())
+    let rule = rt.block_on(engine.load_source("bench.oml", text, &omlet::LoadOptions::new().knowledge(k))).unwrap();
+    rule.wait_core_path();
+    Arc::new(rule)
 }
 
 fn config() -> Criterion {
@@ -266,6 +271,10 @@ fn benches(c: &mut Criterion) {
     g.throughput(Throughput::Elements(1));
     g.bench_function("native", |b| b.iter_custom(|n| native(&pure_prog, &mut Offline::at((0, 0)), &records, n)));
     g.bench_function("wasm_single", |b| b.iter_custom(|n| wasm_single(&rt, &pure, &records, n)));
+    // The same calls without the core path: every one a component call.
+    let component_engine = Engine::with_config(&omlet::EngineConfig { core_path: false, ..Default::default() }).unwrap();
+    let pure_component = load(&rt, &component_engine, PURE_RULE, None);
+    g.bench_function("wasm_single_component", |b| b.iter_custom(|n| wasm_single(&rt, &pure_component, &records, n)));
     for n in [1usize, 16, 256] {
         g.throughput(Throughput::Elements(n as u64));
         g.bench_with_input(BenchmarkId::new("wasm_batch", n), &n, |b, &n| {

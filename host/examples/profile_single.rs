@@ -1,14 +1,19 @@
 //! Profiling aid: one-record calls of the pure rule from `THREADS` plain
 //! threads (`evaluate_blocking`), for `perf record`.
 //! Usage: profile_single [CALLS] [THREADS]; `OMLET_COALESCE=0` turns coalescing off,
-//! `OMLET_EMPTY=1` calls with empty records.
+//! `OMLET_EMPTY=1` calls with empty records, `OMLET_CORE=0` keeps one-record
+//! calls off the core path.
 fn main() {
     let n: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(2_000_000);
     let threads: usize = std::env::args().nth(2).and_then(|s| s.parse().ok()).unwrap_or(1);
-    let config =
-        omlet::EngineConfig { coalesce: std::env::var("OMLET_COALESCE").map_or(true, |v| v != "0"), ..Default::default() };
+    let config = omlet::EngineConfig {
+        coalesce: std::env::var("OMLET_COALESCE").map_or(true, |v| v != "0"),
+        core_path: std::env::var("OMLET_CORE").map_or(true, |v| v != "0"),
+        ..Default::default()
+    };
     let engine = omlet::Engine::with_config(&config).unwrap();
     let rule = omlet::block_on(engine.load_source("p.oml", "name : p\n---\nV = read(id) ;\n", &Default::default())).unwrap();
+    rule.wait_core_path();
     let recs: Vec<omlet::Record> =
         (0..64).map(|i| omlet::Record::from_json(&format!("{{\"id\":{i},\"msg\":\"hello world\"}}")).unwrap()).collect();
     // `OMLET_EMPTY=1`: empty records, the shape of `baseline/empty_guest_call`.

@@ -111,12 +111,14 @@ pub extern "C" fn omlet_input(capacity: u32) -> u32 {
     let d = door();
     let want = capacity as usize;
     if want > d.input.len() {
-        let size = want.checked_next_power_of_two().unwrap_or(want).max(MIN_INPUT);
+        // Room to grow into, so that slightly larger records do not ask
+        // again; just what was asked for when that much is not to be had.
+        let roomy = want.checked_next_power_of_two().unwrap_or(want).max(MIN_INPUT);
         let mut fresh = Vec::new();
-        if fresh.try_reserve_exact(size).is_err() {
+        if fresh.try_reserve_exact(roomy).is_err() && fresh.try_reserve_exact(want).is_err() {
             return 0;
         }
-        fresh.resize(size, 0);
+        fresh.resize(fresh.capacity().min(roomy), 0);
         d.input = fresh;
     }
     d.input.as_ptr() as usize as u32

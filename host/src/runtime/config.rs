@@ -135,6 +135,14 @@ pub struct EngineConfig {
     /// once and then set aside) evaluates alone once its thread has run out
     /// of ready tasks twice, so that nobody waits on a future nobody polls.
     pub coalesce: bool,
+    /// Let one-record calls take the core path (default on): a rule loaded
+    /// from its program (rule sources, or a core module) compiles the core
+    /// ABI's guest with its program after its first 1,024 one-record calls,
+    /// on a thread of its own, and its one-record calls then make one plain
+    /// wasm call each instead of a component call. Same outputs; about a
+    /// second of one core's compiling per rule, and instances of their own
+    /// within `max_instances`. Off: every call takes the component.
+    pub core_path: bool,
     /// Where compiled guest code is kept between runs (default
     /// [`code_cache::default_dir`](crate::code_cache::default_dir):
     /// `~/.cache/omlet/code`; `None` compiles every load). A load whose component was compiled before by the same
@@ -160,6 +168,7 @@ impl Default for EngineConfig {
             build: build::BuildLimits::default(),
             max_component_bytes: 16 << 20,
             coalesce: true,
+            core_path: true,
             code_cache: crate::code_cache::default_dir(),
             perf_map: false,
         }

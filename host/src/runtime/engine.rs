@@ -11,6 +11,7 @@ use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Config, Engine as WtEngine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use super::config::{EngineConfig, LoadOptions};
+use super::core_path::{CoreSlot, core_imports};
 use super::imports::sync_imports;
 use super::info::{RuleInfo, StatementInfo};
 use super::invoke::{EVALUATOR, Instance, LINES, SyncPath};
@@ -34,6 +35,8 @@ pub struct Engine {
     pub(super) linker: Arc<Linker<StoreState>>,
     /// The same imports as plain functions, for calls made without a fiber.
     pub(super) sync_linker: Arc<Linker<StoreState>>,
+    /// The core ABI's imports, for one-record calls on the core path.
+    pub(super) core_linker: Arc<wasmtime::Linker<StoreState>>,
     pub(super) slots: Arc<Slots>,
     pub(super) config: Arc<EngineConfig>,
     pub(super) code: Option<crate::code_cache::CodeCache>,
@@ -124,6 +127,7 @@ impl Engine {
         bindings::Rule::add_to_linker::<StoreState, HasSelf<StoreState>>(&mut linker, |s| s)
             .map_err(|e| Error::load("linker", e))?;
         let sync_linker = sync_imports(&inner).map_err(|e| Error::load("linker", e))?;
+        let core_linker = core_imports(&inner).map_err(|e| Error::load("linker", e))?;
         start_ticker(&inner);
         let slots = Arc::new(Slots {
             permits: Arc::new(Semaphore::new(cfg.max_instances as usize)),
@@ -134,6 +138,7 @@ impl Engine {
             inner,
             linker: Arc::new(linker),
             sync_linker: Arc::new(sync_linker),
+            core_linker: Arc::new(core_linker),
             slots,
             config: Arc::new(cfg.clone()),
             code: cfg.code_cache.clone().map(crate::code_cache::CodeCache::new),
@@ -189,7 +194,7 @@ impl Engine {
                 Component::from_binary(&self.inner, &build::component_of(&guest, ir)?).map_err(|e| Error::load("component", e))?
             }
         };
-        self.load_compiled(component, options).await
+        self.load_compiled(component, options, Some(ir)).await
     }
 
     /// Compiles the rule text `text` (named `file` in its errors) and loads it.
@@ -237,11 +242,13 @@ impl Engine {
             Some(cache) => cache.component(&self.inner, component)?.0,
             None => Component::from_binary(&self.inner, component).map_err(|e| Error::load("component", e))?,
         };
-        self.load_compiled(component, options).await
+        self.load_compiled(component, options, None).await
     }
 
     /// Links and instantiates a compiled component, and binds its lookups.
-    async fn load_compiled(&self, component: Component, options: &LoadOptions) -> Result<Rule> {
+    /// With the program `ir` at hand, one-record calls may later take the
+    /// core path (`core_path.rs`).
+    async fn load_compiled(&self, component: Component, options: &LoadOptions, ir: Option<&[u8]>) -> Result<Rule> {
         let knowledge = options.knowledge.clone();
         check_wit_version(&self.inner, &component)?;
         let pre = self.linker.instantiate_pre(&component).map_err(|e| Error::load("component", e))?;
@@ -268,7 +275,9 @@ impl Engine {
             self.slots.register(Arc::downgrade(&path.idle) as Weak<dyn Idle>);
         }
         let coalescer = (self.config.coalesce && sync.is_some()).then(Coalescer::new);
-        Ok(Rule { inner: Arc::new(RuleInner { engine: self.clone(), pre, shared, info, idle, sync, coalescer }) })
+        // The core path answers lookups as the sync path does: only where it is.
+        let core = if sync.is_some() && self.config.core_path { CoreSlot::new(ir) } else { CoreSlot::none() };
+        Ok(Rule { inner: Arc::new(RuleInner { engine: self.clone(), pre, shared, info, idle, sync, core, coalescer }) })
     }
 
     /// The fiber-less path of a rule, when every call can take it: a rule

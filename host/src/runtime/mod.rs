@@ -33,6 +33,7 @@ use crate::record::Record;
 use crate::{Error, Result};
 
 mod config;
+mod core_path;
 mod engine;
 mod gather;
 mod imports;

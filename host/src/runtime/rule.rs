@@ -42,6 +42,8 @@ pub(super) struct RuleInner {
     pub(super) idle: Arc<Pool<Instance<bindings::Rule>>>,
     /// The fiber-less path, for rules that can take it (see `Engine::sync_path`).
     pub(super) sync: Option<SyncPath>,
+    /// The core path of one-record calls, once compiled (`core_path.rs`).
+    pub(super) core: super::core_path::CoreSlot,
     /// Where one-record calls are gathered to be coalesced (with a sync
     /// path, and when the engine's `coalesce` is on).
     pub(super) coalescer: Option<Coalescer<ev::Route>>,

@@ -43,6 +43,11 @@ pub(crate) struct StoreState {
     /// Set during [`Rule::explain`]: each lookup's statement, the layer
     /// that answered it and its microseconds, in order.
     pub(super) layers: Option<Vec<(u32, &'static str, u64)>>,
+    /// A core instance's memory, for its imports (`core_path.rs`).
+    pub(super) memory: Option<wasmtime::Memory>,
+    /// A core import's answer that did not fit the guest's buffer, until
+    /// the guest's `take`.
+    pub(super) held: Vec<u8>,
 }
 
 impl wasmtime::ResourceLimiter for StoreState {
@@ -108,6 +113,8 @@ pub(super) fn new_store(engine: &Engine, shared: Arc<Shared>, sync: bool) -> Res
         generation: 0,
         would_block: false,
         layers: None,
+        memory: None,
+        held: Vec::new(),
     };
     let mut store = Store::new(&engine.inner, state);
     store.limiter(|s| s as &mut dyn wasmtime::ResourceLimiter);

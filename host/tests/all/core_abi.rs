@@ -229,3 +229,85 @@ async fn the_rust_host_runs_a_core_module_as_it_runs_the_component() {
 fn wat_free_module() -> Vec<u8> {
     b"\0asm\x01\0\0\0".to_vec()
 }
+
+#[tokio::test]
+async fn one_record_calls_take_the_core_path_with_the_same_outputs() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("k.db");
+    {
+        use sqlx::Connection;
+        let mut c = sqlx::SqliteConnection::connect(&format!("sqlite://{}?mode=rwc", db.display())).await.unwrap();
+        sqlx::query("create table ip_zone (ip text, zone text)").execute(&mut c).await.unwrap();
+        sqlx::query("insert into ip_zone values ('10.0.0.7', 'dmz')").execute(&mut c).await.unwrap();
+    }
+    let knowledge = omlet::KnowledgeConfig::for_url(&format!("sqlite://{}", db.display())).open().await.unwrap();
+    let engine = omlet::Engine::with_config(&omlet::EngineConfig { coalesce: false, ..Default::default() }).unwrap();
+    let text =
+        format!("{RULE}x = chars(y) ;\ncheck = match read(n) {{ digit(13) => fail(\"thirteen\") ; _ => chars(ok) ; }} ;\n");
+    let options = omlet::LoadOptions::new().knowledge(knowledge);
+    let rule = engine.load_source("t.oml", &text, &options).await.unwrap();
+    let records = [r#"{"n":"1","ip":"10.0.0.7"}"#, r#"{"n":"2","ip":"10.9.9.9"}"#, r#"{"n":"13"}"#];
+    let outcome = |r: omlet::Result<omlet::Record>| match r {
+        Ok(out) => out.to_json(),
+        Err(e) => format!("error: {e}"),
+    };
+    let mut before = Vec::new();
+    for r in records {
+        before.push(outcome(rule.evaluate(&omlet::Record::from_json(r).unwrap()).await));
+    }
+    assert!(rule.wait_core_path(), "a rule loaded from its sources has a core path");
+    let mut after = Vec::new();
+    for _ in 0..2 {
+        after.clear();
+        for r in records {
+            after.push(outcome(rule.evaluate(&omlet::Record::from_json(r).unwrap()).await));
+        }
+    }
+    assert_eq!(before, after);
+    assert!(before[0].contains(r#""zone":"dmz""#), "{before:?}");
+    assert!(before[2].contains("thirteen"), "{before:?}");
+    // The first round's lookups missed the shared cache and went async; the
+    // second's were answered on the core path.
+    assert!(rule.core_path_calls() >= 3, "{} core calls", rule.core_path_calls());
+
+    // A component's bytes carry no program at hand: no core path.
+    let component = omlet::build::build_artifact_with(
+        &[RuleSource { file: "t.oml".into(), text: "name : t\n---\nn = read(n) ;\n".into() }],
+        &Default::default(),
+        Target::Component,
+    )
+    .unwrap();
+    let rule = engine.load_component(&component, &omlet::LoadOptions::new()).await.unwrap();
+    assert!(!rule.wait_core_path());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_the_core_path_a_record_too_big_or_too_slow_fails_alone() {
+    use omlet::{Error, Limit};
+    let config = omlet::EngineConfig {
+        max_memory: 16 << 20,
+        call_deadline: std::time::Duration::from_millis(200),
+        coalesce: false,
+        ..Default::default()
+    };
+    let engine = omlet::Engine::with_config(&config).unwrap();
+    let slow = "name : t\n---\nseq = read(seq) ;\nv = match read(m) {\n    regex_match('[a-z]{1,300}X') => chars(yes),\n    _ => chars(no),\n};\n";
+    let rule = engine.load_source("t.oml", slow, &omlet::LoadOptions::new()).await.unwrap();
+    assert!(rule.wait_core_path());
+    let rec = |seq: usize, m: &str| omlet::Record::from_json(&format!("{{\"seq\":{seq},\"m\":\"{m}\"}}")).unwrap();
+    assert_eq!(rule.evaluate(&rec(0, "ab")).await.unwrap().to_json(), r#"{"seq":0,"v":"no"}"#);
+    match rule.evaluate(&rec(1, &"M".repeat(15 << 20))).await {
+        Err(Error::Limit { limit: Limit::Memory, .. }) => {}
+        other => panic!("expected a memory limit, got {:?}", other.map(|r| r.to_json().len())),
+    }
+    // A computation past the deadline: stopped on the sync paths (past their
+    // budget it moves to the async path), failed there by the deadline.
+    match rule.evaluate(&rec(2, &"a".repeat(200_000))).await {
+        Err(Error::Limit { limit: Limit::Deadline, .. }) => {}
+        other => panic!("expected the deadline, got {:?}", other.map(|r| r.to_json().len())),
+    }
+    // The rule goes on, on the core path.
+    let before = rule.core_path_calls();
+    assert_eq!(rule.evaluate(&rec(3, "ab")).await.unwrap().to_json(), r#"{"seq":3,"v":"no"}"#);
+    assert_eq!(rule.core_path_calls(), before + 1);
+}
