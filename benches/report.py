@@ -6,6 +6,7 @@
     python3 benches/report.py --only distinct   # rewrites only the distinct-key section and its plot
     python3 benches/report.py --only start      # rewrites only the start section (benches/start.rs, start_e2e.py)
     python3 benches/report.py --only trace-off  # rewrites only the tracing-off section (benches/trace_off.py)
+    python3 benches/report.py --only portable   # rewrites only the Go host and core ABI section (benches/go_bench.py)
 
 Every figure comes from one run: the median time per iteration that criterion
 estimated, turned into records/s with the bench's declared throughput. What
@@ -687,6 +688,7 @@ def main():
     lines += distinct_section(r, side)
     lines += start_section(r)
     lines += trace_off_section()
+    lines += portable_section(r)
     lines += kept_section(AB_BEGIN, AB_END)
     lines += ["## Not measured", "",
               "- sysbench (not installed; not in the allowed package sources here): mariadb-slap stands in "
@@ -1029,6 +1031,174 @@ def only_start():
     print("wrote the start section of BENCHMARKS.md")
 
 
+PORTABLE_BEGIN = "<!-- portable: written by benches/report.py -->"
+PORTABLE_END = "<!-- /portable -->"
+
+
+def portable_section(r):
+    """The Go host (go/bench_test.go, through benches/go_bench.py) beside the Rust host on the same rules
+    and records, and the core ABI's one-record call beside the native evaluator."""
+    lines = [PORTABLE_BEGIN, "## The Go host and the core ABI", ""]
+    try:
+        go = json.load(open(os.path.join(CRIT, "omlet-go.json")))
+    except (OSError, ValueError):
+        go = None
+    cells = (go or {}).get("cells", {})
+    rps = lambda k: r[k]["rps"] if k in r else None
+    gorps = lambda k: (cells.get(k) or {}).get("records_per_second")
+    cell = lambda v: "not measured" if v is None else f"{fmt_rps(v)}/s"
+    used = ["pure/wasm_single", "pure/wasm_batch/256", "real/wasm_single", "real/wasm_batch_256",
+            "baseline/core_abi_pure_call", "pure/native", "baseline/wasmtime_echo_call"]
+
+    def measured_at(keys):
+        """When criterion wrote the estimates of these cells (their files' times), as a span."""
+        times = []
+        for k in keys:
+            f = os.path.join(CRIT, *k.split("/"), "new", "estimates.json")
+            if k in r and os.path.exists(f):
+                times.append(datetime.datetime.fromtimestamp(os.path.getmtime(f), datetime.timezone.utc))
+        if not times:
+            return None
+        lo, hi = min(times).strftime("%Y-%m-%d %H:%M"), max(times).strftime("%Y-%m-%d %H:%M UTC")
+        return hi if lo == hi[:16] else f"{lo} to {hi}"
+
+    when = os.environ.get("OMLET_REPORT_DATE") or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    rust_at = measured_at(used)
+    lines += [
+        f"Written {when} on {machine()}, at {os.environ.get('OMLET_REPORT_COMMIT') or commit(None)}. The figures come "
+        "from one run of `OMLET_BENCH_QUICK=1 cargo bench -p omlet-benches --bench eval -- "
+        "\"pure/|real/|baseline/core_abi|baseline/wasmtime_echo\" && python3 benches/go_bench.py && "
+        "python3 benches/report.py --only portable`, one after the other on the same machine: the Rust cells are "
+        "criterion's medians (target/criterion"
+        + (f", written {rust_at}" if rust_at else "") + "), the Go cells "
+        + (f"`{go['command']}` in go/ ({go.get('go', 'go')}, GOMAXPROCS {go.get('gomaxprocs')}, {go['ops']} records, "
+           f"hot set {go['hot']}), the median of its {go['count']} repetitions, run {go['date']} at {go['commit']}"
+           if go else "from `benches/go_bench.py` (target/criterion/omlet-go.json)")
+        + ". This section can be newer than the rest of the page (`report.py --only portable`); the page's "
+        "header says how much figures vary on this VM from run to run.", "",
+        "The Go host (package omlet in go/, pure Go on wazero, no cgo) runs the core module of `omlet build "
+        "--target core` through the core ABI (docs/abi.md); the Rust host runs the component. Both evaluate the "
+        "same rules on the same records (go/bench_test.go rebuilds benches/src/lib.rs's `id_records` and "
+        "`nginx`): pure `V = read(id) ;`, and examples/nginx/nginx.oml with its knowdb in in-memory SQLite. One "
+        "goroutine or one task, `Evaluate` / `evaluate` for one record per call, `EvaluateBatch` / "
+        "`evaluate_batch` for 256.", ""]
+
+    # --- Go against Rust -----------------------------------------------------------
+    rows = [("pure, one record per call", "pure/wasm_single", "Pure/single"),
+            ("pure, batches of 256", "pure/wasm_batch/256", "Pure/batch256"),
+            ("real (nginx), one record per call", "real/wasm_single", "Real/single"),
+            ("real (nginx), batches of 256", "real/wasm_batch_256", "Real/batch256")]
+    lines += ["### Go host against Rust host", ""]
+    if not go or not any(gorps(g) for _, _, g in rows) or not any(rps(k) for _, k, _ in rows):
+        lines += ["Not measured in this run.", ""]
+    else:
+        lines += ["Target: the Go host within 2× of the Rust host (Go ≥ 0.5× Rust, records/s).", "",
+                  "| cell | Rust host | Go host | Go ÷ Rust | within 2× |", "|---|---:|---:|---:|---|"]
+        for label, rk, gk in rows:
+            a, b = rps(rk), gorps(gk)
+            q = None if a is None or b is None else b / a
+            lines.append(f"| {label} (`{rk}`, `{gk}`) | {cell(a)} | {cell(b)} | "
+                         f"{'—' if q is None else f'{q:.2f}'} | "
+                         f"{'—' if q is None else ('yes' if q >= 0.5 else 'no')} |")
+        lines.append("")
+        conc = [("pure, one record per call, 4 at once", "concurrency_pure/4", "Pure/single_c4"),
+                ("pure, batches of 256, 4 at once", "concurrency_pure_batched/4", "Pure/batch256_c4")]
+        if any(gorps(g) for _, _, g in conc):
+            lines += ["Four callers on one rule (not judged): Go, 4 goroutines making their own calls, GOMAXPROCS "
+                      "threads; Rust, 4 tasks on a 2-worker runtime, whose one-record calls are coalesced into "
+                      "batch calls (the Rust cell is shown when this run measured it).", "",
+                      "| cell | Rust host | Go host | Go ÷ Rust |", "|---|---:|---:|---:|"]
+            for label, rk, gk in conc:
+                a, b = rps(rk), gorps(gk)
+                lines.append(f"| {label} (`{rk}`, `{gk}`) | {cell(a)} | {cell(b)} | "
+                             f"{'—' if a is None or b is None else f'{b / a:.2f}'} |")
+            lines.append("")
+
+    # --- the core ABI's one-record call -------------------------------------------------
+    lines += ["### The core ABI's one-record call", ""]
+    native, core = rps("pure/native"), rps("baseline/core_abi_pure_call")
+    single, echo = rps("pure/wasm_single"), rps("baseline/wasmtime_echo_call")
+    if native is None or (core is None and single is None):
+        lines += ["Not measured in this run.", ""]
+    else:
+        us = lambda v: "—" if v is None else f"{1e6 / v:.3f}"
+        ratio_ = lambda v: "—" if v is None else f"{v / native:.2f}"
+        # Does this run's Rust host take the core path for one-record calls? The bench source says
+        # so (a `_component` cell with the core path off beside it), as the working tree has it.
+        try:
+            eval_rs = open(os.path.join(ROOT, "benches", "benches", "eval.rs")).read()
+        except OSError:
+            eval_rs = ""
+        component = rps("pure/wasm_single_component")
+        source_core = "wasm_single_component" in eval_rs and "core_path" in eval_rs
+        host_core = source_core and component is not None
+        bare = ("The pure rule, one record per call, on one thread. `baseline/core_abi_pure_call` is the bare call "
+                "through the core ABI on wasmtime (`benches/src/core_call.rs`): the pure record's frame in, the "
+                "output frame copied out, no host record code (no `Record` built or read) and no instance pool. ")
+        if host_core:
+            lines += [bare + "`pure/wasm_single` is the Rust host's `Rule::evaluate`, which in this run's code "
+                      "takes the core path for one-record calls (`EngineConfig::core_path`, on by default; the "
+                      "bench waits until the rule's core path is compiled), and `pure/wasm_single_component` the "
+                      "same calls with the core path off, every one a component call. So the bare core cell is "
+                      "the ceiling of the path, and the host's cell what it reaches with its record code and pool.",
+                      ""]
+        elif source_core:
+            lines += [bare + "The bench's code (benches/benches/eval.rs) has the Rust host take the core path for "
+                      "one-record calls, but target/criterion holds no `pure/wasm_single_component` cell (the same "
+                      "calls with the core path off), so `pure/wasm_single` may come from a run of earlier code, "
+                      "on the component path: it is not known here which path it measured.", ""]
+        else:
+            lines += [bare + "**The Rust host does not yet take the core path**: `Rule::evaluate` calls the "
+                      "component (`pure/wasm_single`). So the core cell shows what a one-record call on that "
+                      "path could reach, not what the host does.", ""]
+        lines += [
+            "| cell | records/s | µs/record | ÷ native |", "|---|---:|---:|---:|",
+            f"| native evaluator (`pure/native`) | {cell(native)} | {us(native)} | 1.00 |",
+            f"| bare core ABI call (`baseline/core_abi_pure_call`) | {cell(core)} | {us(core)} | {ratio_(core)} |",
+            f"| Rust host, `Rule::evaluate` (`pure/wasm_single`"
+            f"{', core path' if host_core else ('' if source_core else ', component call')}) | "
+            f"{cell(single)} | {us(single)} | {ratio_(single)} |",
+        ] + ([f"| Rust host, core path off: a component call (`pure/wasm_single_component`) | {cell(component)} | "
+              f"{us(component)} | {ratio_(component)} |"] if host_core else []) + [
+            f"| wasmtime's echo of the frame, no evaluation (`baseline/wasmtime_echo_call`) | {cell(echo)} | "
+            f"{us(echo)} | {ratio_(echo)} |", "",
+            "| target | measured | met |", "|---|---|---|",
+            "| the Rust host's one-record pure rate ≥ 0.5× native | "
+            + ("not measured | — |" if single is None else
+               f"{single / native:.2f}× (`pure/wasm_single` ÷ `pure/native`) | {'yes' if single / native >= 0.5 else 'no'} |"),
+            "| what the core path could reach: the bare core call ≥ 0.5× native (not the host) | "
+            + ("not measured | — |" if core is None else
+               f"{core / native:.2f}× (`baseline/core_abi_pure_call` ÷ `pure/native`) | "
+               f"{'within reach' if core / native >= 0.5 else 'out of reach even bare'} |"), ""]
+
+    # --- the Go host's start --------------------------------------------------------
+    lines += ["### The Go host's start", ""]
+    cached, cold = cells.get("Start/cached"), cells.get("Start/cold")
+    if not cached and not cold:
+        lines += ["Not measured in this run.", ""]
+    else:
+        ms = lambda c: "not measured" if not c else f"{c['ns_per_op'] / 1e6:.1f} ms"
+        every = lambda c: "" if not c else ", ".join(f"{x / 1e6:.1f}" for x in c.get("runs_ns_per_op", []))
+        lines += [
+            "Per iteration: `omlet.Load` of the nginx rule's core module (compiling it, or reading wazero's "
+            "compilation cache, `Options.CompilationCacheDir`, filled before the timer; then checking the ABI, "
+            "reading its info and binding its statements to the knowdb, itself loaded once before the timer) and "
+            "its first `Evaluate`. Closing the rule is not timed. Target: a start with a warm cache under 20 ms.",
+            "",
+            "| start of the nginx rule (Go) | median | every repetition (ms) | < 20 ms |", "|---|---:|---|---|",
+            f"| warm compilation cache (`Start/cached`) | {ms(cached)} | {every(cached)} | "
+            f"{'—' if not cached else ('met' if cached['ns_per_op'] < 20e6 else 'missed')} |",
+            f"| no cache, compiled by wazero (`Start/cold`) | {ms(cold)} | {every(cold)} | not judged |", ""]
+    lines += [PORTABLE_END, ""]
+    return lines
+
+
+def only_portable():
+    """Rewrites the Go host and core ABI section of BENCHMARKS.md in place (or adds it before "## Not measured")."""
+    rewrite_section(PORTABLE_BEGIN, PORTABLE_END, portable_section(load()))
+    print("wrote the Go host and core ABI section of BENCHMARKS.md")
+
+
 AB_BEGIN = "<!-- before-after: written by hand from one A/B run; report.py keeps it -->"
 AB_END = "<!-- /before-after -->"
 
@@ -1160,5 +1330,7 @@ if __name__ == "__main__":
         only_start()
     elif sys.argv[1:] == ["--only", "trace-off"]:
         only_trace_off()
+    elif sys.argv[1:] == ["--only", "portable"]:
+        only_portable()
     else:
         main()
