@@ -328,30 +328,6 @@ fn helpers_in(sql: &str) -> impl Iterator<Item = &'static str> + '_ {
 
 // --- the imports, as `DoorHost` calls them ---
 
-fn put_cell(out: &mut Vec<u8>, c: &Cell) {
-    match c {
-        Cell::Null => out.push(0),
-        Cell::Integer(i) => {
-            out.push(1);
-            out.extend_from_slice(&i.to_le_bytes());
-        }
-        Cell::Real(f) => {
-            out.push(2);
-            out.extend_from_slice(&f.to_bits().to_le_bytes());
-        }
-        Cell::Text(s) => {
-            out.push(3);
-            put_u32(out, s.len());
-            out.extend_from_slice(s.as_bytes());
-        }
-        Cell::Blob(b) => {
-            out.push(4);
-            put_u32(out, b.len());
-            out.extend_from_slice(b);
-        }
-    }
-}
-
 /// Calls an answering import with the answer buffer, and fetches the answer
 /// with `take` when it did not fit: the answer's bytes.
 fn answered(call: impl FnOnce(*mut u8, u32) -> u32) -> Result<&'static [u8], QueryError> {
@@ -402,17 +378,8 @@ impl<'a> Cursor<'a> {
         core::str::from_utf8(b).map(str::to_string).map_err(|_| bad("the host's answer holds text that is not UTF-8".to_string()))
     }
     fn cell(&mut self) -> Result<Cell, QueryError> {
-        Ok(match self.u8()? {
-            0 => Cell::Null,
-            1 => Cell::Integer(self.u64()? as i64),
-            2 => Cell::Real(f64::from_bits(self.u64()?)),
-            3 => Cell::Text(self.text()?),
-            4 => {
-                let n = self.u32()?;
-                Cell::Blob(self.bytes(n)?.to_vec())
-            }
-            t => return Err(bad(alloc::format!("the host's answer holds a cell of unknown tag {t}"))),
-        })
+        omlet_lang::cell::read_cell(&mut self.0)
+            .ok_or_else(|| bad("the host's answer holds a cell that does not read".to_string()))
     }
     /// An error answer's `code | fatal | message` (after its kind byte).
     fn error(&mut self) -> QueryError {
@@ -431,7 +398,7 @@ pub(crate) fn query(statement: u32, params: &[Cell]) -> Result<(Option<Vec<Cell>
     d.params.clear();
     put_u32(&mut d.params, params.len());
     for c in params {
-        put_cell(&mut d.params, c);
+        omlet_lang::cell::push_cell(&mut d.params, c);
     }
     let (p, len) = (d.params.as_ptr(), d.params.len() as u32);
     // SAFETY: the parameters and the buffer are the guest's, valid for the call.

@@ -37,31 +37,65 @@ pub fn cell_of(v: &Value<'_>) -> Cell {
 }
 
 /// Appends an exact byte key for a parameter list, for lookup caches (the
-/// guest's and the host's).
+/// guest's and the host's): each cell as [`push_cell`] writes it.
 pub fn push_cells_key(params: &[Cell], out: &mut Vec<u8>) {
     for p in params {
-        match p {
-            Cell::Null => out.push(0),
-            Cell::Integer(i) => {
-                out.push(1);
-                out.extend_from_slice(&i.to_le_bytes());
-            }
-            Cell::Real(f) => {
-                out.push(2);
-                out.extend_from_slice(&f.to_bits().to_le_bytes());
-            }
-            Cell::Text(s) => {
-                out.push(3);
-                out.extend_from_slice(&(s.len() as u32).to_le_bytes());
-                out.extend_from_slice(s.as_bytes());
-            }
-            Cell::Blob(b) => {
-                out.push(4);
-                out.extend_from_slice(&(b.len() as u32).to_le_bytes());
-                out.extend_from_slice(b);
-            }
+        push_cell(out, p);
+    }
+}
+
+/// Appends one cell as the core ABI carries it (docs/abi.md), which is also
+/// its part of a cache key: a tag byte, then `0` null; `1` integer (i64);
+/// `2` real (f64 bits); `3` text and `4` blob (u32 length, bytes), all
+/// little-endian.
+pub fn push_cell(out: &mut Vec<u8>, c: &Cell) {
+    match c {
+        Cell::Null => out.push(0),
+        Cell::Integer(i) => {
+            out.push(1);
+            out.extend_from_slice(&i.to_le_bytes());
+        }
+        Cell::Real(f) => {
+            out.push(2);
+            out.extend_from_slice(&f.to_bits().to_le_bytes());
+        }
+        Cell::Text(s) => {
+            out.push(3);
+            out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+            out.extend_from_slice(s.as_bytes());
+        }
+        Cell::Blob(b) => {
+            out.push(4);
+            out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+            out.extend_from_slice(b);
         }
     }
+}
+
+/// Reads one cell as [`push_cell`] wrote it from the front of `b`, which it
+/// advances; `None` when the bytes do not hold one (cut short, an unknown
+/// tag, text that is not UTF-8).
+pub fn read_cell(b: &mut &[u8]) -> Option<Cell> {
+    fn take<'a>(b: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
+        let (head, rest) = b.split_at_checked(n)?;
+        *b = rest;
+        Some(head)
+    }
+    let len = |b: &mut &[u8]| Some(u32::from_le_bytes(take(b, 4)?.try_into().ok()?) as usize);
+    Some(match take(b, 1)?[0] {
+        0 => Cell::Null,
+        1 => Cell::Integer(i64::from_le_bytes(take(b, 8)?.try_into().ok()?)),
+        2 => Cell::Real(f64::from_bits(u64::from_le_bytes(take(b, 8)?.try_into().ok()?))),
+        3 => {
+            let n = len(b)?;
+            Cell::Text(String::from(core::str::from_utf8(take(b, n)?).ok()?))
+        }
+        4 => {
+            let n = len(b)?;
+            Cell::Blob(take(b, n)?.to_vec())
+        }
+        _ => return None,
+    })
 }
 
 /// Column mapping (spec §8.11.3).

@@ -25,15 +25,16 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use omlet_lang::Cell;
+use omlet_lang::cell::{push_cell, read_cell};
 use wasmtime::{Caller, InstancePre, Linker, Memory, Module, Store, TypedFunc};
 
 use super::bindings::exports::omlet::rule::evaluator as ev;
 use super::engine::Engine;
 use super::imports::resolve;
-use super::invoke::{Instance, SKIP_AFTER_MISS};
+use super::invoke::Instance;
 use super::pool::{Idle, Pool};
 use super::rule::Rule;
-use super::store::{MoveToAsync, Shared, StoreState, call_error, new_store};
+use super::store::{MoveToAsync, Shared, StoreState, new_store};
 use crate::{Error, Result};
 
 /// The import module of the core ABI.
@@ -210,7 +211,7 @@ fn query(s: &mut StoreState, statement: u32, params: &[Cell]) -> Vec<u8> {
                     let mut a = vec![0u8, u8::from(cacheable)];
                     a.extend_from_slice(&(cells.len() as u32).to_le_bytes());
                     for c in &cells {
-                        put_cell(&mut a, c);
+                        push_cell(&mut a, c);
                     }
                     a
                 }
@@ -232,57 +233,15 @@ fn error_answer(message: &str, fatal: bool) -> Vec<u8> {
     a
 }
 
-fn put_cell(out: &mut Vec<u8>, c: &Cell) {
-    match c {
-        Cell::Null => out.push(0),
-        Cell::Integer(i) => {
-            out.push(1);
-            out.extend_from_slice(&i.to_le_bytes());
-        }
-        Cell::Real(f) => {
-            out.push(2);
-            out.extend_from_slice(&f.to_bits().to_le_bytes());
-        }
-        Cell::Text(s) => {
-            out.push(3);
-            out.extend_from_slice(&(s.len() as u32).to_le_bytes());
-            out.extend_from_slice(s.as_bytes());
-        }
-        Cell::Blob(b) => {
-            out.push(4);
-            out.extend_from_slice(&(b.len() as u32).to_le_bytes());
-            out.extend_from_slice(b);
-        }
-    }
-}
-
 /// The guest's parameter cells (`u32 count | cells`), or `None` when they
 /// do not read.
-fn decode_cells(mut b: &[u8]) -> Option<Vec<Cell>> {
-    fn take<'a>(b: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
-        let (head, rest) = b.split_at_checked(n)?;
-        *b = rest;
-        Some(head)
-    }
-    let word = |b: &mut &[u8]| Some(u32::from_le_bytes(take(b, 4)?.try_into().ok()?) as usize);
-    let n = word(&mut b)?;
+fn decode_cells(b: &[u8]) -> Option<Vec<Cell>> {
+    let (count, mut b) = b.split_at_checked(4)?;
+    let n = u32::from_le_bytes(count.try_into().ok()?) as usize;
+    // At most one cell per byte left: a bound on what a bad count reserves.
     let mut cells = Vec::with_capacity(n.min(b.len()));
     for _ in 0..n {
-        let cell = match take(&mut b, 1)?[0] {
-            0 => Cell::Null,
-            1 => Cell::Integer(i64::from_le_bytes(take(&mut b, 8)?.try_into().ok()?)),
-            2 => Cell::Real(f64::from_bits(u64::from_le_bytes(take(&mut b, 8)?.try_into().ok()?))),
-            3 => {
-                let len = word(&mut b)?;
-                Cell::Text(std::str::from_utf8(take(&mut b, len)?).ok()?.to_string())
-            }
-            4 => {
-                let len = word(&mut b)?;
-                Cell::Blob(take(&mut b, len)?.to_vec())
-            }
-            _ => return None,
-        };
-        cells.push(cell);
+        cells.push(read_cell(&mut b)?);
     }
     b.is_empty().then_some(cells)
 }
@@ -441,51 +400,15 @@ impl Rule {
     /// A one-record call on the core path (see [`Core`]).
     pub(super) fn evaluate_core(&self, route: &ev::Route, input: &[u8]) -> Core {
         let Some(path) = self.core() else { return Core::NotReady };
-        if path.skip.load(Ordering::Relaxed) > 0
-            && path.skip.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1)).is_ok()
-        {
-            return Core::Elsewhere;
-        }
-        match self.call_core(path, route, input) {
+        let make = || Instance::new_core(&self.inner.engine, path, self.inner.shared.clone());
+        let call =
+            |calls: &mut CoreCalls, store: &mut Store<StoreState>, generation| calls.evaluate(store, generation, route, input);
+        match self.call_fiberless(&path.idle, &path.skip, make, call) {
             Some(out) => {
                 path.answered.fetch_add(1, Ordering::Relaxed);
                 Core::Done(out)
             }
             None => Core::Elsewhere,
-        }
-    }
-
-    /// The call itself: `None` when it must be made on the async path.
-    fn call_core(
-        &self,
-        path: &CorePath,
-        route: &ev::Route,
-        input: &[u8],
-    ) -> Option<Result<std::result::Result<Vec<u8>, ev::EvalError>>> {
-        let generation = self.generation();
-        let mut inst = match path.idle.take() {
-            Some(i) => i,
-            None => match Instance::new_core(&self.inner.engine, path, self.inner.shared.clone())? {
-                Ok(i) => i,
-                Err(e) => return Some(Err(e)),
-            },
-        };
-        inst.arm(&self.inner.engine.config, generation);
-        let out = inst.calls.evaluate(&mut inst.store, generation, route, input);
-        if inst.store.data().would_block {
-            path.skip.store(SKIP_AFTER_MISS, Ordering::Relaxed);
-            if out.is_ok() {
-                self.checkin(&path.idle, inst);
-            }
-            return None;
-        }
-        match out {
-            Ok(r) => {
-                self.checkin(&path.idle, inst);
-                Some(Ok(r))
-            }
-            Err(e) if e.downcast_ref::<MoveToAsync>().is_some() => None,
-            Err(e) => Some(Err(call_error(&inst.store, e))),
         }
     }
 }
@@ -499,7 +422,7 @@ mod tests {
         let cells = vec![Cell::Null, Cell::Integer(-7), Cell::Real(1.5), Cell::Text("zone".into()), Cell::Blob(vec![0, 255])];
         let mut b = (cells.len() as u32).to_le_bytes().to_vec();
         for c in &cells {
-            put_cell(&mut b, c);
+            push_cell(&mut b, c);
         }
         assert_eq!(decode_cells(&b), Some(cells));
         assert_eq!(decode_cells(&b[..b.len() - 1]), None, "cut short");

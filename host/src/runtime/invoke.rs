@@ -251,33 +251,52 @@ impl Rule {
         f: impl FnOnce(&SyncCalls, &mut Store<StoreState>, u64) -> wasmtime::Result<R>,
     ) -> Option<Result<R>> {
         let path = self.inner.sync.as_ref()?;
-        if path.skip.load(Ordering::Relaxed) > 0
-            && path.skip.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1)).is_ok()
+        let make = || Instance::new_sync(&self.inner.engine, path, self.inner.shared.clone());
+        self.call_fiberless(&path.idle, &path.skip, make, |calls, store, generation| f(calls, store, generation))
+    }
+
+    /// A fiber-less call `f` on an idle instance of `idle`, or a new one
+    /// that `make` gives (`None` from it: none can be made without waiting),
+    /// at the current knowledge generation; `skip` counts the calls still
+    /// to send to the async path after a miss. `None` when the call must be
+    /// made on the async path: skipped, no instance, a lookup missed the
+    /// shared cache, or the call computed past [`SYNC_BUDGET`]. Nothing the
+    /// call did is kept then. Both fiber-less paths (the component's sync
+    /// calls and `core_path.rs`) are this, with their own instances.
+    pub(super) fn call_fiberless<C: Send, R>(
+        &self,
+        idle: &Pool<Instance<C>>,
+        skip: &AtomicU32,
+        make: impl FnOnce() -> Option<Result<Instance<C>>>,
+        f: impl FnOnce(&mut C, &mut Store<StoreState>, u64) -> wasmtime::Result<R>,
+    ) -> Option<Result<R>> {
+        if skip.load(Ordering::Relaxed) > 0
+            && skip.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1)).is_ok()
         {
             return None;
         }
         let generation = self.generation();
-        let mut inst = match path.idle.take() {
+        let mut inst = match idle.take() {
             Some(i) => i,
-            None => match Instance::new_sync(&self.inner.engine, path, self.inner.shared.clone())? {
+            None => match make()? {
                 Ok(i) => i,
                 Err(e) => return Some(Err(e)),
             },
         };
         inst.arm(&self.inner.engine.config, generation);
-        let out = f(&inst.calls, &mut inst.store, generation);
+        let out = f(&mut inst.calls, &mut inst.store, generation);
         if inst.store.data().would_block {
-            path.skip.store(SKIP_AFTER_MISS, Ordering::Relaxed);
+            skip.store(SKIP_AFTER_MISS, Ordering::Relaxed);
             // The guest finished normally (the lookup failed as fatal), so the
             // instance is sound; only its answer is dropped.
             if out.is_ok() {
-                self.checkin(&path.idle, inst);
+                self.checkin(idle, inst);
             }
             return None;
         }
         match out {
             Ok(r) => {
-                self.checkin(&path.idle, inst);
+                self.checkin(idle, inst);
                 Some(Ok(r))
             }
             // A stopped or trapped instance is dropped, never reused.
