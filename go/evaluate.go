@@ -95,26 +95,50 @@ func (r *Rule) encode(recs ...Record) ([]byte, *EvalError) {
 	return frame, nil
 }
 
+// encodeReused is encode into a pooled writer (releaseWriter gives it
+// back once the frame is no longer needed).
+func (r *Rule) encodeReused(rec Record) (*frameWriter, []byte, *EvalError) {
+	w, frame, err := encodeReused(rec)
+	if err != nil {
+		return nil, nil, &EvalError{Kind: GuestFailed, Message: err.Error(), Err: err}
+	}
+	if len(frame) > r.opts.MaxRecordBytes {
+		releaseWriter(w)
+		return nil, nil, &EvalError{Kind: Limit, Limit: LimitRecordBytes, Message: fmt.Sprintf("the record takes %d bytes, more than %d", len(frame), r.opts.MaxRecordBytes)}
+	}
+	return w, frame, nil
+}
+
 // Evaluate evaluates one record with the model route names.
 func (r *Rule) Evaluate(ctx context.Context, rec Record, rt Route) (Record, error) {
 	ar, rerr := rt.resolve(rec)
 	if rerr != nil {
 		return Record{}, rerr
 	}
-	frame, eerr := r.encode(rec)
+	w, frame, eerr := r.encodeReused(rec)
 	if eerr != nil {
 		return Record{}, eerr
 	}
-	status, data, cerr := r.callOn(ctx, exportEvaluate, ar, frame)
+	var (
+		out  Record
+		oerr error
+	)
+	_, _, cerr := r.callOnView(ctx, exportEvaluate, ar, frame, func(status uint32, data []byte) {
+		if status != statusDone {
+			oerr = statusError(status, 0, validText(data))
+			return
+		}
+		var err error
+		if out, err = decodeOne(data); err != nil {
+			oerr = internalError("the guest's output record: %v", err)
+		}
+	})
+	releaseWriter(w)
 	if cerr != nil {
 		return Record{}, cerr
 	}
-	if status != statusDone {
-		return Record{}, statusError(status, 0, validText(data))
-	}
-	out, err := decodeOne(data)
-	if err != nil {
-		return Record{}, internalError("the guest's output record: %v", err)
+	if oerr != nil {
+		return Record{}, oerr
 	}
 	return out, nil
 }
@@ -189,9 +213,13 @@ func (r *Rule) group(ctx context.Context, records []Record, idx []int, ar route,
 		for k, i := range idx {
 			recs[k] = records[i]
 		}
-		frame, err := EncodeFrame(recs...)
+		w, frame, err := encodeReused(recs...)
+		if err == nil && len(frame) > r.opts.MaxRecordBytes {
+			releaseWriter(w)
+		}
 		if err == nil && len(frame) <= r.opts.MaxRecordBytes {
 			outs, cerr := r.batchCall(ctx, ar, frame, len(idx), lines)
+			releaseWriter(w)
 			if cerr == nil {
 				for k, i := range idx {
 					o := outs[k]
@@ -207,12 +235,13 @@ func (r *Rule) group(ctx context.Context, records []Record, idx []int, ar route,
 		}
 	}
 	for _, i := range idx {
-		frame, eerr := r.encode(records[i])
+		w, frame, eerr := r.encodeReused(records[i])
 		if eerr != nil {
 			done(i, Record{}, nil, eerr.at(i))
 			continue
 		}
 		outs, cerr := r.batchCall(ctx, ar, frame, 1, lines)
+		releaseWriter(w)
 		if cerr != nil {
 			done(i, Record{}, nil, cerr.at(i))
 			continue

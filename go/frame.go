@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -37,6 +38,8 @@ type frameWriter struct {
 	text  []byte
 	count uint32
 	err   error
+	// out is the frame, for encodeReused.
+	out []byte
 }
 
 func (w *frameWriter) span(s string) {
@@ -132,6 +135,40 @@ func (w *frameWriter) appendTo(out []byte) []byte {
 	return append(out, w.text...)
 }
 
+// writerPool keeps frame writers (and their frames) for the one-record
+// calls, whose frame is copied into the guest and then done with.
+var writerPool = sync.Pool{New: func() any { return new(frameWriter) }}
+
+// encodeReused is EncodeFrame into a pooled writer: the frame is good until
+// release(w) gives the writer back.
+func encodeReused(records ...Record) (*frameWriter, []byte, error) {
+	w := writerPool.Get().(*frameWriter)
+	w.sizes, w.nodes, w.text, w.count, w.err = w.sizes[:0], w.nodes[:0], w.text[:0], 0, nil
+	for _, r := range records {
+		w.record(r)
+	}
+	if w.err != nil {
+		err := w.err
+		releaseWriter(w)
+		return nil, nil, err
+	}
+	if uint64(len(w.nodes)) > math.MaxUint32 || uint64(len(w.text)) > math.MaxUint32 {
+		releaseWriter(w)
+		return nil, nil, errors.New("frame too large")
+	}
+	w.out = w.appendTo(w.out[:0])
+	return w, w.out, nil
+}
+
+// releaseWriter gives a writer back to the pool, unless it grew large.
+func releaseWriter(w *frameWriter) {
+	if cap(w.out) > 1<<20 || cap(w.nodes) > 1<<20 || cap(w.text) > 1<<20 {
+		return
+	}
+	w.err = nil
+	writerPool.Put(w)
+}
+
 // EncodeFrame writes records as one frame. It fails on a value that no
 // frame can hold (a bigint that is not canonical, an ipv4 value holding an
 // IPv6 address, an unknown kind) or a frame past 4 GiB.
@@ -158,8 +195,18 @@ type frameReader struct {
 }
 
 func newFrameReader(b []byte) (*frameReader, error) {
+	r := new(frameReader)
+	if err := r.init(b); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// init sets r to read the frame b (its text copied: what r reads does not
+// hold on to b).
+func (r *frameReader) init(b []byte) error {
 	if len(b) < 12 {
-		return nil, frameErr("truncated frame")
+		return frameErr("truncated frame")
 	}
 	records := uint64(binary.LittleEndian.Uint32(b))
 	nodeBytes := uint64(binary.LittleEndian.Uint32(b[4:]))
@@ -168,13 +215,14 @@ func newFrameReader(b []byte) (*frameReader, error) {
 	nodesEnd := sizesEnd + nodeBytes
 	textEnd := nodesEnd + textBytes
 	if textEnd != uint64(len(b)) {
-		return nil, frameErr("frame length does not match its header")
+		return frameErr("frame length does not match its header")
 	}
 	text := b[nodesEnd:textEnd]
 	if !utf8.Valid(text) {
-		return nil, frameErr("frame text is not UTF-8")
+		return frameErr("frame text is not UTF-8")
 	}
-	return &frameReader{sizes: b[12:sizesEnd], nodes: b[sizesEnd:nodesEnd], text: string(text)}, nil
+	*r = frameReader{sizes: b[12:sizesEnd], nodes: b[sizesEnd:nodesEnd], text: string(text)}
+	return nil
 }
 
 func (r *frameReader) records() int { return len(r.sizes) / 4 }
@@ -332,14 +380,22 @@ func DecodeFrame(b []byte) ([]Record, error) {
 	return out, nil
 }
 
-// decodeOne reads the one record of a frame.
+// decodeOne reads the one record of a frame (DecodeFrame's checks, without
+// its slice of records).
 func decodeOne(b []byte) (Record, error) {
-	recs, err := DecodeFrame(b)
+	var r frameReader
+	if err := r.init(b); err != nil {
+		return Record{}, err
+	}
+	if n := r.records(); n != 1 {
+		return Record{}, fmt.Errorf("expected one output record, the frame has %d", n)
+	}
+	rec, err := r.record(r.size(0))
 	if err != nil {
 		return Record{}, err
 	}
-	if len(recs) != 1 {
-		return Record{}, fmt.Errorf("expected one output record, the frame has %d", len(recs))
+	if r.at != len(r.nodes) {
+		return Record{}, frameErr("nodes left over after the last record")
 	}
-	return recs[0], nil
+	return rec, nil
 }

@@ -32,7 +32,9 @@ type instance struct {
 	// Set when the guest's memory could not grow past the rule's cap.
 	memHit atomic.Bool
 	clock  callClock
-	stack  [4]uint64
+	// Set when the instance must not be used again.
+	dead  bool
+	stack [4]uint64
 }
 
 // cappedMemory backs an instance's linear memory and refuses to grow it
@@ -110,6 +112,7 @@ func (r *Rule) newInstance(ctx context.Context) (*instance, error) {
 }
 
 func (in *instance) close() {
+	in.clock.close()
 	if in.mod != nil {
 		_ = in.mod.Close(context.Background())
 	}
@@ -117,6 +120,16 @@ func (in *instance) close() {
 
 // answer reads the return area and copies out the answer it points at.
 func (in *instance) answer() (status uint32, data []byte, err error) {
+	status, b, err := in.answerView()
+	if err != nil {
+		return 0, nil, err
+	}
+	return status, append([]byte(nil), b...), nil
+}
+
+// answerView is answer without the copy: the bytes are the guest's, good
+// until the instance is called again.
+func (in *instance) answerView() (status uint32, data []byte, err error) {
 	ra, ok := in.mem.Read(in.retArea, 12)
 	if !ok {
 		return 0, nil, errors.New("the return area is outside the guest's memory")
@@ -127,7 +140,7 @@ func (in *instance) answer() (status uint32, data []byte, err error) {
 	if !ok {
 		return 0, nil, fmt.Errorf("the answer (%d bytes at %d) is outside the guest's memory", n, ptr)
 	}
-	return status, append([]byte(nil), b...), nil
+	return status, b, nil
 }
 
 // info calls omlet_info.
@@ -155,8 +168,9 @@ type route struct {
 // call makes one evaluating call: the route's text and the frame written
 // into the input buffer, fn called, the answer copied out. An error is a
 // call that did not finish (the instance is then unusable: the caller drops
-// it), as an *EvalError.
-func (in *instance) call(ctx context.Context, fn api.Function, generation uint64, rt route, frame []byte) (uint32, []byte, *EvalError) {
+// it), as an *EvalError. With view, the answer is not copied out: it is the
+// guest's bytes, good until the instance is called again.
+func (in *instance) call(ctx context.Context, fn api.Function, generation uint64, rt route, frame []byte, view bool) (uint32, []byte, *EvalError) {
 	total := uint64(len(rt.text)) + uint64(len(frame))
 	if total > uint64(in.inCap) {
 		if total > 1<<32-1 {
@@ -183,7 +197,11 @@ func (in *instance) call(ctx context.Context, fn api.Function, generation uint64
 	if err := in.invoke(ctx, fn, stack); err != nil {
 		return 0, nil, err
 	}
-	status, data, aerr := in.answer()
+	answer := in.answer
+	if view {
+		answer = in.answerView
+	}
+	status, data, aerr := answer()
 	if aerr != nil {
 		return 0, nil, &EvalError{Kind: Internal, Message: aerr.Error()}
 	}
@@ -193,9 +211,15 @@ func (in *instance) call(ctx context.Context, fn api.Function, generation uint64
 // invoke calls fn with the call deadline armed and the instance in the
 // context for the imports.
 func (in *instance) invoke(ctx context.Context, fn api.Function, stack []uint64) *EvalError {
-	cctx := in.clock.start(context.WithValue(ctx, instanceKey{}, in), in.rule.opts.CallDeadline)
+	cctx := in.clock.start(ctx, in, in.rule.opts.CallDeadline)
 	err := fn.CallWithStack(cctx, stack)
-	fired := in.clock.stop()
+	fired, stopped := in.clock.stop()
+	if stopped {
+		// The instance's context is done for good (the deadline or the
+		// caller's context ended it, perhaps just as the call returned):
+		// the instance must not be used again.
+		in.dead = true
+	}
 	if err == nil {
 		return nil
 	}
@@ -210,54 +234,149 @@ func (in *instance) invoke(ctx context.Context, fn api.Function, stack []uint64)
 	return &EvalError{Kind: Trap, Message: err.Error(), Err: err}
 }
 
-var errDeadlinePassed = errors.New("the call deadline passed")
+// callContext is the context of an instance's calls: the caller's context,
+// with the instance as its instanceKey value, done once the call deadline
+// passed or the caller's context ended during a call. It lives as long as
+// its instance (one allocation, not one a call); once done it stays done,
+// and the instance is dropped.
+type callContext struct {
+	parent context.Context
+	in     *instance
+	done   chan struct{}
+	ended  atomic.Bool
+}
 
-// callClock is one call's deadline: a timer that cancels the call's
-// context once the guest has computed for the deadline. It stops while a
-// lookup waits for the knowledge provider: that time is not the guest's.
+func (c *callContext) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (c *callContext) Done() <-chan struct{}       { return c.done }
+
+// Err is context.Canceled once the context is done: wazero closes the
+// module (stopping the guest) only for Canceled or DeadlineExceeded.
+func (c *callContext) Err() error {
+	if c.ended.Load() {
+		return context.Canceled
+	}
+	return nil
+}
+
+func (c *callContext) Value(key any) any {
+	if key == (instanceKey{}) {
+		return c.in
+	}
+	if c.parent == nil {
+		return nil
+	}
+	return c.parent.Value(key)
+}
+
+// callClock is one instance's call deadline: one timer for the instance's
+// life, that ends the running call's context once the guest has computed
+// for the deadline. The clock stops while a lookup waits for the knowledge
+// provider: that time is not the guest's.
+//
+// A call does not arm and disarm the timer: it notes when it started, and
+// the timer, when it fires, ends the call that has overrun or sets itself
+// for when the running call would (and, no call running, stays unset until
+// the next call). Back-to-back short calls so touch the timer about once a
+// deadline, not twice a call.
 type callClock struct {
-	mu        sync.Mutex
-	gen       uint64
-	cancel    context.CancelCauseFunc
-	timer     *time.Timer
-	remaining time.Duration
-	startedAt time.Time
-	fired     bool
+	mu    sync.Mutex
+	ctx   callContext
+	timer *time.Timer
+	d     time.Duration
+	// Set while the timer is set.
+	pending bool
+	// running: a call with a deadline is running; paused: its clock is
+	// stopped for a lookup, since pausedAt.
+	running, paused bool
+	// The running call's start, moved on by the time it was paused for.
+	startedAt, pausedAt time.Duration
+	fired               bool
+	// stopParent releases the watch on the caller's context (only the
+	// calling goroutine touches it).
+	stopParent func() bool
 }
 
-func (c *callClock) start(ctx context.Context, d time.Duration) context.Context {
+// clockBase is what the clock's times count from (its monotonic reading).
+var clockBase = time.Now()
+
+func clockNow() time.Duration { return time.Since(clockBase) }
+
+func (c *callClock) start(parent context.Context, in *instance, d time.Duration) context.Context {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.gen++
+	if c.ctx.done == nil {
+		c.ctx.done = make(chan struct{})
+		c.ctx.in = in
+	}
+	c.ctx.parent = parent
 	c.fired = false
-	c.timer, c.cancel = nil, nil
-	if d <= 0 {
-		return ctx
+	if d > 0 {
+		c.d = d
+		c.running, c.paused = true, false
+		c.startedAt = clockNow()
+		c.arm(d)
 	}
-	ctx, cancel := context.WithCancelCause(ctx)
-	c.cancel = cancel
-	c.remaining = d
-	c.startedAt = time.Now()
-	gen := c.gen
-	c.timer = time.AfterFunc(d, func() { c.fire(gen) })
-	return ctx
+	c.mu.Unlock()
+	if parent.Done() != nil {
+		c.stopParent = context.AfterFunc(parent, c.parentDone)
+	}
+	return &c.ctx
 }
 
-func (c *callClock) fire(gen uint64) {
+// arm sets the timer for after, unless it is set already (for no later
+// than the running call's deadline: it fires, and sets itself again if it
+// is early). c.mu held.
+func (c *callClock) arm(after time.Duration) {
+	if c.pending {
+		return
+	}
+	c.pending = true
+	if c.timer == nil {
+		c.timer = time.AfterFunc(after, c.fire)
+	} else {
+		c.timer.Reset(after)
+	}
+}
+
+// end makes the call's context done, for good (c.mu held).
+func (c *callClock) end() {
+	if !c.ctx.ended.Load() {
+		c.ctx.ended.Store(true)
+		close(c.ctx.done)
+	}
+}
+
+// fire is the timer's: it ends the running call if it has overrun its
+// deadline, and otherwise sets the timer for when it would.
+func (c *callClock) fire() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.gen == gen && c.cancel != nil && c.timer != nil {
-		c.fired = true
-		c.cancel(errDeadlinePassed)
+	c.pending = false
+	if !c.running || c.paused {
+		return // resume, or the next call, sets the timer again
 	}
+	if left := c.startedAt + c.d - clockNow(); left > 0 {
+		c.arm(left)
+		return
+	}
+	c.running = false
+	c.fired = true
+	c.end()
+}
+
+// parentDone ends the call when the caller's context ends.
+func (c *callClock) parentDone() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.end()
 }
 
 // pause stops the clock while the host works for the guest.
 func (c *callClock) pause() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.timer != nil && c.timer.Stop() {
-		c.remaining -= time.Since(c.startedAt)
+	if c.running && !c.paused {
+		c.paused = true
+		c.pausedAt = clockNow()
 	}
 }
 
@@ -265,28 +384,34 @@ func (c *callClock) pause() {
 func (c *callClock) resume() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.timer != nil && !c.fired {
-		if c.remaining <= 0 {
-			c.remaining = time.Nanosecond
-		}
-		c.startedAt = time.Now()
-		c.timer.Reset(c.remaining)
+	if c.running && c.paused {
+		c.paused = false
+		now := clockNow()
+		c.startedAt += now - c.pausedAt
+		c.arm(max(c.startedAt+c.d-now, time.Nanosecond))
 	}
 }
 
-// stop ends the call's clock (and releases its context); it reports
-// whether the deadline fired.
-func (c *callClock) stop() bool {
+// stop ends the call's clock; it reports whether the deadline fired, and
+// whether the instance's context is done (by the deadline or the caller).
+func (c *callClock) stop() (fired, ended bool) {
+	if c.stopParent != nil {
+		c.stopParent()
+		c.stopParent = nil
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.gen++
+	c.running, c.paused = false, false
+	c.ctx.parent = nil
+	return c.fired, c.ctx.ended.Load()
+}
+
+// close stops the timer for good.
+func (c *callClock) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.timer != nil {
 		c.timer.Stop()
-		c.timer = nil
 	}
-	if c.cancel != nil {
-		c.cancel(nil)
-		c.cancel = nil
-	}
-	return c.fired
+	c.running = false
 }

@@ -276,6 +276,13 @@ func (p *pool) drain() {
 // callOn makes one evaluating call on an instance of the pool: the
 // instance goes back when the call finished, and is dropped when it did not.
 func (r *Rule) callOn(ctx context.Context, export string, rt route, frame []byte) (uint32, []byte, *EvalError) {
+	return r.callOnView(ctx, export, rt, frame, nil)
+}
+
+// callOnView is callOn that, with view, gives view the answer in the
+// guest's memory (not copied out) before the instance goes back: view must
+// not keep the bytes. The data callOnView then returns is nil.
+func (r *Rule) callOnView(ctx context.Context, export string, rt route, frame []byte, view func(status uint32, data []byte)) (uint32, []byte, *EvalError) {
 	in, err := r.get(ctx)
 	if err != nil {
 		return 0, nil, err
@@ -291,21 +298,28 @@ func (r *Rule) callOn(ctx context.Context, export string, rt route, frame []byte
 	default:
 		fn = in.explain
 	}
-	status, data, cerr := r.safeCall(ctx, in, fn, rt, frame)
-	if cerr != nil {
+	status, data, cerr := r.safeCall(ctx, in, fn, rt, frame, view)
+	if cerr == nil && view != nil {
+		view(status, data)
+		data = nil
+	}
+	if cerr != nil || in.dead {
 		r.discard(in)
-		return 0, nil, cerr
+		if cerr != nil {
+			return 0, nil, cerr
+		}
+		return status, data, nil
 	}
 	r.pool.put(in)
 	return status, data, nil
 }
 
 // safeCall is instance.call with any panic made an error.
-func (r *Rule) safeCall(ctx context.Context, in *instance, fn api.Function, rt route, frame []byte) (status uint32, data []byte, err *EvalError) {
+func (r *Rule) safeCall(ctx context.Context, in *instance, fn api.Function, rt route, frame []byte, view func(uint32, []byte)) (status uint32, data []byte, err *EvalError) {
 	defer func() {
 		if p := recover(); p != nil {
 			status, data, err = 0, nil, internalError("a panic in the call: %v", p)
 		}
 	}()
-	return in.call(ctx, fn, r.generation(), rt, frame)
+	return in.call(ctx, fn, r.generation(), rt, frame, view != nil)
 }
