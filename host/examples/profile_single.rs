@@ -2,13 +2,14 @@
 //! threads (`evaluate_blocking`), for `perf record`.
 //! Usage: profile_single [CALLS] [THREADS]; `OMLET_COALESCE=0` turns coalescing off,
 //! `OMLET_EMPTY=1` calls with empty records, `OMLET_CORE=0` keeps one-record
-//! calls off the core path.
+//! calls off the core path, `OMLET_PERFMAP=1` names the guest's functions for perf.
 fn main() {
     let n: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(2_000_000);
     let threads: usize = std::env::args().nth(2).and_then(|s| s.parse().ok()).unwrap_or(1);
     let config = omlet::EngineConfig {
         coalesce: std::env::var("OMLET_COALESCE").map_or(true, |v| v != "0"),
         core_path: std::env::var("OMLET_CORE").map_or(true, |v| v != "0"),
+        perf_map: std::env::var("OMLET_PERFMAP").is_ok_and(|v| v == "1"),
         ..Default::default()
     };
     let engine = omlet::Engine::with_config(&config).unwrap();
