@@ -3,6 +3,7 @@ package knowledge
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -182,6 +183,19 @@ func exerciseServer(t *testing.T, url string, d Dialect, slowFunction string) {
 		if _, err := h.Bind(ctx, []omlet.Statement{{SQL: q, Params: []string{"a"}}}); err == nil {
 			t.Errorf("%s: bound", q)
 		}
+	}
+	// A knowdb's SQL file is checked here as on SQLite: a refused file
+	// fails the load naming it, and none of it runs.
+	kb := t.TempDir()
+	write(t, kb, "knowdb.toml", "[[tables]]\nname = \"refused_t\"\ncreate = \"c.sql\"\n")
+	write(t, kb, "c.sql", "create table refused_t (a text);\n-- the next one reaches outside\nselect load_extension('/tmp/evil.so');")
+	if _, err := loadKnowdb(ctx, filepath.Join(kb, "knowdb.toml"), loader{db: adm, d: d}, nil); err == nil ||
+		!strings.Contains(err.Error(), "c.sql:3: the statement `select load_extension('/tmp/evil.so')` is refused") {
+		t.Errorf("refused knowdb SQL: %v", err)
+	}
+	var refusedRows int
+	if err := adm.QueryRowContext(ctx, "select count(*) from refused_t").Scan(&refusedRows); err == nil {
+		t.Error("a refused knowdb SQL file ran: refused_t exists")
 	}
 	t.Logf("%s checks took %v", d.Kind, time.Since(started))
 }

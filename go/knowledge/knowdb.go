@@ -358,13 +358,23 @@ func loadKnowdb(ctx context.Context, path string, l loader, roots []string) ([]s
 			return "", fmt.Errorf("%s: table %s: %s `%s` is %s, outside the knowdb's folder %s: a knowdb may only read files inside it",
 				at, t.Name, key, p, real, allowed[0])
 		}
+		// A SQL file the table names, read and checked (checkScript); an
+		// error running it names it.
 		sqlFile := func(key, p string) (string, string, error) {
 			real, err := file(key, p)
 			if err != nil {
 				return "", "", err
 			}
 			s, err := readText(real, MaxConfigBytes, "knowdb SQL file")
-			return s, real, err
+			if err != nil {
+				return "", "", err
+			}
+			// Checked before any of it runs, on every dialect
+			// (guard_script.go, as the Rust loader checks it).
+			if r := checkScript(s); r != nil {
+				return "", "", fmt.Errorf("%s:%d: %w", real, r.line, r)
+			}
+			return s, real, nil
 		}
 		skip := t.OnError == "skip"
 		if t.Create != "" {

@@ -63,7 +63,7 @@ func TestKnowdbsAreCheckedAsTheRustLoaderChecksThem(t *testing.T) {
 		"[[tables]]\nname = \"t\"\ncsv = \"../outside.csv\"\n":                                "outside the knowdb's folder",
 		"[[tables]]\nname = \"t\"\n":                                                          "needs `csv` or `create`",
 		"version = 2\n":                                                                       "Warp Parse",
-		"[[tables]]\nname = \"t\"\ncreate = \"c.sql\"\n":                                      "authoriz",
+		"[[tables]]\nname = \"t\"\ncreate = \"c.sql\"\n":                                      "c.sql:1: the statement `attach 'x.db' as x` is refused",
 	} {
 		write(t, filepath.Dir(dir), "outside.csv", "a\n1\n")
 		write(t, dir, "c.sql", "attach 'x.db' as x")
