@@ -205,7 +205,7 @@ fn query(s: &mut StoreState, statement: u32, params: &[Cell]) -> Vec<u8> {
     };
     match k.query_cached(s.generation, stmt, params) {
         Some(row) => {
-            let cacheable = k.cacheable() && (row.is_some() || k.config().cache.negative);
+            let cacheable = super::imports::guest_may_keep(k, &row);
             match row {
                 Some(cells) => {
                     let mut a = vec![0u8, u8::from(cacheable)];

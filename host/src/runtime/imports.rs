@@ -55,8 +55,15 @@ pub(super) fn resolve(shared: &Shared, statement: u32) -> Result<(&Arc<Knowledge
 /// A row as the guest gets it; "no row" is kept in the guest only when
 /// negative caching is on.
 pub(super) fn answer(k: &Knowledge, row: Option<Vec<Cell>>) -> wk::Answer {
-    let cacheable = k.cacheable() && (row.is_some() || k.config().cache.negative);
+    let cacheable = guest_may_keep(k, &row);
     wk::Answer { row: row.map(|r| r.into_iter().map(to_wit).collect()), cacheable }
+}
+
+/// Whether the guest may keep `row` until the generation changes: when the
+/// knowledge base lets guests cache, and for "no row" only with negative
+/// caching on. Both paths' `query` answer by it.
+pub(super) fn guest_may_keep(k: &Knowledge, row: &Option<Vec<Cell>>) -> bool {
+    k.cacheable() && (row.is_some() || k.config().cache.negative)
 }
 
 pub(super) fn columns(shared: &Shared, statement: u32) -> Result<Vec<String>, wk::QueryError> {
