@@ -20,6 +20,9 @@ const (
 	exportEvaluateBatch = "omlet_evaluate_batch"
 	exportEvaluateLines = "omlet_evaluate_lines"
 	exportExplain       = "omlet_explain"
+	// The budget of a module with yield points (docs/abi.md): a mutable i32
+	// global counting loop headers down to the next call of tick.
+	exportTickBudget = "omlet_tick_budget"
 
 	routeOnly  = 0
 	routePath  = 1
@@ -173,4 +176,63 @@ func explainAnswer(b []byte) (status uint32, out []byte, trace []byte, err error
 		return 0, nil, nil, errShortAnswer
 	}
 	return status, out, trace, nil
+}
+
+// exportsGlobal reports whether the module wasm exports a global named
+// name. It reads only the section headers and the export section, before
+// wazero compiles the module (a malformed module answers false, and wazero
+// then refuses it).
+func exportsGlobal(wasm []byte, name string) bool {
+	if len(wasm) < 8 {
+		return false
+	}
+	b := wasm[8:]
+	for len(b) > 0 {
+		id := b[0]
+		size, n := uleb32(b[1:])
+		if n == 0 || uint64(len(b)-1-n) < uint64(size) {
+			return false
+		}
+		body := b[1+n : 1+n+int(size)]
+		b = b[1+n+int(size):]
+		if id != 7 {
+			continue
+		}
+		count, n := uleb32(body)
+		if n == 0 {
+			return false
+		}
+		body = body[n:]
+		for range count {
+			l, n := uleb32(body)
+			if n == 0 || uint64(len(body)-n) < uint64(l)+1 {
+				return false
+			}
+			export := string(body[n : n+int(l)])
+			kind := body[n+int(l)]
+			body = body[n+int(l)+1:]
+			if _, n = uleb32(body); n == 0 {
+				return false
+			}
+			body = body[n:]
+			if export == name && kind == 3 {
+				return true
+			}
+		}
+		return false
+	}
+	return false
+}
+
+// uleb32 decodes an unsigned LEB128 of at most 32 bits: the value and the
+// bytes it took (0 when b does not start with one).
+func uleb32(b []byte) (uint32, int) {
+	var v uint32
+	for i := 0; i < 5 && i < len(b); i++ {
+		v |= uint32(b[i]&0x7f) << (7 * i)
+		if b[i]&0x80 == 0 {
+			return v, i + 1
+		}
+	}
+	return 0, 0
 }

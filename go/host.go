@@ -3,6 +3,7 @@ package omlet
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 
@@ -74,6 +75,7 @@ func instantiateHost(ctx context.Context, rt wazero.Runtime) error {
 	b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(hostIntranetNets), []api.ValueType{i32, i32}, []api.ValueType{i32}).Export("intranet_nets")
 	b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(hostTake), []api.ValueType{i32, i32}, nil).Export("take")
 	b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(hostNow), []api.ValueType{i32}, nil).Export("now")
+	b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(hostTick), nil, []api.ValueType{i32}).Export("tick")
 	_, err := b.Instantiate(ctx)
 	return err
 }
@@ -302,4 +304,24 @@ func hostNow(ctx context.Context, mod api.Module, stack []uint64) {
 	if !mod.Memory().Write(api.DecodeU32(stack[0]), b[:]) {
 		guestPanic("now's buffer is outside the guest's memory")
 	}
+}
+
+// tickBudget is the loop headers a guest with yield points may pass before
+// it calls tick again: about 10 to 100 µs of its work, so that a call past
+// its deadline, or a garbage collection waiting for the guest's goroutine,
+// waits no longer than that, for a host call (about 0.1 µs) each time.
+const tickBudget = 10_000
+
+// errInterrupted ends a call at its yield point (hostTick).
+var errInterrupted = errors.New("the call was stopped at a yield point")
+
+// hostTick: tick() -> budget, the guest's yield point. It ends the call
+// when its context is done (the deadline passed, or the caller's context
+// ended); otherwise it answers the next budget. Entering Go here is also
+// what lets the runtime preempt the guest's goroutine.
+func hostTick(ctx context.Context, _ api.Module, stack []uint64) {
+	if mustInstance(ctx).clock.ctx.ended.Load() {
+		panic(errInterrupted)
+	}
+	stack[0] = tickBudget
 }

@@ -104,6 +104,12 @@ func (r *Rule) newInstance(ctx context.Context) (*instance, error) {
 		return nil, loadErr("abi", "omlet_return_area failed: %v", err)
 	}
 	in.retArea = uint32(ra[0])
+	if r.yields {
+		if g, ok := mod.ExportedGlobal(exportTickBudget).(api.MutableGlobal); !ok || g.Type() != api.ValueTypeI32 {
+			in.close()
+			return nil, loadErr("abi", "the module's %s is not a mutable i32 global", exportTickBudget)
+		}
+	}
 	if _, ok := in.mem.Read(in.retArea, 12); !ok {
 		in.close()
 		return nil, loadErr("abi", "the return area at %d is outside the guest's memory", in.retArea)
@@ -337,7 +343,8 @@ func (c *callClock) arm(after time.Duration) {
 	}
 }
 
-// end makes the call's context done, for good (c.mu held).
+// end makes the call's context done, for good: wazero then stops the call,
+// or, for a module with yield points, its next tick does (c.mu held).
 func (c *callClock) end() {
 	if !c.ctx.ended.Load() {
 		c.ctx.ended.Store(true)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"runtime"
 	"time"
 
@@ -58,6 +59,16 @@ type Options struct {
 	UTCOffset *int
 	// Clock is the wall clock Now:: reads (default time.Now).
 	Clock func() time.Time
+	// EngineInterrupt stops a call past its deadline (or whose context
+	// ends) with wazero's own interruption even when the module has yield
+	// points (docs/abi.md). A module built by `omlet build --target core`
+	// calls the import tick every few thousand loop headers, where the
+	// runtime ends a call that must stop; without them, wazero watches each
+	// call with a goroutine and leaves the guest's code for Go at every loop
+	// header, which costs more than half of a one-record call. Set it for
+	// modules from a source you do not trust to count their loops; a module
+	// without yield points always gets wazero's interruption.
+	EngineInterrupt bool
 }
 
 func (o Options) withDefaults() Options {
@@ -91,6 +102,8 @@ type Rule struct {
 	compiled wazero.CompiledModule
 	info     RuleInfo
 	bound    Bound
+	// Calls are stopped at the module's yield points, not by wazero.
+	yields bool
 	// intranet_nets' answer, encoded once.
 	netsAnswer []byte
 	pool       pool
@@ -104,15 +117,23 @@ func Load(ctx context.Context, wasm []byte, opts Options) (*Rule, error) {
 	if len(wasm) > opts.MaxArtifactBytes {
 		return nil, &LoadError{What: "size", Err: fmt.Errorf("the module takes %d bytes, more than %d", len(wasm), opts.MaxArtifactBytes)}
 	}
-	cfg := wazero.NewRuntimeConfig().WithCloseOnContextDone(true)
+	yields := !opts.EngineInterrupt && exportsGlobal(wasm, exportTickBudget)
+	cfg := wazero.NewRuntimeConfig().WithCloseOnContextDone(!yields)
 	if opts.CompilationCacheDir != "" {
-		cache, err := wazero.NewCompilationCacheWithDir(opts.CompilationCacheDir)
+		dir := opts.CompilationCacheDir
+		if !yields {
+			// wazero's cache key leaves out whether the code was compiled
+			// with its interruption checks: code compiled without them
+			// must not be read back for a runtime that relies on them.
+			dir = filepath.Join(dir, "engine-interrupt")
+		}
+		cache, err := wazero.NewCompilationCacheWithDir(dir)
 		if err != nil {
 			return nil, &LoadError{What: "compile", Err: err}
 		}
 		cfg = cfg.WithCompilationCache(cache)
 	}
-	r := &Rule{opts: opts, runtime: wazero.NewRuntimeWithConfig(ctx, cfg)}
+	r := &Rule{opts: opts, runtime: wazero.NewRuntimeWithConfig(ctx, cfg), yields: yields}
 	if err := r.load(ctx, wasm); err != nil {
 		_ = r.runtime.Close(ctx)
 		return nil, err

@@ -150,8 +150,26 @@ func TestRecordErrorsAreTyped(t *testing.T) {
 	}
 }
 
+// bothInterrupts runs f with the rule's calls stopped at the module's
+// yield points, and by wazero's own interruption (EngineInterrupt).
+func bothInterrupts(t *testing.T, opts Options, f func(t *testing.T, r *Rule)) {
+	for _, engine := range []bool{false, true} {
+		t.Run(map[bool]string{false: "yield points", true: "engine"}[engine], func(t *testing.T) {
+			opts.EngineInterrupt = engine
+			r := load(t, opts)
+			if r.yields == engine {
+				t.Fatalf("EngineInterrupt %v: the rule's calls are stopped at yield points: %v", engine, r.yields)
+			}
+			f(t, r)
+		})
+	}
+}
+
 func TestTrapsAndLimitsDropTheInstanceAndTheRuleGoesOn(t *testing.T) {
-	r := load(t, Options{CallDeadline: 200 * time.Millisecond, MaxMemoryBytes: 4 << 20, MaxRecordBytes: 200, MaxInstances: 1})
+	bothInterrupts(t, Options{CallDeadline: 200 * time.Millisecond, MaxMemoryBytes: 4 << 20, MaxRecordBytes: 200, MaxInstances: 1}, trapsAndLimits)
+}
+
+func trapsAndLimits(t *testing.T, r *Rule) {
 	ctx := context.Background()
 	cases := []struct {
 		route Route
@@ -186,7 +204,10 @@ func TestTrapsAndLimitsDropTheInstanceAndTheRuleGoesOn(t *testing.T) {
 }
 
 func TestACanceledContextStopsTheCall(t *testing.T) {
-	r := load(t, Options{CallDeadline: -1})
+	bothInterrupts(t, Options{CallDeadline: -1}, canceledContext)
+}
+
+func canceledContext(t *testing.T, r *Rule) {
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	_, err := r.Evaluate(ctx, sample(), Model("loop"))

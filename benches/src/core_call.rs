@@ -44,6 +44,7 @@ impl CoreCall {
         linker.func_wrap("omlet:core@1", "intranet_nets", |_: Caller<'_, ()>, _: u32, _: u32| 0u32)?;
         linker.func_wrap("omlet:core@1", "take", |_: Caller<'_, ()>, _: u32, _: u32| {})?;
         linker.func_wrap("omlet:core@1", "now", |_: Caller<'_, ()>, _: u32| {})?;
+        linker.func_wrap("omlet:core@1", "tick", |_: Caller<'_, ()>| i32::MAX as u32)?;
         let mut store = Store::new(wt, ());
         store.epoch_deadline_callback(|_| Ok(UpdateDeadline::Continue(1)));
         store.set_epoch_deadline(1);

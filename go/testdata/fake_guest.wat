@@ -9,8 +9,14 @@
   (import "omlet:core@1" "intranet_nets" (func $nets (param i32 i32) (result i32)))
   (import "omlet:core@1" "take" (func $take (param i32 i32)))
   (import "omlet:core@1" "now" (func $now (param i32)))
+  (import "omlet:core@1" "tick" (func $tick (result i32)))
   (memory (export "memory") 2)
   (global $in_cap (mut i32) (i32.const 0))
+  ;; The yield points of docs/abi.md, at every loop header as `omlet build
+  ;; --target core` puts them: the budget counts loop headers down to the
+  ;; next call of tick.
+  (global $budget (mut i32) (i32.const 10000))
+  (export "omlet_tick_budget" (global $budget))
   (data (i32.const 2048) "{\"abi\":1,\"ir_version\":7,\"source_hash\":\"abc\",\"uses_clock\":true,\"models\":[{\"name\":\"m\",\"patterns\":[\"/m/*\"],\"enabled\":true,\"file\":\"m.oml\",\"statements\":[0],\"lookups\":[{\"statement\":0,\"line\":3,\"sql\":\"select a from t where k = 1\"}]}],\"statements\":[{\"sql\":\"select a from t where k = :k\",\"params\":[\"k\"],\"table\":\"t\",\"columns\":[\"a\"],\"helpers\":[],\"file\":\"m.oml\",\"line\":3,\"column\":5}]}")
   (data (i32.const 8000) "{\"steps\":[]}")
 
@@ -54,11 +60,11 @@
   ;; it cannot, r rejects and u is unrouted (the route's text as message).
   ;; Returns 1 when it answered.
   (func $common (param $m i32) (param $rlen i32) (result i32)
-    (if (i32.eq (local.get $m) (i32.const 108)) (then (loop $forever (br $forever))))
+    (if (i32.eq (local.get $m) (i32.const 108)) (then (loop $forever (global.set $budget (i32.sub (global.get $budget) (i32.const 1))) (if (i32.eqz (global.get $budget)) (then (global.set $budget (call $tick)))) (br $forever))))
     (if (i32.eq (local.get $m) (i32.const 116)) (then (unreachable)))
     (if (i32.eq (local.get $m) (i32.const 103))
       (then
-        (loop $grow (br_if $grow (i32.ne (memory.grow (i32.const 16)) (i32.const -1))))
+        (loop $grow (global.set $budget (i32.sub (global.get $budget) (i32.const 1))) (if (i32.eqz (global.get $budget)) (then (global.set $budget (call $tick)))) (br_if $grow (i32.ne (memory.grow (i32.const 16)) (i32.const -1))))
         (unreachable)))
     (if (i32.eq (local.get $m) (i32.const 114))
       (then (call $ret (i32.const 4) (i32.const 65536) (local.get $rlen)) (return (i32.const 1))))
@@ -139,7 +145,7 @@
     (local.set $k (i32.const 0))
     (local.set $lines (i32.const 0))
     (block $done
-      (loop $each
+      (loop $each (global.set $budget (i32.sub (global.get $budget) (i32.const 1))) (if (i32.eqz (global.get $budget)) (then (global.set $budget (call $tick))))
         (br_if $done (i32.ge_u (local.get $k) (local.get $n)))
         (if (i32.ne (local.get $k) (local.get $skip))
           (then
@@ -156,7 +162,7 @@
     (local.set $e (i32.add (local.get $t) (i32.const 4)))
     (local.set $k (i32.const 1))
     (block $done2
-      (loop $ends
+      (loop $ends (global.set $budget (i32.sub (global.get $budget) (i32.const 1))) (if (i32.eqz (global.get $budget)) (then (global.set $budget (call $tick))))
         (br_if $done2 (i32.gt_u (local.get $k) (local.get $lines)))
         (i32.store (local.get $e) (i32.mul (local.get $k) (i32.const 8)))
         (local.set $e (i32.add (local.get $e) (i32.const 4)))

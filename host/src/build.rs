@@ -18,6 +18,10 @@ use sha2::{Digest, Sha256};
 use wasm_encoder::{ConstExpr, DataCountSection, DataSection, MemorySection, MemoryType, Module, RawSection};
 use wasmparser::{DataKind, Operator, Parser, Payload};
 
+mod interrupt;
+
+pub use interrupt::BUDGET_EXPORT;
+
 use crate::error::Limit;
 use crate::{Error, Result};
 
@@ -276,13 +280,20 @@ pub fn build_artifact_with(sources: &[RuleSource], limits: &BuildLimits, target:
     let ir = program_bytes(&program, limits.max_ir_bytes)?;
     match target {
         Target::Component => component_of(&crate::guest::core_module()?, &ir),
-        Target::Core => splice_ir(&crate::guest::core_abi_module()?, &ir),
+        Target::Core => splice_ir(&core_guest()?, &ir),
     }
 }
 
 /// Wraps a compiled program into a core ABI module (docs/abi.md).
 pub fn core_artifact_for(program: &Program) -> Result<Vec<u8>> {
-    splice_ir(&crate::guest::core_abi_module()?, &program_bytes(program, MAX_IR_BYTES)?)
+    splice_ir(&core_guest()?, &program_bytes(program, MAX_IR_BYTES)?)
+}
+
+/// The guest a core artifact carries: the core ABI guest with yield points
+/// at its loop headers (`interrupt`), where hosts without cheap
+/// interruption of their own (wazero) can stop it.
+fn core_guest() -> Result<Vec<u8>> {
+    interrupt::add_yield_points(&crate::guest::core_abi_module()?)
 }
 
 /// Whether `bytes` is a core WebAssembly module (`omlet build --target

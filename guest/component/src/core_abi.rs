@@ -43,6 +43,18 @@ unsafe extern "C" {
     fn host_take(buf: *mut u8, len: u32);
     #[link_name = "now"]
     fn host_now(out: *mut u8);
+    #[link_name = "tick"]
+    fn host_tick() -> u32;
+}
+
+/// The guest's yield point (docs/abi.md, `tick`): where the host may end a
+/// call. Batch calls pass it before they start; a module built by `omlet
+/// build --target core` also passes it every so many loop headers, counted
+/// in its `omlet_tick_budget` global (whose next count the host answers,
+/// unused here).
+fn tick() {
+    // SAFETY: the import takes no arguments and only answers a number.
+    let _ = unsafe { host_tick() };
 }
 
 /// The buffers of the boundary.
@@ -172,6 +184,7 @@ fn put_errors(out: &mut Vec<u8>, errors: &[RecordFailure]) {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn omlet_evaluate_batch(generation: u64, route: u32, route_len: u32, frame_len: u32) {
+    tick();
     let d = door();
     let (route, frame) = match call_input(d, route, route_len, frame_len) {
         Ok(x) => x,
@@ -187,6 +200,7 @@ pub extern "C" fn omlet_evaluate_batch(generation: u64, route: u32, route_len: u
 
 #[unsafe(no_mangle)]
 pub extern "C" fn omlet_evaluate_lines(generation: u64, route: u32, route_len: u32, frame_len: u32) {
+    tick();
     let d = door();
     let (route, frame) = match call_input(d, route, route_len, frame_len) {
         Ok(x) => x,
@@ -206,6 +220,7 @@ pub extern "C" fn omlet_evaluate_lines(generation: u64, route: u32, route_len: u
 
 #[unsafe(no_mangle)]
 pub extern "C" fn omlet_explain(generation: u64, route: u32, route_len: u32, frame_len: u32) {
+    tick();
     let d = door();
     let (route, frame) = match call_input(d, route, route_len, frame_len) {
         Ok(x) => x,

@@ -19,6 +19,8 @@ struct Host {
     held: Vec<u8>,
     /// Each query's statement and raw parameter bytes.
     queries: Vec<(u32, Vec<u8>)>,
+    /// The calls of `tick`.
+    ticks: usize,
 }
 
 fn memory(caller: &mut Caller<'_, Host>) -> wasmtime::Memory {
@@ -78,6 +80,12 @@ fn instance(module: &[u8], zone: &str) -> (Store<Host>, Instance) {
     linker
         .func_wrap("omlet:core@1", "now", |mut c: Caller<'_, Host>, out: u32| {
             memory(&mut c).write(&mut c, out as usize, &[0; 12]).unwrap();
+        })
+        .unwrap();
+    linker
+        .func_wrap("omlet:core@1", "tick", |mut c: Caller<'_, Host>| {
+            c.data_mut().ticks += 1;
+            1_000u32
         })
         .unwrap();
     let mut store = Store::new(&engine, Host { zone: zone.to_string(), ..Host::default() });
@@ -177,6 +185,11 @@ fn a_core_module_evaluates_through_the_documented_abi() {
     assert_eq!(status, 0);
     assert_eq!(std::str::from_utf8(&out[4..4 + text_len]).unwrap(), "{\"n\":1}\n{\"n\":\"x\",\"zone\":\"dmz\"}\n");
     assert_eq!(store.data().queries.len(), 1, "the repeated lookup was the guest cache's");
+    // A batch call passes its yield point before it starts, and the module's
+    // loop headers call tick once their budget is spent.
+    assert!(store.data().ticks >= 2, "{} ticks", store.data().ticks);
+    let budget = inst.get_global(&mut store, omlet::build::BUDGET_EXPORT).expect("the budget global");
+    assert!(budget.get(&mut store).i32().unwrap() > 0);
 }
 
 #[test]
