@@ -92,9 +92,20 @@ if ! command -v wasm-opt >/dev/null 2>&1; then
 fi
 mkdir -p "$(dirname "$OUT")"
 BUILT=$TARGET_DIR/wasm32-unknown-unknown/wasm/omlet_guest.wasm
-# optimise_and_stamp OUT: the module just built, through wasm-opt, stamped.
+# Then omlet's own pass (guest/passes): every memory.copy becomes a call of a
+# function that copies up to 32 bytes with loads and stores, since wasmtime
+# makes each memory.copy a call out to the host's memmove, which cost more
+# than the short copies it made (~7 % of a one-record call,
+# docs/decisions/0023-guest-build.md). A host-side tool: built with the
+# host's toolchain and without the guest's RUSTFLAGS.
+lower_copies() {
+    env -u RUSTFLAGS cargo run -q --release -j2 -p omlet-wasm-passes -- lower-copies "$1" "$1" >&2
+}
+# optimise_and_stamp OUT: the module just built, through wasm-opt and the
+# copy pass, stamped.
 optimise_and_stamp() {
     wasm-opt "${WASM_OPT_FLAGS[@]}" "$BUILT" -o "$1"
+    lower_copies "$1"
     hash=$(python3 scripts/guest_hash.py --embed "$1")
     echo "build-guest: wrote $1 ($(wc -c <"$1") bytes), sources $hash" >&2
 }

@@ -19,6 +19,8 @@ use wasm_encoder::{ConstExpr, DataCountSection, DataSection, MemorySection, Memo
 use wasmparser::{DataKind, Operator, Parser, Payload};
 
 mod interrupt;
+#[cfg(test)]
+mod passes_tests;
 
 pub use interrupt::BUDGET_EXPORT;
 

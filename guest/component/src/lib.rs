@@ -311,26 +311,21 @@ fn eval_failure(e: eval::EvalError) -> Failure {
 pub(crate) fn evaluate(generation: u64, route: Route<'_>, input: &[u8], out: &mut Vec<u8>) -> Result<(), Failure> {
     let st = state();
     refresh(st, generation);
-    let mut w = core::mem::take(&mut st.writer);
-    let mut spare = core::mem::take(&mut st.spare);
+    // Borrowed, not taken: moving the writer and the spare vectors out and
+    // back copied a kilobyte and a half a call.
+    let Split { prog, model, mut host, writer, spare } = split(st, route)?;
     // Outputs are written with `record_hiding`, which hides `__` fields.
     spare.writer_hides(true);
-    let result = (|| {
-        let (prog, model, mut host) = split(st, route)?;
-        let mut reader = Reader::new(input).map_err(|e| failed(e.to_string()))?;
-        if reader.records() != 1 {
-            return Err(failed("`evaluate` takes a frame of exactly one record".to_string()));
-        }
-        let fields = reader.size(0).and_then(|n| reader.fields_in(n, spare.fields())).map_err(|e| failed(e.to_string()))?;
-        let output = eval::evaluate_with(prog, model, fields, &mut host, &mut spare).map_err(eval_failure)?;
-        w.record_hiding(&output);
-        spare.give_back(output);
-        w.take_frame_into(out);
-        Ok(())
-    })();
-    st.writer = w;
-    st.spare = spare;
-    result
+    let mut reader = Reader::new(input).map_err(|e| failed(e.to_string()))?;
+    if reader.records() != 1 {
+        return Err(failed("`evaluate` takes a frame of exactly one record".to_string()));
+    }
+    let fields = reader.size(0).and_then(|n| reader.fields_in(n, spare.fields())).map_err(|e| failed(e.to_string()))?;
+    let output = eval::evaluate_with(prog, model, fields, &mut host, spare).map_err(eval_failure)?;
+    writer.record_hiding(&output);
+    spare.give_back(output);
+    writer.take_frame_into(out);
+    Ok(())
 }
 
 /// Evaluates the one record of `input` as [`evaluate`] does, and traces it:
@@ -340,7 +335,7 @@ pub(crate) fn explain(generation: u64, route: Route<'_>, input: &[u8]) -> (Resul
     refresh(st, generation);
     let mut trace = omlet_lang::trace::Trace::default();
     let output = (|| {
-        let (prog, model, mut host) = split(st, route)?;
+        let Split { prog, model, mut host, .. } = split(st, route)?;
         let mut reader = Reader::new(input).map_err(|e| failed(e.to_string()))?;
         if reader.records() != 1 {
             return Err(failed("`explain` takes a frame of exactly one record".to_string()));
@@ -364,15 +359,11 @@ pub(crate) fn explain(generation: u64, route: Route<'_>, input: &[u8]) -> (Resul
 /// Evaluates every record of `input` on `route`: the output frame of those
 /// that succeeded, in `out` (cleared first), and one failure per other.
 pub(crate) fn batch_frame(generation: u64, route: Route<'_>, input: &[u8], out: &mut Vec<u8>) -> Vec<RecordFailure> {
-    let st = state();
-    // Taken before the batch borrows the state.
-    let mut w = core::mem::take(&mut st.writer);
-    let errors = run_batch(generation, route, input, |output| {
+    let errors = run_batch(generation, route, input, |w, output| {
         w.record_hiding(output);
         Ok(())
     });
-    w.take_frame_into(out);
-    state().writer = w;
+    state().writer.take_frame_into(out);
     errors
 }
 
@@ -383,7 +374,7 @@ pub(crate) fn batch_lines(generation: u64, route: Route<'_>, input: &[u8]) -> (V
     // The text goes to the host and is freed after the call: start it
     // at the size of the previous batch's, so that it seldom grows.
     let mut w = LineWriter::with_capacity(st.lines_bytes);
-    let errors = run_batch(generation, route, input, |output| w.line_hiding(output).map_err(|m| failed(m.to_string())));
+    let errors = run_batch(generation, route, input, |_, output| w.line_hiding(output).map_err(|m| failed(m.to_string())));
     state().lines_bytes = w.len().min(MAX_LINES_HINT);
     let (text, ends) = w.take();
     (text, ends, errors)
@@ -393,30 +384,29 @@ pub(crate) fn batch_lines(generation: u64, route: Route<'_>, input: &[u8]) -> (V
 const MAX_LINES_HINT: usize = 4 << 20;
 
 /// Evaluates every record of the frame `input` on `route`, giving each
-/// output to `put` (which may refuse it): the failures, one per record that
-/// gave no output. [`batch_frame`] and [`batch_lines`] differ only in `put`.
+/// output to `put` with the state's frame writer (which `put` may write it
+/// to, or refuse it): the failures, one per record that gave no output.
+/// [`batch_frame`] and [`batch_lines`] differ only in `put`.
 fn run_batch(
     generation: u64,
     route: Route<'_>,
     input: &[u8],
-    mut put: impl FnMut(&[omlet_lang::value::Field<'_>]) -> Result<(), Failure>,
+    mut put: impl FnMut(&mut Writer, &[omlet_lang::value::Field<'_>]) -> Result<(), Failure>,
 ) -> Vec<RecordFailure> {
     let st = state();
     refresh(st, generation);
-    // Taken before `split` borrows the state; an early return drops it.
-    let mut spare = core::mem::take(&mut st.spare);
-    // Outputs are written hiding `__` fields (`record_hiding`, `line_hiding`).
-    spare.writer_hides(true);
     let mut reader = match Reader::new(input) {
         Ok(r) => r,
         // Without a readable header the records cannot even be counted.
         Err(e) => return alloc::vec![RecordFailure { index: 0, failure: failed(e.to_string()) }],
     };
     let n = reader.records();
-    let (prog, model, mut host) = match split(st, route) {
+    let Split { prog, model, mut host, writer, spare } = match split(st, route) {
         Ok(x) => x,
         Err(failure) => return (0..n as u32).map(|index| RecordFailure { index, failure: failure.clone() }).collect(),
     };
+    // Outputs are written hiding `__` fields (`record_hiding`, `line_hiding`).
+    spare.writer_hides(true);
     let mut errors = Vec::new();
     for index in 0..n {
         let fields = match reader.size(index).and_then(|size| reader.fields_in(size, spare.fields())) {
@@ -430,7 +420,7 @@ fn run_batch(
             }
         };
         #[cfg(not(feature = "by-hand-nginx"))]
-        let result = eval::evaluate_with(prog, model, fields, &mut host, &mut spare);
+        let result = eval::evaluate_with(prog, model, fields, &mut host, spare);
         #[cfg(feature = "by-hand-nginx")]
         let result = {
             let _ = (prog, model);
@@ -440,7 +430,7 @@ fn run_batch(
         };
         match result {
             Ok(out) => {
-                if let Err(failure) = put(&out) {
+                if let Err(failure) = put(writer, &out) {
                     errors.push(RecordFailure { index: index as u32, failure });
                 }
                 spare.give_back(out);
@@ -448,7 +438,6 @@ fn run_batch(
             Err(e) => errors.push(RecordFailure { index: index as u32, failure: eval_failure(e) }),
         }
     }
-    state().spare = spare;
     errors
 }
 
@@ -462,9 +451,19 @@ fn refresh(st: &mut State, generation: u64) {
     }
 }
 
-/// The program, the model `route` names, and the host for evaluating on it.
-fn split<'s>(st: &'s mut State, route: Route<'_>) -> Result<(&'s Program, usize, DoorHost<'s>), Failure> {
-    let State { program, cache, columns, routes, key, nets, .. } = st;
+/// The state, split for one call: the program, the model its route names,
+/// the host for evaluating on it, and the buffers reused from call to call.
+struct Split<'s> {
+    prog: &'s Program,
+    model: usize,
+    host: DoorHost<'s>,
+    writer: &'s mut Writer,
+    spare: &'s mut eval::Spare,
+}
+
+/// The state split for a call on `route`.
+fn split<'s>(st: &'s mut State, route: Route<'_>) -> Result<Split<'s>, Failure> {
+    let State { program, cache, columns, routes, key, nets, writer, spare, .. } = st;
     let prog = program.get_or_insert_with(load_program).as_ref().map_err(|e| failed(e.clone()))?;
     let model = match route {
         // Paths repeat: remember where each went (a bounded map, like the cache).
@@ -482,7 +481,7 @@ fn split<'s>(st: &'s mut State, route: Route<'_>) -> Result<(&'s Program, usize,
         other => prog.route(other),
     };
     let model = model.map_err(|e| Failure { kind: Kind::Unrouted, message: e.to_string() })?;
-    Ok((prog, model, DoorHost { cache, key, columns, nets, layer: "host" }))
+    Ok(Split { prog, model, host: DoorHost { cache, key, columns, nets, layer: "host" }, writer, spare })
 }
 
 /// `eval::Host` over the door's imports, with the guest-side cache.

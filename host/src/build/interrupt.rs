@@ -25,6 +25,8 @@
 use wasm_encoder::{CodeSection, Module, RawSection, SectionId};
 use wasmparser::{Operator, Parser, Payload, TypeRef};
 
+use omlet_wasm_passes::{appended, leb128};
+
 use crate::{Error, Result};
 
 /// The import module of docs/abi.md, whose `tick` the yield points call.
@@ -157,33 +159,12 @@ pub fn add_yield_points(core: &[u8]) -> Result<Vec<u8>> {
     Ok(out.finish())
 }
 
-/// A section's contents with one more entry: its count, its entries as
-/// they were, and `entry`.
-fn appended(count: u32, entries: &[u8], entry: &[u8]) -> Vec<u8> {
-    let mut v = Vec::with_capacity(entries.len() + entry.len() + 5);
-    leb128(&mut v, count + 1);
-    v.extend_from_slice(entries);
-    v.extend_from_slice(entry);
-    v
-}
-
+/// Appends `v` as a signed LEB128.
 fn sleb128(out: &mut Vec<u8>, mut v: i32) {
     loop {
         let byte = (v & 0x7f) as u8;
         v >>= 7;
         if (v == 0 && byte & 0x40 == 0) || (v == -1 && byte & 0x40 != 0) {
-            out.push(byte);
-            return;
-        }
-        out.push(byte | 0x80);
-    }
-}
-
-fn leb128(out: &mut Vec<u8>, mut v: u32) {
-    loop {
-        let byte = (v & 0x7f) as u8;
-        v >>= 7;
-        if v == 0 {
             out.push(byte);
             return;
         }
