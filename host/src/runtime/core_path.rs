@@ -70,13 +70,13 @@ impl CoreSlot {
 }
 
 /// Where a one-record call stands after the core path.
-pub(super) enum Core {
+pub(super) enum Core<T> {
     /// The rule has no core path yet (or none at all): take the component's
     /// fiber-less path.
     NotReady,
-    /// Answered: the output frame or the record's error, or the call's own
-    /// failure (a trap, a limit).
-    Done(Result<std::result::Result<Vec<u8>, ev::EvalError>>),
+    /// Answered: the output (as the caller read it from the output frame)
+    /// or the record's error, or the call's own failure (a trap, a limit).
+    Done(Result<std::result::Result<T, ev::EvalError>>),
     /// To be made on the async path: a lookup missed the shared cache, no
     /// instance could be made without waiting, or the call ran long.
     Elsewhere,
@@ -253,13 +253,17 @@ fn decode_cells(b: &[u8]) -> Option<Vec<Cell>> {
 impl CoreCalls {
     /// Evaluates the one record of `frame` on `route`: its output frame, or
     /// the record's error as the guest gave it.
-    fn evaluate(
+    /// One `omlet_evaluate` call: the output frame, read by `output` where
+    /// it lies in the guest's memory (no copy of it is made), or the
+    /// record's error.
+    fn evaluate<T>(
         &mut self,
         store: &mut Store<StoreState>,
         generation: u64,
         route: &ev::Route,
         frame: &[u8],
-    ) -> wasmtime::Result<std::result::Result<Vec<u8>, ev::EvalError>> {
+        output: impl FnOnce(&[u8]) -> T,
+    ) -> wasmtime::Result<std::result::Result<T, ev::EvalError>> {
         let (kind, text) = match route {
             ev::Route::Only => (0, ""),
             ev::Route::Path(p) => (1, p.as_str()),
@@ -283,7 +287,7 @@ impl CoreCalls {
         let (status, ptr, len) = (word(0), word(4), word(8));
         let bytes = guest_bytes(data, ptr, len)?;
         let kind = match status {
-            0 => return Ok(Ok(bytes.to_vec())),
+            0 => return Ok(Ok(output(bytes))),
             1 => ev::ErrorKind::Unrouted,
             2 => ev::ErrorKind::Lookup,
             3 => ev::ErrorKind::Failed,
@@ -402,11 +406,12 @@ impl Rule {
     }
 
     /// A one-record call on the core path (see [`Core`]).
-    pub(super) fn evaluate_core(&self, route: &ev::Route, input: &[u8]) -> Core {
+    pub(super) fn evaluate_core<T>(&self, route: &ev::Route, input: &[u8], output: impl FnOnce(&[u8]) -> T) -> Core<T> {
         let Some(path) = self.core() else { return Core::NotReady };
         let make = || Instance::new_core(&self.inner.engine, path, self.inner.shared.clone());
-        let call =
-            |calls: &mut CoreCalls, store: &mut Store<StoreState>, generation| calls.evaluate(store, generation, route, input);
+        let call = |calls: &mut CoreCalls, store: &mut Store<StoreState>, generation| {
+            calls.evaluate(store, generation, route, input, output)
+        };
         match self.call_fiberless(&path.idle, &path.skip, make, call) {
             Some(out) => {
                 path.answered.fetch_add(1, Ordering::Relaxed);

@@ -334,18 +334,19 @@ impl Rule {
         }
     }
 
-    /// One encoded record on the fiber-less path: its output frame; `None`
+    /// One encoded record on the fiber-less path: its output record; `None`
     /// when the call must be made on the async path (see [`Rule::call_sync`]).
-    pub(super) fn evaluate_sync(&self, route: &ev::Route, input: &[u8]) -> Option<Result<Vec<u8>>> {
+    /// On the core path the output is decoded where the guest wrote it.
+    pub(super) fn evaluate_sync(&self, route: &ev::Route, input: &[u8]) -> Option<Result<crate::Record>> {
         // The core path when the rule has it ready; what it cannot answer
         // goes to the async path, as a miss of the sync path's would.
-        match self.evaluate_core(route, input) {
-            super::core_path::Core::Done(out) => return Some(out.and_then(own_output)),
+        match self.evaluate_core(route, input, super::output::decode_record) {
+            super::core_path::Core::Done(out) => return Some(out.and_then(|o| o.map_err(|e| record_error(0, e))?)),
             super::core_path::Core::Elsewhere => return None,
             super::core_path::Core::NotReady => {}
         }
         let out = self.call_sync(|calls, store, generation| calls.evaluate(store, generation, route, input))?;
-        Some(out.and_then(own_output))
+        Some(out.and_then(own_output).and_then(|o| super::output::decode_record(&o)))
     }
 
     /// One batch call on a frame, for outputs decoded as `T`: the records'

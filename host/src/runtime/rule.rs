@@ -265,7 +265,7 @@ impl Rule {
                 return Alone::Done(Err(e));
             }
             match self.evaluate_sync(route, input) {
-                Some(out) => Alone::Done(out.and_then(|out| decode_record(&out))),
+                Some(out) => Alone::Done(out),
                 None => Alone::Async(input.to_vec()),
             }
         })
