@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"runtime"
 	"time"
 
@@ -120,14 +119,9 @@ func Load(ctx context.Context, wasm []byte, opts Options) (*Rule, error) {
 	yields := !opts.EngineInterrupt && exportsGlobal(wasm, exportTickBudget)
 	cfg := wazero.NewRuntimeConfig().WithCloseOnContextDone(!yields)
 	if opts.CompilationCacheDir != "" {
-		dir := opts.CompilationCacheDir
-		if !yields {
-			// wazero's cache key leaves out whether the code was compiled
-			// with its interruption checks: code compiled without them
-			// must not be read back for a runtime that relies on them.
-			dir = filepath.Join(dir, "engine-interrupt")
-		}
-		cache, err := wazero.NewCompilationCacheWithDir(dir)
+		// One folder serves both interruptions: wazero's module key
+		// covers whether the code has its checks.
+		cache, err := wazero.NewCompilationCacheWithDir(opts.CompilationCacheDir)
 		if err != nil {
 			return nil, &LoadError{What: "compile", Err: err}
 		}

@@ -401,3 +401,30 @@ func TestManyGoroutinesShareABoundedPool(t *testing.T) {
 		t.Fatalf("%d instances alive, at most 2 allowed", n)
 	}
 }
+
+// A rule loaded with EngineInterrupt after one without, from one cache
+// folder, gets code that wazero can stop, even in a loop without a yield
+// point (model "bare"): the cached code of the other is not taken.
+func TestEngineInterruptCodeIsCachedApart(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{CallDeadline: 100 * time.Millisecond, CompilationCacheDir: dir}
+	_ = load(t, opts) // fills the cache with code compiled without wazero's checks
+	opts.EngineInterrupt = true
+	r := load(t, opts)
+	if r.yields {
+		t.Fatal("EngineInterrupt: the calls are stopped at yield points")
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.Evaluate(context.Background(), sample(), Model("bare"))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !IsKind(err, Deadline) {
+			t.Fatalf("got %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the looping call was not stopped")
+	}
+}

@@ -56,10 +56,12 @@
       (then (i32.load8_u (i32.const 65536)))
       (else (i32.const 0))))
 
-  ;; Behaviours every call shares: l loops, t traps, g grows memory until
-  ;; it cannot, r rejects and u is unrouted (the route's text as message).
-  ;; Returns 1 when it answered.
+  ;; Behaviours every call shares: l loops, b loops without a yield point
+  ;; (as a module from elsewhere might: only wazero's interruption stops
+  ;; it), t traps, g grows memory until it cannot, r rejects and u is
+  ;; unrouted (the route's text as message). Returns 1 when it answered.
   (func $common (param $m i32) (param $rlen i32) (result i32)
+    (if (i32.eq (local.get $m) (i32.const 98)) (then (loop $bare (br $bare))))
     (if (i32.eq (local.get $m) (i32.const 108)) (then (loop $forever (global.set $budget (i32.sub (global.get $budget) (i32.const 1))) (if (i32.eqz (global.get $budget)) (then (global.set $budget (call $tick)))) (br $forever))))
     (if (i32.eq (local.get $m) (i32.const 116)) (then (unreachable)))
     (if (i32.eq (local.get $m) (i32.const 103))
