@@ -20,7 +20,7 @@
 use wasm_encoder::{CodeSection, Module, RawSection, SectionId};
 use wasmparser::{Operator, Parser, Payload, TypeRef};
 
-use crate::{PassError, appended, leb128};
+use crate::{Edit, PassError, edit_body, leb128, push_with_entry};
 
 type Result<T> = std::result::Result<T, PassError>;
 
@@ -64,31 +64,18 @@ pub fn lower_short_copies(core: &[u8]) -> Result<Vec<u8>> {
         match &payload {
             Payload::TypeSection(r) => {
                 // (i32, i32, i32) -> (), in a rec group of its own.
-                let entry = [0x60, 0x03, 0x7f, 0x7f, 0x7f, 0x00];
-                let data = appended(r.count(), entries(core, r.range(), r.count())?, &entry);
-                out.section(&RawSection { id: SectionId::Type as u8, data: &data });
+                push_with_entry(&mut out, core, SectionId::Type, r, &[0x60, 0x03, 0x7f, 0x7f, 0x7f, 0x00])?;
             }
             Payload::FunctionSection(r) => {
                 let mut entry = Vec::new();
                 leb128(&mut entry, copy_type);
-                let data = appended(r.count(), entries(core, r.range(), r.count())?, &entry);
-                out.section(&RawSection { id: SectionId::Function as u8, data: &data });
+                push_with_entry(&mut out, core, SectionId::Function, r, &entry)?;
             }
             Payload::CodeSectionStart { .. } => code = Some(CodeSection::new()),
             Payload::CodeSectionEntry(body) => {
-                let range = body.range();
-                let mut ops = body.get_operators_reader()?;
-                let mut bytes = Vec::with_capacity(range.len());
-                let mut from = range.start;
-                while !ops.eof() {
-                    let at = ops.original_position();
-                    if let Operator::MemoryCopy { dst_mem: 0, src_mem: 0 } = ops.read()? {
-                        bytes.extend_from_slice(&core[from..at]);
-                        bytes.extend_from_slice(&call);
-                        from = ops.original_position();
-                    }
-                }
-                bytes.extend_from_slice(&core[from..range.end]);
+                let bytes = edit_body(core, body, |op| {
+                    matches!(op, Operator::MemoryCopy { dst_mem: 0, src_mem: 0 }).then_some(Edit::Replace(&call))
+                })?;
                 code.as_mut().ok_or_else(|| PassError("a function body outside the code section".into()))?.raw(&bytes);
             }
             other => {
@@ -107,19 +94,6 @@ pub fn lower_short_copies(core: &[u8]) -> Result<Vec<u8>> {
         out.section(&section);
     }
     Ok(out.finish())
-}
-
-/// The entries of a section whose reader covers `range` and holds `count`
-/// of them: the bytes after its count.
-fn entries(core: &[u8], range: std::ops::Range<usize>, count: u32) -> Result<&[u8]> {
-    let mut n = Vec::new();
-    leb128(&mut n, count);
-    // A count is written in its shortest form by every tool the guest goes
-    // through; a longer one is refused rather than misread.
-    if core.get(range.start..range.start + n.len()) != Some(&n[..]) {
-        return Err(PassError("a section count in a form this rewriter does not read".into()));
-    }
-    Ok(&core[range.start + n.len()..range.end])
 }
 
 /// The body of `copy(dst, src, n)`.

@@ -25,7 +25,7 @@
 use wasm_encoder::{CodeSection, Module, RawSection, SectionId};
 use wasmparser::{Operator, Parser, Payload, TypeRef};
 
-use omlet_wasm_passes::{appended, leb128};
+use omlet_wasm_passes::{Edit, edit_body, leb128, push_with_entry};
 
 use crate::{Error, Result};
 
@@ -42,6 +42,7 @@ const FIRST_BUDGET: u32 = 10_000;
 /// runs out.
 pub fn add_yield_points(core: &[u8]) -> Result<Vec<u8>> {
     let bad = |e: wasmparser::BinaryReaderError| Error::load("guest module", e);
+    let pass = |e: omlet_wasm_passes::PassError| Error::load("guest module", e);
     // Pass 1: the index the new global gets (after every imported and
     // defined one), and that the name is free.
     let mut globals = 0u32;
@@ -108,39 +109,24 @@ pub fn add_yield_points(core: &[u8]) -> Result<Vec<u8>> {
         let payload = payload.map_err(bad)?;
         match &payload {
             Payload::GlobalSection(r) => {
-                let first = r.clone().into_iter_with_offsets().next().transpose().map_err(bad)?.map(|(at, _)| at);
                 // An i32, mutable, set to i32.const FIRST_BUDGET.
                 let mut entry = vec![0x7f, 0x01, 0x41];
                 sleb128(&mut entry, FIRST_BUDGET as i32);
                 entry.push(0x0b);
-                let data = appended(r.count(), &core[first.unwrap_or(r.range().end)..r.range().end], &entry);
-                out.section(&RawSection { id: SectionId::Global as u8, data: &data });
+                push_with_entry(&mut out, core, SectionId::Global, r, &entry).map_err(pass)?;
             }
             Payload::ExportSection(r) => {
-                let first = r.clone().into_iter_with_offsets().next().transpose().map_err(bad)?.map(|(at, _)| at);
                 let mut entry = Vec::new();
                 leb128(&mut entry, BUDGET_EXPORT.len() as u32);
                 entry.extend_from_slice(BUDGET_EXPORT.as_bytes());
                 entry.push(0x03); // a global
                 leb128(&mut entry, budget);
-                let data = appended(r.count(), &core[first.unwrap_or(r.range().end)..r.range().end], &entry);
-                out.section(&RawSection { id: SectionId::Export as u8, data: &data });
+                push_with_entry(&mut out, core, SectionId::Export, r, &entry).map_err(pass)?;
             }
             Payload::CodeSectionStart { .. } => code = Some(CodeSection::new()),
             Payload::CodeSectionEntry(body) => {
-                let range = body.range();
-                let mut ops = body.get_operators_reader().map_err(bad)?;
-                let mut bytes = Vec::with_capacity(range.len() + 16);
-                let mut from = range.start;
-                while !ops.eof() {
-                    if let Operator::Loop { .. } = ops.read().map_err(bad)? {
-                        let at = ops.original_position();
-                        bytes.extend_from_slice(&core[from..at]);
-                        bytes.extend_from_slice(&check);
-                        from = at;
-                    }
-                }
-                bytes.extend_from_slice(&core[from..range.end]);
+                let bytes = edit_body(core, body, |op| matches!(op, Operator::Loop { .. }).then_some(Edit::After(&check)))
+                    .map_err(pass)?;
                 code.as_mut().ok_or_else(|| Error::Internal("a function body outside the code section".into()))?.raw(&bytes);
             }
             other => {

@@ -251,11 +251,10 @@ fn decode_cells(b: &[u8]) -> Option<Vec<Cell>> {
 }
 
 impl CoreCalls {
-    /// Evaluates the one record of `frame` on `route`: its output frame, or
-    /// the record's error as the guest gave it.
-    /// One `omlet_evaluate` call: the output frame, read by `output` where
-    /// it lies in the guest's memory (no copy of it is made), or the
-    /// record's error.
+    /// Evaluates the one record of `frame` on `route` (one `omlet_evaluate`
+    /// call): its output frame, read by `output` where it lies in the
+    /// guest's memory (no copy of it is made), or the record's error as the
+    /// guest gave it.
     fn evaluate<T>(
         &mut self,
         store: &mut Store<StoreState>,
