@@ -49,6 +49,30 @@ fn wasm_single(rt: &Runtime, rule: &Rule, records: &[Record], iters: u64) -> Dur
     })
 }
 
+/// [`native`], each output then written out as its JSON line, as a host
+/// that forwards records does.
+fn native_json(program: &Program, host: &mut dyn Host, records: &[Record], iters: u64) -> Duration {
+    let t = Instant::now();
+    for i in 0..iters as usize {
+        let rec = records[i % records.len()].clone();
+        let out = omlet_lang::evaluate(program, 0, rec.into(), host).unwrap();
+        std::hint::black_box(omlet::record::fields_json(&out));
+    }
+    t.elapsed()
+}
+
+/// [`wasm_single`], each output then written out as [`native_json`] writes it.
+fn wasm_single_json(rt: &Runtime, rule: &Rule, records: &[Record], iters: u64) -> Duration {
+    rt.block_on(async {
+        let t = Instant::now();
+        for i in 0..iters as usize {
+            let out = rule.evaluate(&records[i % records.len()]).await.unwrap();
+            std::hint::black_box(out.to_json());
+        }
+        t.elapsed()
+    })
+}
+
 /// `iters` batches of `n` records; each call's latency goes to bench `id`.
 fn wasm_batch(rt: &Runtime, rule: &Rule, records: &[Record], n: usize, iters: u64, id: &str) -> Duration {
     let chunks: Vec<&[Record]> = records.chunks(n).filter(|c| c.len() == n).collect();
@@ -271,6 +295,11 @@ fn benches(c: &mut Criterion) {
     g.throughput(Throughput::Elements(1));
     g.bench_function("native", |b| b.iter_custom(|n| native(&pure_prog, &mut Offline::at((0, 0)), &records, n)));
     g.bench_function("wasm_single", |b| b.iter_custom(|n| wasm_single(&rt, &pure, &records, n)));
+    // Each output also written out as JSON: the record a one-record call
+    // returns keeps the guest's output frame and reads its fields only when
+    // asked, so these two cells show a whole forward, not just the call.
+    g.bench_function("native_json", |b| b.iter_custom(|n| native_json(&pure_prog, &mut Offline::at((0, 0)), &records, n)));
+    g.bench_function("wasm_single_json", |b| b.iter_custom(|n| wasm_single_json(&rt, &pure, &records, n)));
     // The same calls without the core path: every one a component call.
     let component_engine = Engine::with_config(&omlet::EngineConfig { core_path: false, ..Default::default() }).unwrap();
     let pure_component = load(&rt, &component_engine, PURE_RULE, None);

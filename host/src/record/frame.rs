@@ -146,16 +146,80 @@ pub(crate) fn plain_text(frame: &[u8]) -> bool {
 pub(crate) fn json_line(r: &mut Reader<'_>, size: u32, plain: bool) -> Result<String, DecodeError> {
     // The count comes from the guest: room for a usual record, grown as needed.
     let mut line = String::with_capacity(64 + (size as usize).min(256) * 24);
-    line.push('{');
+    json_line_into(r, size, plain, &mut line)?;
+    Ok(line)
+}
+
+/// [`json_line`], appended to `out` (left as it was on an error).
+fn json_line_into(r: &mut Reader<'_>, size: u32, plain: bool, out: &mut String) -> Result<(), DecodeError> {
+    let start = out.len();
+    out.push('{');
     let (mut read, mut first) = (0, true);
+    let mut rendered = Ok(());
+    while read < size && rendered.is_ok() {
+        rendered = json_tree(r, &mut read, 0, out, At::Field(&mut first), plain);
+    }
+    if rendered.is_ok() && read != size {
+        rendered = Err(OVERRUN.into());
+    }
+    if rendered.is_err() {
+        out.truncate(start);
+    }
+    rendered.map(|()| out.push('}'))
+}
+
+/// The JSON line of a one-record frame, appended to `out`: what
+/// [`Record::to_json`] gives for the record [`decode_record`] reads from it,
+/// without building the record.
+pub(crate) fn write_json_of(frame: &[u8], out: &mut String) -> Result<(), DecodeError> {
+    let mut r = Reader::new(frame)?;
+    if r.records() != 1 {
+        return Err(DecodeError::NotOneRecord(r.records()));
+    }
+    let size = r.size(0)?;
+    json_line_into(&mut r, size, plain_text(frame), out)
+}
+
+/// A one-record frame (the guest's output) as a record that keeps it and
+/// reads its fields only when they are first asked for: an output that is
+/// only written out as JSON, or handed on, is never taken apart into
+/// fields. The frame is checked whole first, with the checks and errors of
+/// [`decode_record`], so that a frame that would not read fails here, at
+/// the call, and never later as a record without fields.
+pub(crate) fn record_keeping_frame(frame: Box<[u8]>) -> Result<Record, DecodeError> {
+    let mut r = Reader::new(&frame)?;
+    if r.records() != 1 {
+        return Err(DecodeError::NotOneRecord(r.records()));
+    }
+    let size = r.size(0)?;
+    let mut read = 0;
     while read < size {
-        json_tree(r, &mut read, 0, &mut line, At::Field(&mut first), plain)?;
+        check_tree(&mut r, &mut read, 0)?;
     }
     if read != size {
         return Err(OVERRUN.into());
     }
-    line.push('}');
-    Ok(line)
+    Ok(Record::from_own_frame(frame))
+}
+
+/// Reads past the next subtree of `r` as [`tree`] reads it (the same checks,
+/// in the same order, so the same errors), building nothing.
+fn check_tree(r: &mut Reader<'_>, read: &mut u32, depth: u32) -> Result<(), DecodeError> {
+    if depth > omlet_lang::frame::MAX_DEPTH {
+        return Err(TOO_DEEP.into());
+    }
+    if r.chars_leaf().is_some() || r.digit_leaf().is_some() {
+        *read += 1;
+        return Ok(());
+    }
+    let (_, raw) = r.node()?;
+    *read += 1;
+    if let Raw::Obj(n) | Raw::Array(n) = raw {
+        for _ in 0..n {
+            check_tree(r, read, depth + 1)?;
+        }
+    }
+    Ok(())
 }
 
 /// Where a node renders in [`json_tree`].
@@ -328,6 +392,43 @@ mod tests {
         assert_eq!(inner, fresh_frame(&big));
         with_record_frame(&big, |f| assert!(f.len() > omlet_lang::frame::KEEP_BYTES));
         FRAME.with(|c| assert_eq!(c.borrow().1.capacity(), 0, "a huge record's buffer was kept"));
+    }
+
+    /// A record that keeps its output frame reads as the record decoded
+    /// from it (fields, JSON line, equality), and refuses exactly the frames
+    /// the decoder refuses, with the same error: every one-byte change and
+    /// every cut of a frame with every kind of node.
+    #[test]
+    fn records_keeping_their_frame_read_and_fail_as_decoded_ones() {
+        let json = r#"{"a":"plain \" quote","n":-7,"f":1.5,"t":true,"z":null,"o":{"y":[1,"two",{"k":"v"}],"x":"é"}}"#;
+        let mut rec = Record::from_json(json).unwrap();
+        rec.insert("ip4", std::net::IpAddr::from([10, 0, 0, 1]));
+        rec.insert("ip6", "2001:db8::1".parse::<std::net::IpAddr>().unwrap());
+        let frame = encode_record(&rec);
+        let kept = record_keeping_frame(frame.clone().into()).unwrap();
+        let decoded = decode_record(&frame).unwrap();
+        assert_eq!(kept.to_json(), decoded.to_json(), "rendered from the frame");
+        let mut line = String::from("[");
+        kept.write_json(&mut line);
+        assert_eq!(line, format!("[{}", decoded.to_json()));
+        assert_eq!(kept, decoded);
+        assert_eq!(kept.get("o"), decoded.get("o"));
+        assert_eq!(kept.to_json(), decoded.to_json(), "rendered from the fields");
+        let agree = |bytes: &[u8]| {
+            let by_decoder = decode_record(bytes).map(|r| r.to_json());
+            let by_keeper = record_keeping_frame(bytes.into()).map(|r| r.to_json());
+            assert_eq!(by_keeper, by_decoder, "{bytes:?}");
+        };
+        for cut in 0..frame.len() {
+            agree(&frame[..cut]);
+        }
+        for at in 0..frame.len() {
+            for flip in [0x01u8, 0x80, 0xff] {
+                let mut bad = frame.clone();
+                bad[at] ^= flip;
+                agree(&bad);
+            }
+        }
     }
 
     #[test]

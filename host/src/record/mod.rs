@@ -49,10 +49,10 @@ pub struct Record {
     /// The fields: given at once, or read from `frame` when first asked for.
     fields: OnceLock<Vec<Field<'static>>>,
     /// The record as frame bytes, when it was read straight into a frame
-    /// (a JSONL line, [`from_json_line`]): a record that is only
-    /// evaluated and dropped is never taken apart into fields, and goes
-    /// into a batch frame as bytes ([`Record::write_frame`]). Any change to
-    /// the record drops it.
+    /// (a JSONL line, [`from_json_line`]) or is a one-record call's output:
+    /// a record that is only evaluated and dropped, or written out as JSON,
+    /// is never taken apart into fields, and goes into a batch frame as
+    /// bytes ([`Record::write_frame`]). Any change to the record drops it.
     frame: Option<Bytes>,
 }
 
@@ -127,6 +127,14 @@ impl Record {
 
     /// The record as one line of JSON (spec §11).
     pub fn to_json(&self) -> String {
+        if self.fields.get().is_none()
+            && let Some(Bytes::Own(own)) = &self.frame
+        {
+            let mut line = String::with_capacity(own.len());
+            if frame::write_json_of(own, &mut line).is_ok() {
+                return line;
+            }
+        }
         fields_json(self.fields())
     }
 
@@ -140,6 +148,14 @@ impl Record {
     /// # Ok::<(), omlet::Error>(())
     /// ```
     pub fn write_json(&self, out: &mut String) {
+        // A record still kept as its own frame (an output, or a JSONL line)
+        // is rendered from it, node by node, without building its fields.
+        if self.fields.get().is_none()
+            && let Some(Bytes::Own(own)) = &self.frame
+            && frame::write_json_of(own, out).is_ok()
+        {
+            return;
+        }
         write_fields_json(self.fields(), out);
     }
 
@@ -284,7 +300,9 @@ impl Record {
                 None => return Vec::new(),
             };
             decoded.map(Record::into_fields).unwrap_or_else(|e| {
-                // Only `from_json_line` makes these frames, with a `Writer`.
+                // These frames come from a `Writer` (`from_json_line`) or
+                // were checked whole before the record was made
+                // (`frame::record_keeping_frame`).
                 debug_assert!(false, "a record's own frame does not read: {e}");
                 Vec::new()
             })
@@ -301,6 +319,13 @@ impl Record {
     /// A record of the evaluator's fields.
     pub(crate) fn from_fields(fields: Vec<Field<'static>>) -> Record {
         Record { fields: OnceLock::from(fields), frame: None }
+    }
+
+    /// A record kept as its own one-record frame, its fields read from it
+    /// when first asked for. The frame must read (see
+    /// [`frame::record_keeping_frame`], which checks it).
+    pub(crate) fn from_own_frame(frame: Box<[u8]>) -> Record {
+        Record { fields: OnceLock::new(), frame: Some(Bytes::Own(frame)) }
     }
 
     /// The evaluator's fields, taken out.

@@ -346,7 +346,7 @@ impl Rule {
             super::core_path::Core::NotReady => {}
         }
         let out = self.call_sync(|calls, store, generation| calls.evaluate(store, generation, route, input))?;
-        Some(out.and_then(own_output).and_then(|o| super::output::decode_record(&o)))
+        Some(out.and_then(own_output).and_then(|o| super::output::output_record(o.into_boxed_slice())))
     }
 
     /// One batch call on a frame, for outputs decoded as `T`: the records'

@@ -155,9 +155,19 @@ fn record_errors(errors: Vec<ev::RecordError>, named: fn(usize) -> usize) -> imp
     errors.into_iter().map(move |e| (e.index as usize, record_error(named(e.index as usize), e.error)))
 }
 
-/// The record of an output frame.
+/// The record of a one-record output frame, which it keeps: its fields are
+/// read from the frame when first asked for, and its JSON line is rendered
+/// straight from it (see [`frame::record_keeping_frame`], which checks the
+/// frame whole first). The copy of the frame's bytes costs less than
+/// building the fields, which an output that is only written out, or
+/// handed on, never needs.
 pub(super) fn decode_record(frame: &[u8]) -> Result<Record> {
-    frame::decode_record(frame).map_err(|m| Error::Internal(format!("the guest's output record: {m}")))
+    output_record(frame.into())
+}
+
+/// [`decode_record`] of an output frame the host already owns.
+pub(super) fn output_record(frame: Box<[u8]>) -> Result<Record> {
+    frame::record_keeping_frame(frame).map_err(|m| Error::Internal(format!("the guest's output record: {m}")))
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use super::engine::Engine;
 use super::gather::{Step, wait_joined};
 use super::info::{Explained, RuleInfo, merge_layers};
 use super::invoke::{Instance, SyncPath};
-use super::output::{Decoded, decode_output, decode_record};
+use super::output::{Decoded, decode_output, output_record};
 use super::pool::Pool;
 use super::store::{Shared, StoreState};
 use super::{Route, block_on, field_path, wit_route};
@@ -118,7 +118,7 @@ impl Rule {
         let mut trace: Trace =
             serde_json::from_str(&out.trace).map_err(|e| Error::Internal(format!("the component's trace does not read: {e}")))?;
         merge_layers(&mut trace, out.layers);
-        Ok(Explained { output: out.output.and_then(|frame| decode_record(&frame)), trace })
+        Ok(Explained { output: out.output.and_then(|frame| output_record(frame.into_boxed_slice())), trace })
     }
 
     /// Evaluates records in one guest call with the rule's only model. Each
@@ -253,7 +253,7 @@ impl Rule {
 
     /// One encoded record on the async path, decoded.
     pub(super) async fn evaluate_async_record(&self, route: ev::Route, input: Vec<u8>) -> Result<Record> {
-        decode_record(&self.evaluate_async(route, input).await?)
+        output_record(self.evaluate_async(route, input).await?.into_boxed_slice())
     }
 
     /// A one-record call on the fiber-less path, its frame written in the
