@@ -346,17 +346,32 @@ impl Rule {
     /// rule's one-record calls to [`CORE_AFTER_CALLS`] asks for it to be
     /// compiled, on a thread of its own.
     fn core(&self) -> Option<&CorePath> {
-        let slot = &self.inner.core;
-        if let Some(path) = slot.path.get() {
+        if let Some(path) = self.inner.core.path.get() {
             return path.as_ref();
         }
-        slot.ir.as_ref()?;
+        self.count_toward_core();
+        None
+    }
+
+    /// Whether the rule's one-record calls take the core path now (without
+    /// counting a call, see [`Rule::count_toward_core`]).
+    pub(super) fn core_ready(&self) -> bool {
+        matches!(self.inner.core.path.get(), Some(Some(_)))
+    }
+
+    /// Counts one one-record call toward [`CORE_AFTER_CALLS`], and asks for
+    /// the core path once they are made: calls that are coalesced count as
+    /// well as calls made alone.
+    pub(super) fn count_toward_core(&self) {
+        let slot = &self.inner.core;
+        if slot.ir.is_none() || slot.path.get().is_some() {
+            return;
+        }
         if slot.calls.load(Ordering::Relaxed) < CORE_AFTER_CALLS {
             slot.calls.fetch_add(1, Ordering::Relaxed);
-            return None;
+            return;
         }
         self.start_core();
-        None
     }
 
     /// Starts compiling the core path, once.

@@ -72,16 +72,25 @@ impl Rule {
         }
         // Coalesce only calls that will not wait for the host: while the sync
         // path is skipped, lookups are missing the caches, and coalesced
-        // records would make their lookups one after another.
-        if let Some(co) = self.inner.coalescer.as_ref().filter(|_| self.sync_skipped() == 0) {
+        // records would make their lookups one after another. Nor once the
+        // rule's core path is ready: a core call of one record costs less
+        // than gathering it into a batch (pure rule at c = 4 to 64: 2.2-3.5 M
+        // calls/s alone, 1.6-2.4 M coalesced, docs/decisions/0016-coalescing.md).
+        if !self.core_ready()
+            && let Some(co) = self.inner.coalescer.as_ref().filter(|_| self.sync_skipped() == 0)
+        {
             match self.step(co, route, record) {
                 Step::Alone => {}
                 Step::Joined(joined) => {
+                    self.count_toward_core();
                     if let Some(result) = wait_joined(joined).await {
                         return result;
                     }
                 }
-                Step::Open(gathered) => return gathered.await,
+                Step::Open(gathered) => {
+                    self.count_toward_core();
+                    return gathered.await;
+                }
             }
         }
         // One await of this path only: each would take room in the future.

@@ -12,8 +12,10 @@ fn rec(json: &str) -> Record {
     omlet::record::from_json_str(json).unwrap()
 }
 
+/// An engine without the core path, which ends coalescing once it is
+/// ready (`core_abi.rs` tests that): these tests are about coalescing.
 fn engine(f: impl FnOnce(&mut EngineConfig)) -> Engine {
-    let mut c = EngineConfig::default();
+    let mut c = EngineConfig { core_path: false, ..Default::default() };
     f(&mut c);
     Engine::with_config(&c).unwrap()
 }

@@ -294,6 +294,42 @@ async fn one_record_calls_take_the_core_path_with_the_same_outputs() {
     assert!(!rule.wait_core_path());
 }
 
+/// Coalescing is on by default, but once a rule's core path is ready its
+/// concurrent one-record calls each take it: none is gathered into a batch.
+/// Before, the same calls are coalesced, and they count toward the core path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_core_path_ready_one_record_calls_are_not_coalesced() {
+    let engine = omlet::Engine::new().unwrap();
+    let rule = engine.load_source("t.oml", "name : t\n---\nn = read(n) ;\n", &omlet::LoadOptions::new()).await.unwrap();
+    let round = |rule: &omlet::Rule| {
+        let tasks: Vec<_> = (0..16)
+            .map(|t| {
+                let rule = rule.clone();
+                tokio::spawn(async move {
+                    for c in 0..100 {
+                        let n = t * 1000 + c;
+                        let out = rule.evaluate(&omlet::Record::from_json(&format!("{{\"n\":{n}}}")).unwrap()).await;
+                        assert_eq!(out.unwrap().to_json(), format!("{{\"n\":{n}}}"));
+                        tokio::task::yield_now().await;
+                    }
+                })
+            })
+            .collect();
+        async move {
+            for t in tasks {
+                t.await.unwrap();
+            }
+        }
+    };
+    round(&rule).await;
+    let coalesced = rule.coalesced_records();
+    assert!(coalesced > 0, "16 callers on two threads never shared a call before the core path");
+    assert!(rule.wait_core_path());
+    round(&rule).await;
+    assert_eq!(rule.coalesced_records(), coalesced, "calls were coalesced with the core path ready");
+    assert_eq!(rule.core_path_calls(), 1600);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_the_core_path_a_record_too_big_or_too_slow_fails_alone() {
     use omlet::{Error, Limit};
