@@ -128,7 +128,9 @@ pub struct EngineConfig {
     /// for another's batch parks in the kernel. Many tasks making one-record
     /// calls gain the most, two per thread about nothing, one task nothing
     /// (BENCHMARKS.md shows both ways; docs/decisions/0016-coalescing.md
-    /// says why); turn it off to rule it out.
+    /// says why); turn it off to rule it out. Once a rule's core path is
+    /// ready (see `core_path`), its calls are not coalesced: a core call of
+    /// one record costs less than a gathering.
     ///
     /// A task never joins a gathering it opened itself, and a caller whose
     /// gathering's opener is kept but not polled (an `evaluate` future polled
