@@ -1162,6 +1162,20 @@ def portable_section(r):
               f"{us(component)} | {ratio_(component)} |"] if host_core else []) + [
             f"| wasmtime's echo of the frame, no evaluation (`baseline/wasmtime_echo_call`) | {cell(echo)} | "
             f"{us(echo)} | {ratio_(echo)} |", "",
+        ]
+        native_json, single_json = rps("pure/native_json"), rps("pure/wasm_single_json")
+        if native_json is not None and single_json is not None:
+            lines += [
+                "The record `Rule::evaluate` returns keeps the guest's output frame and builds its fields only "
+                "when they are first read (docs/decisions/0052-one-record-outputs-keep-their-frame.md), while "
+                "`pure/native` ends with the evaluator's own fields. So the two cells below also write each "
+                "output out as its JSON line (`Record::to_json`, rendered from the frame; natively "
+                "`record::fields_json` of the fields): a whole forward of a record, on both sides.", "",
+                "| cell | records/s | µs/record | ÷ native with JSON |", "|---|---:|---:|---:|",
+                f"| native evaluator, then JSON (`pure/native_json`) | {cell(native_json)} | {us(native_json)} | 1.00 |",
+                f"| Rust host, `Rule::evaluate`, then JSON (`pure/wasm_single_json`) | {cell(single_json)} | "
+                f"{us(single_json)} | {single_json / native_json:.2f} |", ""]
+        lines += [
             "| target | measured | met |", "|---|---|---|",
             "| the Rust host's one-record pure rate ≥ 0.5× native | "
             + ("not measured | — |" if single is None else
@@ -1169,7 +1183,12 @@ def portable_section(r):
             "| what the core path could reach: the bare core call ≥ 0.5× native (not the host) | "
             + ("not measured | — |" if core is None else
                f"{core / native:.2f}× (`baseline/core_abi_pure_call` ÷ `pure/native`) | "
-               f"{'within reach' if core / native >= 0.5 else 'out of reach even bare'} |"), ""]
+               f"{'within reach' if core / native >= 0.5 else 'out of reach even bare'} |")]
+        if native_json is not None and single_json is not None:
+            lines += ["| the same with each output written as JSON (not the target's measure) | "
+                      f"{single_json / native_json:.2f}× (`pure/wasm_single_json` ÷ `pure/native_json`) | "
+                      f"{'yes' if single_json / native_json >= 0.5 else 'no'} |"]
+        lines += [""]
 
     # --- the Go host's start --------------------------------------------------------
     lines += ["### The Go host's start", ""]

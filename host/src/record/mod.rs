@@ -41,6 +41,11 @@ use json::{JsonValue, TopLevel, write_fields_json};
 /// # Ok::<(), omlet::Error>(())
 /// ```
 ///
+/// A record that a one-record call returns keeps the guest's output frame:
+/// its fields are built from it when first read, and [`Record::to_json`]
+/// renders it straight from the frame, so an output that is only written
+/// out is never taken apart.
+///
 /// Fields a rule marks as ignored (spec §4.5: `__` names, `ignore` values)
 /// stay inside the record but are not shown: `get`, `iter`, `len` and the
 /// JSON form skip them.
