@@ -49,6 +49,11 @@ pub mod mysql;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 mod provider;
+#[cfg_attr(
+    not(any(feature = "postgres", feature = "mysql")),
+    allow(dead_code, reason = "only the server dialects connect to a server")
+)]
+mod reach;
 pub mod reload;
 pub mod route;
 mod sql;

@@ -195,6 +195,7 @@ fn cell(row: &MySqlRow, i: usize, ty: &str) -> Result<Cell, String> {
 impl Dialect for MySql {
     type Db = sqlx::MySql;
     const SPEC: Spec = Spec::new("mysql", '`', Placeholders::Question, ["BIGINT", "DOUBLE", "LONGBLOB", "TEXT", "VARCHAR(255)"]);
+    const DEFAULT_PORT: u16 = 3306;
 
     /// UTF-8 text, compared byte for byte as SQLite does.
     fn table_options() -> &'static str {

@@ -180,6 +180,7 @@ const HELPERS_SQL: &str = include_str!("pg_helpers.sql");
 impl Dialect for Postgres {
     type Db = sqlx::Postgres;
     const SPEC: Spec = Spec::new("postgres", '"', Placeholders::Dollar, ["BIGINT", "DOUBLE PRECISION", "BYTEA", "TEXT", "TEXT"]);
+    const DEFAULT_PORT: u16 = 5432;
 
     fn bind(q: Query<'_, sqlx::Postgres>, c: Cell, ty: ParamType) -> Query<'_, sqlx::Postgres> {
         bind(q, c, ty)

@@ -75,6 +75,8 @@ pub trait Dialect: Send + Sync + 'static {
     type Db: Database;
     /// Names, quoting, placeholders and column types.
     const SPEC: Spec;
+    /// The port the driver connects to when a URL names none (0: no server).
+    const DEFAULT_PORT: u16 = 0;
 
     /// A column type in SQLite's terms (INTEGER, REAL, TEXT, BLOB, maybe
     /// with PRIMARY KEY) in this database's, by `Spec::types`.
@@ -274,6 +276,12 @@ where
     ) -> Result<Self> {
         let err = |e: sqlx::Error| Error::Knowledge(format!("{}: {}", D::SPEC.kind, super::config::redact(&e.to_string())));
         let options: <<D::Db as Database>::Connection as Connection>::Options = url.parse().map_err(err)?;
+        // One connection first, so that a server that cannot be reached is
+        // named with its cause at once (the pool would retry until its
+        // timeout and then say only that it timed out).
+        let server = super::reach::server_of(url, D::DEFAULT_PORT);
+        super::reach::first_connection::<<D::Db as Database>::Connection>(D::SPEC.kind, &server, &options, connect_timeout)
+            .await?;
         let pool = PoolOptions::<D::Db>::new()
             .max_connections(2)
             .acquire_timeout(connect_timeout)
@@ -283,7 +291,7 @@ where
             })
             .connect_with(options.clone())
             .await
-            .map_err(err)?;
+            .map_err(|e| Error::Knowledge(format!("{}: {server}: {}", D::SPEC.kind, super::config::redact(&e.to_string()))))?;
         Ok(SqlProvider::new(pool, Lanes::new(options, pool_size, connect_timeout, Some(lane_setup)), dialect))
     }
 

@@ -61,6 +61,36 @@ async fn a_statement_on_a_missing_column_fails_the_load_on_postgres() {
     assert!(msg.contains("nope"), "{msg}");
 }
 
+/// A server that cannot be reached is named, host and port, with the cause,
+/// at once and not after the pool's timeout; the URL's secret never shows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_server_is_named_with_its_cause() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    for scheme in ["postgres", "mysql"] {
+        let mut config = KnowledgeConfig::for_url(&format!("{scheme}://bob:s3cret@127.0.0.1:{port}/db"));
+        config.connect_timeout_ms = 60_000;
+        let started = std::time::Instant::now();
+        let e = config.open().await.err().expect("a closed port opened").to_string();
+        assert!(e.contains(&format!("cannot connect to 127.0.0.1:{port}")) && e.contains("connection refused"), "{e}");
+        assert!(!e.contains("s3cret"), "{e}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(30), "waited for the pool: {:?}", started.elapsed());
+    }
+    // A server that answers and refuses: its own words, and where it is.
+    let pg = Postgres::start();
+    let url = pg.url();
+    let (base, _) = url.rsplit_once('/').unwrap();
+    let server = base.rsplit_once('@').unwrap().1;
+    for (url, words) in [
+        (format!("{base}/no_such_db"), "the server refused: database \"no_such_db\" does not exist"),
+        (url.replace("://postgres@", "://nobody@"), "authentication failed: role \"nobody\" does not exist"),
+    ] {
+        let e = KnowledgeConfig::for_url(&url).open().await.err().expect("a refused connection opened").to_string();
+        assert!(e.contains(&format!("cannot connect to {server}: {words}")), "{e}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn text_parameters_meet_integer_columns_on_postgres() {
     // SQLite's affinity makes `int_col = '2'` true; PostgreSQL gets the parameter coerced.
@@ -636,6 +666,13 @@ async fn ipv6_ranges_by_key(url: &str, on_columns: &[&str]) {
 /// table, loaded with psql as examples/embed-postgres/README.md says.
 #[test]
 fn the_postgres_embedding_example_enriches_a_record() {
+    // The README's command names the package whose examples/ holds the program.
+    let readme = std::fs::read_to_string(root().join("examples/embed-postgres/README.md")).unwrap();
+    let manifest = std::fs::read_to_string(root().join("host/Cargo.toml")).unwrap();
+    let package = manifest.lines().find_map(|l| l.strip_prefix("name = ")).unwrap().trim_matches('"');
+    assert!(root().join("host/examples/embed_postgres.rs").exists());
+    let command = format!("cargo run -q -p {package} --example embed_postgres");
+    assert!(readme.contains(&command), "examples/embed-postgres/README.md does not say `{command}`");
     let pg = Postgres::start();
     let csv = root().join("examples/nginx/knowdb/ip_zone.csv");
     let load = format!(
