@@ -198,8 +198,9 @@ fn read_case_text(path: &Path) -> Result<String> {
 }
 
 /// The keys a case may have: what the runner reads, and the corpus's
-/// descriptive keys (`class`, `source`, …), which it ignores.
-const CASE_KEYS: &[&str] = &[
+/// descriptive keys (`class`, `source`, …), which it ignores. Each is
+/// documented in docs/testing.md (a test checks that).
+pub const CASE_KEYS: &[&str] = &[
     "name",
     "oml",
     "oml_file",

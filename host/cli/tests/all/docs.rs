@@ -107,3 +107,36 @@ async fn every_example_of_the_language_reference_runs() {
         assert!(failures.is_empty(), "{}", failures.join("\n"));
     }
 }
+
+/// docs/testing.md documents every key a case may have, in its key table
+/// or in `[defaults]`, and each of its case files that needs no other file
+/// passes, through the component and natively; those files show the keys
+/// a case rarely needs (`expected_record_error`, `rule_path`, `model`,
+/// `intranet_nets`, `[defaults]`) at work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_testing_guide_documents_every_case_key_and_its_cases_pass() {
+    let md = std::fs::read_to_string(root().join("docs/testing.md")).unwrap();
+    let table: Vec<&str> = md.lines().filter(|l| l.starts_with('|')).collect();
+    for key in omlet_cli::conformance::CASE_KEYS {
+        assert!(table.iter().any(|row| row.contains(&format!("`{key}`"))), "docs/testing.md: the key `{key}` is in no table row");
+    }
+    let blocks: Vec<&str> = md.split("```toml\n").skip(1).filter_map(|b| b.split("```").next()).collect();
+    let runnable: Vec<&str> = blocks.iter().copied().filter(|b| !b.contains("oml_file") && !b.contains("knowdb")).collect();
+    let shown = runnable.concat();
+    for key in ["expected_record_error", "expected_error", "rule_path", "model", "intranet_nets", "[defaults]"] {
+        assert!(shown.contains(key), "docs/testing.md: no runnable case file shows `{key}`");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let engine = omlet::Engine::new().unwrap();
+    for (i, block) in runnable.iter().enumerate() {
+        let path = dir.path().join(format!("guide{i}.toml"));
+        std::fs::write(&path, block).unwrap();
+        for mode in [Mode::Wasm, Mode::Native] {
+            let outcomes = run_file(&path, mode, &engine).await.unwrap_or_else(|e| panic!("block {i}: {e}"));
+            assert!(!outcomes.is_empty(), "block {i} has no case");
+            let failures: Vec<String> =
+                outcomes.into_iter().filter_map(|o| o.failure.map(|f| format!("{} ({mode:?}): {f}", o.name))).collect();
+            assert!(failures.is_empty(), "{}", failures.join("\n"));
+        }
+    }
+}
