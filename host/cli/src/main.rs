@@ -683,8 +683,11 @@ async fn check(
                     match engine(2)?.load_sources(&sources, &options).await {
                         Ok(_) => {
                             // Warnings do not fail the check.
+                            // Beside the lints' warnings, never instead of them.
                             if let Some(db) = &knowdb_db {
-                                (notes, warnings) = scan_warnings(&p, &knowledge, db).await?;
+                                let (scan_notes, scan_warnings) = scan_warnings(&p, &knowledge, db).await?;
+                                notes.extend(scan_notes);
+                                warnings.extend(scan_warnings);
                             }
                             Ok(p)
                         }

@@ -488,6 +488,30 @@ fn check_warns_about_silent_loss() {
     assert_eq!(j["warnings"].as_array().unwrap().len(), 2, "without a sample, two: {j}");
 }
 
+/// `check` is one pass: with `--knowdb` beside `--sample`, the lints' and
+/// the sample's warnings stay, beside the knowdb's warnings and notes.
+#[test]
+fn check_with_a_sample_and_a_knowdb_gives_both_findings() {
+    let dir = tempfile::tempdir().unwrap();
+    let rows: String = (0..10_001).map(|i| format!("10.{}.{}.{},z{}\n", i / 65536, (i / 256) % 256, i % 256, i % 5)).collect();
+    std::fs::write(dir.path().join("zones.csv"), format!("ip,zone\n{rows}")).unwrap();
+    let kb = dir.path().join("knowdb.toml");
+    std::fs::write(&kb, "[[tables]]\nname = \"zones\"\ncsv = \"zones.csv\"\n").unwrap();
+    let rule = rule_file(
+        &dir,
+        "fw.oml",
+        "name : fw\n---\nzone = select zone from zones where ip = read(src_ip) or zone = read(z) ;\n\
+         port : digit = read(dest_port) ;\n",
+    );
+    let sample = rule_file(&dir, "sample.jsonl", "{\"src_ip\":\"10.0.0.1\",\"dst_port\":22,\"z\":\"z1\"}\n");
+    let out = omlet(&["check", &rule, "--sample", &sample, "--knowdb", kb.to_str().unwrap()]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("fw.oml:4:16: warning: `dest_port` is in no sample record"), "{err}");
+    assert!(err.contains("fw.oml:3:8: warning: this lookup reads every row of `zones` (10001 rows)"), "{err}");
+    assert!(err.contains("fw.oml:3:8: note: lookup path: sql"), "{err}");
+}
+
 /// Issue 33: `omlet inspect` shows each model's own lookups, even when two
 /// models share one statement, with literals as the rule wrote them.
 #[test]
