@@ -49,6 +49,9 @@ pub enum Expr {
         source: Box<Expr>,
         fns: Vec<PipeFn>,
         span: Span,
+        /// Where each of `fns` is written (its name and arguments), for the
+        /// lints, which read what the function's defaults hide.
+        fn_spans: Vec<Span>,
     },
     Match(Box<Match>),
     Object(Vec<Member>, Span),

@@ -68,7 +68,7 @@ impl Visitor<'_> {
                     self.expr(d);
                 }
             }
-            Expr::Pipe { source, fns, span } => {
+            Expr::Pipe { source, fns, span, .. } => {
                 self.expr(source);
                 for f in fns {
                     if let Some((name, since)) = pipe_fn(f) {

@@ -7,7 +7,11 @@
 //!   taken;
 //! - given the field names of sample records, a read of a field that no
 //!   sample record has and no earlier statement writes (a misspelled name
-//!   such as `dest_port` for `dst_port`), with the nearest name.
+//!   such as `dest_port` for `dst_port`), with the nearest name;
+//! - a `Time::` function written without its zone, which then works at
+//!   UTC+8 (the reference's default), wrong by hours elsewhere;
+//! - a `: time` target of a plain `read` or `take`, which converts no text:
+//!   a timestamp that arrives as text stays text.
 //!
 //! They read the syntax tree, so they need neither a knowledge base nor a
 //! component. `omlet check` prints them; they never fail a build unless
@@ -20,6 +24,7 @@ use alloc::vec::Vec;
 
 use crate::ast::{self, Expr, LikePattern, LikePiece, SqlCond, SqlOperand};
 use crate::diag::{Span, line_col};
+use crate::ir::PipeFn;
 
 /// One warning, with its place.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,8 +70,8 @@ pub fn lints(text: &str, sample: Option<&BTreeSet<String>>) -> Vec<Lint> {
             continue;
         }
         let mut uses = Vec::new();
-        let mut matches = Vec::new();
-        walk(&s.expr, &target, &mut uses, &mut matches);
+        let mut found = Found::default();
+        walk(&s.expr, &target, &mut uses, &mut found);
         for u in &uses {
             if !u.take
                 && !written.contains(&u.key)
@@ -94,7 +99,28 @@ pub fn lints(text: &str, sample: Option<&BTreeSet<String>>) -> Vec<Lint> {
                 ));
             }
         }
-        for m in matches {
+        for (f, span) in &found.pipes {
+            if let Some(message) = zone_left_out(f, &text[span.start as usize..span.end as usize]) {
+                out.push(at(*span, message));
+            }
+        }
+        if let Expr::Access(a) = &s.expr
+            && a.keys.is_empty()
+        {
+            for t in s.targets.iter().filter(|t| t.ty.as_ref().is_some_and(|(ty, _)| ty == "time")) {
+                let key = a.key.as_deref().unwrap_or(&t.name);
+                out.push(at(
+                    t.ty.as_ref().map_or(t.span, |(_, span)| *span),
+                    format!(
+                        "`: time` converts no text: a timestamp that arrives as text stays text, as in the reference; \
+                         parse it (`{name} = pipe read({key}) | Time::parse('rfc3339', 0) ;`), or type `{key}` before \
+                         the rule sees it (`omlet run --input-types {key}=time`)",
+                        name = t.name
+                    ),
+                ));
+            }
+        }
+        for m in found.matches {
             let shown: Vec<String> = m.arms.iter().map(|a| format!("{:?}", a.conds)).collect();
             for (j, arm) in m.arms.iter().enumerate() {
                 if let Some(i) = shown[..j].iter().position(|c| *c == shown[j]) {
@@ -119,103 +145,135 @@ pub fn lints(text: &str, sample: Option<&BTreeSet<String>>) -> Vec<Lint> {
     out
 }
 
+/// What [`walk`] finds besides field accesses: matches, and each pipe
+/// function with where it is written.
+#[derive(Default)]
+struct Found<'e> {
+    matches: Vec<&'e ast::Match>,
+    pipes: Vec<(&'e PipeFn, Span)>,
+}
+
+/// The warning for a `Time::` function written without its zone: it then
+/// works at UTC+8, the reference's default, which is wrong by hours for
+/// anybody elsewhere. `written` is the function as the rule writes it.
+fn zone_left_out(f: &PipeFn, written: &str) -> Option<String> {
+    let (name, args) = match written.split_once('(') {
+        Some((name, rest)) => (name.trim(), rest.rsplit_once(')').map_or(rest, |(a, _)| a)),
+        None => (written.trim(), ""),
+    };
+    let given = crate::parse::split_args(args).iter().filter(|a| !a.trim().is_empty()).count();
+    let example = match f {
+        PipeFn::ToTs { .. } | PipeFn::FromTs { .. } if given == 0 && !name.ends_with("_zone") => format!("{name}(0)"),
+        PipeFn::TimeParse { .. } if given == 1 => format!("{name}({}, 0)", args.trim()),
+        _ => return None,
+    };
+    Some(format!(
+        "`{}` names no zone, so it works at UTC+8 (the reference's default for every `Time::` function); \
+         name the zone: `{example}` for UTC, or your offset in hours",
+        written.trim()
+    ))
+}
+
 /// The accesses and matches of `e`, in order; `implicit` is the key of an
 /// access that names none (the statement's target, or the member's name).
-fn walk<'e>(e: &'e Expr, implicit: &str, uses: &mut Vec<Use>, matches: &mut Vec<&'e ast::Match>) {
+fn walk<'e>(e: &'e Expr, implicit: &str, uses: &mut Vec<Use>, found: &mut Found<'e>) {
     match e {
-        Expr::Access(a) => access(a, implicit, uses, matches),
+        Expr::Access(a) => access(a, implicit, uses, found),
         Expr::At(name, span) => uses.push(Use { key: name.clone(), take: false, fallback: false, span: *span }),
-        Expr::Pipe { source, .. } => walk(source, implicit, uses, matches),
+        Expr::Pipe { source, fns, fn_spans, .. } => {
+            walk(source, implicit, uses, found);
+            found.pipes.extend(fns.iter().zip(fn_spans.iter().copied()));
+        }
         Expr::Match(m) => {
             for s in &m.sources {
-                walk(s, implicit, uses, matches);
+                walk(s, implicit, uses, found);
             }
-            matches.push(m);
+            found.matches.push(m);
             for a in &m.arms {
-                walk(&a.result, implicit, uses, matches);
+                walk(&a.result, implicit, uses, found);
             }
             if let Some(d) = &m.default {
-                walk(d, implicit, uses, matches);
+                walk(d, implicit, uses, found);
             }
         }
         Expr::Object(members, _) => {
             for m in members {
                 let name = m.names.first().map(String::as_str).unwrap_or(implicit);
-                walk(&m.expr, name, uses, matches);
+                walk(&m.expr, name, uses, found);
             }
         }
         Expr::Array(items, _) => {
             for i in items {
-                walk(i, implicit, uses, matches);
+                walk(i, implicit, uses, found);
             }
         }
-        Expr::Calc(c, _) => calc(c, implicit, uses, matches),
+        Expr::Calc(c, _) => calc(c, implicit, uses, found),
         Expr::LookupNocase { key, default, .. } => {
-            walk(key, implicit, uses, matches);
-            walk(default, implicit, uses, matches);
+            walk(key, implicit, uses, found);
+            walk(default, implicit, uses, found);
         }
         // `collect` takes patterns, not fields: nothing to say of it here.
         Expr::Collect(..) => {}
         Expr::Fmt { args, .. } => {
             for a in args {
-                walk(a, implicit, uses, matches);
+                walk(a, implicit, uses, found);
             }
         }
-        Expr::Sql(q) => sql_cond(&q.cond, implicit, uses, matches),
+        Expr::Sql(q) => sql_cond(&q.cond, implicit, uses, found),
         Expr::AccessDirect { src, dst, .. } => {
-            walk(src, implicit, uses, matches);
-            walk(dst, implicit, uses, matches);
+            walk(src, implicit, uses, found);
+            walk(dst, implicit, uses, found);
         }
-        Expr::Fail(m, _) => walk(m, implicit, uses, matches),
+        Expr::Fail(m, _) => walk(m, implicit, uses, found),
         Expr::Literal(..) | Expr::Now(..) | Expr::Ident(..) => {}
     }
 }
 
-fn access<'e>(a: &'e ast::Access, implicit: &str, uses: &mut Vec<Use>, matches: &mut Vec<&'e ast::Match>) {
+fn access<'e>(a: &'e ast::Access, implicit: &str, uses: &mut Vec<Use>, found: &mut Found<'e>) {
     if !a.keys.is_empty() {
         return;
     }
     let key = a.key.clone().unwrap_or_else(|| implicit.into());
     uses.push(Use { key, take: a.take, fallback: a.default.is_some() || !a.options.is_empty(), span: a.span });
     if let Some(d) = &a.default {
-        walk(d, implicit, uses, matches);
+        walk(d, implicit, uses, found);
     }
 }
 
-fn calc<'e>(c: &'e ast::CalcExpr, implicit: &str, uses: &mut Vec<Use>, matches: &mut Vec<&'e ast::Match>) {
+fn calc<'e>(c: &'e ast::CalcExpr, implicit: &str, uses: &mut Vec<Use>, found: &mut Found<'e>) {
     match c {
-        ast::CalcExpr::Field(e) => walk(e, implicit, uses, matches),
-        ast::CalcExpr::Neg(x) | ast::CalcExpr::Fn(_, x) => calc(x, implicit, uses, matches),
+        ast::CalcExpr::Field(e) => walk(e, implicit, uses, found),
+        ast::CalcExpr::Neg(x) | ast::CalcExpr::Fn(_, x) => calc(x, implicit, uses, found),
         ast::CalcExpr::Bin(_, l, r) => {
-            calc(l, implicit, uses, matches);
-            calc(r, implicit, uses, matches);
+            calc(l, implicit, uses, found);
+            calc(r, implicit, uses, found);
         }
         ast::CalcExpr::Int(_) | ast::CalcExpr::Float(_) => {}
     }
 }
 
-fn sql_cond<'e>(c: &'e SqlCond, implicit: &str, uses: &mut Vec<Use>, matches: &mut Vec<&'e ast::Match>) {
+fn sql_cond<'e>(c: &'e SqlCond, implicit: &str, uses: &mut Vec<Use>, found: &mut Found<'e>) {
     match c {
         SqlCond::Or(v) | SqlCond::And(v) => {
             for c in v {
-                sql_cond(c, implicit, uses, matches);
+                sql_cond(c, implicit, uses, found);
             }
         }
-        SqlCond::Not(c) | SqlCond::Group(c) => sql_cond(c, implicit, uses, matches),
+        SqlCond::Not(c) | SqlCond::Group(c) => sql_cond(c, implicit, uses, found),
         SqlCond::Cmp { left, right, .. } => {
-            sql_operand(left, implicit, uses, matches);
-            sql_operand(right, implicit, uses, matches);
+            sql_operand(left, implicit, uses, found);
+            sql_operand(right, implicit, uses, found);
         }
         SqlCond::In { left, items, .. } => {
-            sql_operand(left, implicit, uses, matches);
+            sql_operand(left, implicit, uses, found);
             for i in items {
-                sql_operand(i, implicit, uses, matches);
+                sql_operand(i, implicit, uses, found);
             }
         }
         SqlCond::Like { left, pattern, span } => {
-            sql_operand(left, implicit, uses, matches);
+            sql_operand(left, implicit, uses, found);
             match pattern {
-                LikePattern::Value(v) => sql_operand(v, implicit, uses, matches),
+                LikePattern::Value(v) => sql_operand(v, implicit, uses, found),
                 LikePattern::Pieces(pieces) => {
                     for p in pieces {
                         if let LikePiece::Field { take, name } = p {
@@ -229,12 +287,12 @@ fn sql_cond<'e>(c: &'e SqlCond, implicit: &str, uses: &mut Vec<Use>, matches: &m
     }
 }
 
-fn sql_operand<'e>(o: &'e SqlOperand, implicit: &str, uses: &mut Vec<Use>, matches: &mut Vec<&'e ast::Match>) {
+fn sql_operand<'e>(o: &'e SqlOperand, implicit: &str, uses: &mut Vec<Use>, found: &mut Found<'e>) {
     match o {
-        SqlOperand::Value(e) => walk(e, implicit, uses, matches),
+        SqlOperand::Value(e) => walk(e, implicit, uses, found),
         SqlOperand::Call { args, .. } => {
             for a in args {
-                sql_operand(a, implicit, uses, matches);
+                sql_operand(a, implicit, uses, found);
             }
         }
         SqlOperand::Column(..) | SqlOperand::Literal(_) => {}

@@ -6,16 +6,18 @@ use crate::pipes::catalogue::pipe_fn;
 
 impl<'s> Parser<'s> {
     pub(super) fn pipe_tail(&mut self, source: Expr, start: usize) -> PResult<Expr> {
-        let mut fns = Vec::new();
+        let (mut fns, mut fn_spans) = (Vec::new(), Vec::new());
         while self.eat(b'|') {
-            fns.push(self.pipe_fn()?);
+            let (f, span) = self.pipe_fn()?;
+            fns.push(f);
+            fn_spans.push(span);
         }
         if fns.is_empty() {
             let span = self.here();
             return self.err("expected `|` and a pipe function", span);
         }
         self.done(SyntaxKind::Pipe, start);
-        Ok(Expr::Pipe { source: Box::new(source), fns, span: Span::new(start, self.pos) })
+        Ok(Expr::Pipe { source: Box::new(source), fns, span: Span::new(start, self.pos), fn_spans })
     }
 
     /// Reads `name` and, if present, the raw text of `(args)`.
@@ -39,12 +41,13 @@ impl<'s> Parser<'s> {
         (name, args, Span::new(start, self.pos))
     }
 
-    pub(super) fn pipe_fn(&mut self) -> PResult<PipeFn> {
+    /// One pipe function, and where it is written.
+    pub(super) fn pipe_fn(&mut self) -> PResult<(PipeFn, Span)> {
         let (name, args, span) = self.call_head();
         match pipe_fn(&name, args.as_ref().map(|(a, _)| a.as_str())) {
             Ok(f) => {
                 self.done(SyntaxKind::PipeFn, span.start as usize);
-                Ok(f)
+                Ok((f, span))
             }
             Err((msg, hint)) => {
                 let mut d = Diagnostic::new(msg, span);

@@ -488,6 +488,34 @@ fn check_warns_about_silent_loss() {
     assert_eq!(j["warnings"].as_array().unwrap().len(), 2, "without a sample, two: {j}");
 }
 
+/// Times that come out wrong without a word: a `Time::` function with no
+/// zone works at UTC+8, and a `: time` target keeps text as text. `check`
+/// says so, with the fix; a function that names its zone is not warned of.
+#[test]
+fn check_warns_about_times_without_a_zone_and_time_targets_on_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let rule = rule_file(
+        &dir,
+        "t.oml",
+        "name : t\n---\n\
+         a = pipe read(t) | Time::to_ts ;\n\
+         b = pipe read(t) | Time::to_ts(0) | Time::from_ts(-5) ;\n\
+         c = pipe read(s) | Time::parse('rfc3339') ;\n\
+         d = pipe read(s) | Time::parse('rfc3339', 2) | Time::to_ts_zone(8, ms) ;\n\
+         hour : time = read(ts) ;\n",
+    );
+    let out = omlet(&["check", &rule]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "warnings do not fail the check: {err}");
+    assert!(err.contains("t.oml:3:20: warning: `Time::to_ts` names no zone, so it works at UTC+8"), "{err}");
+    assert!(err.contains("name the zone: `Time::to_ts(0)` for UTC"), "{err}");
+    assert!(err.contains("t.oml:5:20: warning: `Time::parse('rfc3339')` names no zone"), "{err}");
+    assert!(err.contains("`Time::parse('rfc3339', 0)` for UTC"), "{err}");
+    assert!(err.contains("t.oml:7:8: warning: `: time` converts no text"), "{err}");
+    assert!(err.contains("hour = pipe read(ts) | Time::parse('rfc3339', 0) ;"), "{err}");
+    assert_eq!(err.matches("warning:").count(), 3, "lines 4 and 6 name their zones: {err}");
+}
+
 /// `check` is one pass: with `--knowdb` beside `--sample`, the lints' and
 /// the sample's warnings stay, beside the knowdb's warnings and notes.
 #[test]
