@@ -11,7 +11,10 @@
 //! - a `Time::` function written without its zone, which then works at
 //!   UTC+8 (the reference's default), wrong by hours elsewhere;
 //! - a `: time` target of a plain `read` or `take`, which converts no text:
-//!   a timestamp that arrives as text stays text.
+//!   a timestamp that arrives as text stays text;
+//! - a lookup helper that takes IPv4 only (`cidr4_contains`, `ip4_int`, …)
+//!   given a field that holds IPv6 addresses in the sample, or that an
+//!   earlier statement types `ip`: those records never match.
 //!
 //! They read the syntax tree, so they need neither a knowledge base nor a
 //! component. `omlet check` prints them; they never fail a build unless
@@ -24,7 +27,7 @@ use alloc::vec::Vec;
 
 use crate::ast::{self, Expr, LikePattern, LikePiece, SqlCond, SqlOperand};
 use crate::diag::{Span, line_col};
-use crate::ir::PipeFn;
+use crate::ir::{Helper, PipeFn};
 
 /// One warning, with its place.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,6 +36,14 @@ pub struct Lint {
     pub line: u32,
     pub column: u32,
     pub message: String,
+}
+
+/// What sample records say: the fields they have, and those that hold an
+/// IPv6 address (as an address, or as text that reads as one) in some record.
+#[derive(Debug, Clone, Default)]
+pub struct Sample {
+    pub fields: BTreeSet<String>,
+    pub ipv6: BTreeSet<String>,
 }
 
 /// A field access found in a statement: its key (the implicit one
@@ -44,10 +55,10 @@ struct Use {
     span: Span,
 }
 
-/// The warnings of one rule file's text. `sample`, when given, holds the
-/// field names that input records have. A text that does not parse gives
+/// The warnings of one rule file's text. `sample`, when given, says what
+/// input records hold. A text that does not parse gives
 /// none (its errors say more).
-pub fn lints(text: &str, sample: Option<&BTreeSet<String>>) -> Vec<Lint> {
+pub fn lints(text: &str, sample: Option<&Sample>) -> Vec<Lint> {
     let (Some(rule), diags) = crate::parse::parse(text) else { return Vec::new() };
     if !diags.is_empty() {
         return Vec::new();
@@ -61,6 +72,8 @@ pub fn lints(text: &str, sample: Option<&BTreeSet<String>>) -> Vec<Lint> {
     // that took it and where it went.
     let mut taken: BTreeMap<String, (u32, String)> = BTreeMap::new();
     let mut written: BTreeSet<String> = BTreeSet::new();
+    // Fields an earlier statement typed `ip` (either family).
+    let mut typed_ip: BTreeSet<String> = BTreeSet::new();
     for s in &rule.stmts {
         let line = line_col(text, s.span.start as usize).0;
         let target = s.targets.first().map(|t| t.name.clone()).unwrap_or_default();
@@ -87,11 +100,12 @@ pub fn lints(text: &str, sample: Option<&BTreeSet<String>>) -> Vec<Lint> {
             }
             if let Some(sample) = sample
                 && !u.fallback
-                && !sample.contains(&u.key)
+                && !sample.fields.contains(&u.key)
                 && !written.contains(&u.key)
                 && !taken.contains_key(&u.key)
             {
-                let known: Vec<&str> = sample.iter().map(String::as_str).chain(written.iter().map(String::as_str)).collect();
+                let known: Vec<&str> =
+                    sample.fields.iter().map(String::as_str).chain(written.iter().map(String::as_str)).collect();
                 let near = crate::parse::nearest(&u.key, &known).map(|n| format!("; did you mean `{n}`?")).unwrap_or_default();
                 out.push(at(
                     u.span,
@@ -120,6 +134,30 @@ pub fn lints(text: &str, sample: Option<&BTreeSet<String>>) -> Vec<Lint> {
                 ));
             }
         }
+        for (helper, args, span) in &found.helpers {
+            let Some(neutral) = family_neutral(*helper) else { continue };
+            for arg in *args {
+                let SqlOperand::Value(Expr::Access(a)) = arg else { continue };
+                if !a.keys.is_empty() {
+                    continue;
+                }
+                let key = a.key.as_deref().unwrap_or(&target);
+                let why = if sample.is_some_and(|s| s.ipv6.contains(key)) {
+                    format!("`{key}` holds IPv6 addresses in the sample")
+                } else if typed_ip.contains(key) {
+                    format!("`{key}` is typed `ip`, which holds IPv6 addresses too")
+                } else {
+                    continue;
+                };
+                out.push(at(
+                    *span,
+                    format!(
+                        "`{}` takes IPv4 only, and {why}: their records never match; {neutral} takes both families",
+                        helper.name()
+                    ),
+                ));
+            }
+        }
         for m in found.matches {
             let shown: Vec<String> = m.arms.iter().map(|a| format!("{:?}", a.conds)).collect();
             for (j, arm) in m.arms.iter().enumerate() {
@@ -138,6 +176,11 @@ pub fn lints(text: &str, sample: Option<&BTreeSet<String>>) -> Vec<Lint> {
             }
         }
         for t in &s.targets {
+            if t.ty.as_ref().is_some_and(|(ty, _)| ty == "ip") {
+                typed_ip.insert(t.name.clone());
+            } else {
+                typed_ip.remove(&t.name);
+            }
             written.insert(t.name.clone());
             taken.remove(&t.name);
         }
@@ -151,6 +194,20 @@ pub fn lints(text: &str, sample: Option<&BTreeSet<String>>) -> Vec<Lint> {
 struct Found<'e> {
     matches: Vec<&'e ast::Match>,
     pipes: Vec<(&'e PipeFn, Span)>,
+    /// Lookup helper calls: the helper, its arguments, where.
+    helpers: Vec<(Helper, &'e [SqlOperand], Span)>,
+}
+
+/// The helper that does the work of an IPv4-only one for both families.
+fn family_neutral(h: Helper) -> Option<&'static str> {
+    match h {
+        Helper::Cidr4Contains => Some("`cidr_contains`"),
+        Helper::Ip4Int => Some("`ip_key`"),
+        Helper::Cidr4Min => Some("`cidr_min_key`"),
+        Helper::Cidr4Max => Some("`cidr_max_key`"),
+        Helper::Ip4Between => Some("`ip_key` between `cidr_min_key` and `cidr_max_key`"),
+        _ => None,
+    }
 }
 
 /// The warning for a `Time::` function written without its zone: it then
@@ -290,7 +347,10 @@ fn sql_cond<'e>(c: &'e SqlCond, implicit: &str, uses: &mut Vec<Use>, found: &mut
 fn sql_operand<'e>(o: &'e SqlOperand, implicit: &str, uses: &mut Vec<Use>, found: &mut Found<'e>) {
     match o {
         SqlOperand::Value(e) => walk(e, implicit, uses, found),
-        SqlOperand::Call { args, .. } => {
+        SqlOperand::Call { args, helper, span, .. } => {
+            if let Some(h) = helper {
+                found.helpers.push((*h, args, *span));
+            }
             for a in args {
                 sql_operand(a, implicit, uses, found);
             }
@@ -305,7 +365,8 @@ mod tests {
 
     fn messages(stmts: &str, sample: Option<&[&str]>) -> Vec<String> {
         let text = format!("name : t\n---\n{stmts}");
-        let sample: Option<BTreeSet<String>> = sample.map(|s| s.iter().map(|x| String::from(*x)).collect());
+        let sample: Option<Sample> =
+            sample.map(|s| Sample { fields: s.iter().map(|x| String::from(*x)).collect(), ..Sample::default() });
         lints(&text, sample.as_ref()).into_iter().map(|l| format!("{}:{}: {}", l.line, l.column, l.message)).collect()
     }
 

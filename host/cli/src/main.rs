@@ -628,19 +628,31 @@ fn sources(paths: &[PathBuf]) -> omlet::Result<Vec<RuleSource>> {
 /// The most of a sample file `omlet check --sample` reads (64 MiB).
 const MAX_SAMPLE_BYTES: u64 = 64 << 20;
 
-/// The field names of the first 10,000 records of a sample file (JSONL, or
-/// CSV for `*.csv`), within its first [`MAX_SAMPLE_BYTES`], for `omlet
-/// check --sample`.
-fn sample_fields(path: &Path) -> omlet::Result<std::collections::BTreeSet<String>> {
+/// What the first 10,000 records of a sample file (JSONL, or CSV for
+/// `*.csv`) hold, within its first [`MAX_SAMPLE_BYTES`], for `omlet check
+/// --sample`: their field names, and the fields that hold an IPv6 address.
+fn sample_fields(path: &Path) -> omlet::Result<omlet_lang::lint::Sample> {
     let f = std::fs::File::open(path).map_err(|e| Error::Io { path: path.into(), source: e })?;
     let reader: Box<dyn BufRead + Send> = Box::new(std::io::BufReader::new(std::io::Read::take(f, MAX_SAMPLE_BYTES)));
-    let mut names = std::collections::BTreeSet::new();
+    let mut sample = omlet_lang::lint::Sample::default();
     for item in omlet::stream::read(reader, Format::of_path(&path.display().to_string())).into_iter().take(10_000) {
         if let Ok(r) = item?.record {
-            names.extend(r.names().map(str::to_string));
+            for (name, value) in r.iter() {
+                let v6 = match &value {
+                    omlet::Value::Ip(ip) => ip.is_ipv6(),
+                    omlet::Value::Chars(text) => text.trim().parse::<std::net::Ipv6Addr>().is_ok(),
+                    _ => false,
+                };
+                if v6 && !sample.ipv6.contains(name) {
+                    sample.ipv6.insert(name.to_string());
+                }
+                if !sample.fields.contains(name) {
+                    sample.fields.insert(name.to_string());
+                }
+            }
         }
     }
-    Ok(names)
+    Ok(sample)
 }
 
 async fn check(

@@ -516,6 +516,43 @@ fn check_warns_about_times_without_a_zone_and_time_targets_on_text() {
     assert_eq!(err.matches("warning:").count(), 3, "lines 4 and 6 name their zones: {err}");
 }
 
+/// An IPv4-only lookup helper given a field that holds IPv6 addresses (in
+/// the sample, or typed `ip` by an earlier statement) never matches their
+/// records: `check` names the helper for both families.
+#[test]
+fn check_warns_about_ipv4_helpers_given_ipv6_addresses() {
+    let dir = tempfile::tempdir().unwrap();
+    let rule = rule_file(
+        &dir,
+        "vpc.oml",
+        "name : vpc\n---\n\
+         site = select site from sites where cidr4_contains(read(src_ip), cidr) = 1 ;\n\
+         dst : ip = read(dst_addr) ;\n\
+         dsite = select site from sites where cidr4_contains(read(dst), cidr) = 1 ;\n\
+         other = select site from sites where cidr4_contains(read(v4_only), cidr) = 1 ;\n",
+    );
+    let sample = rule_file(
+        &dir,
+        "sample.jsonl",
+        "{\"src_ip\":\"10.0.0.1\",\"dst_addr\":\"10.0.0.2\",\"v4_only\":\"10.0.0.3\"}\n\
+         {\"src_ip\":\"2001:db8::7\",\"dst_addr\":\"10.0.0.2\",\"v4_only\":\"10.0.0.4\"}\n",
+    );
+    let out = omlet(&["check", &rule, "--sample", &sample]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("vpc.oml:3:")
+            && err.contains("`cidr4_contains` takes IPv4 only, and `src_ip` holds IPv6 addresses in the sample"),
+        "{err}"
+    );
+    assert!(err.contains("`cidr_contains` takes both families"), "{err}");
+    assert!(err.contains("vpc.oml:5:") && err.contains("`dst` is typed `ip`, which holds IPv6 addresses too"), "{err}");
+    assert_eq!(err.matches("takes IPv4 only").count(), 2, "a field with IPv4 only is not warned of: {err}");
+    // Without a sample, the typed field still is.
+    let out = omlet(&["check", &rule]);
+    assert_eq!(text(&out.stderr).matches("takes IPv4 only").count(), 1, "{}", text(&out.stderr));
+}
+
 /// `check` is one pass: with `--knowdb` beside `--sample`, the lints' and
 /// the sample's warnings stay, beside the knowdb's warnings and notes.
 #[test]
