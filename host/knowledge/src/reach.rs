@@ -13,11 +13,14 @@ use crate::{Error, Result};
 
 /// `host:port` of a server URL (`scheme://user:secret@host:port/db?…`), with
 /// the port the driver takes when the URL names none; "the local socket"
-/// when it names no host. Never the user or the secret.
+/// when it names no host. Never the user or the secret: as
+/// [`crate::config::redact`] takes it, a secret may hold any character
+/// unencoded (`/`, `#`, `?`, `@`), so the user and secret run to the last
+/// `@` of the URL.
 pub(crate) fn server_of(url: &str, default_port: u16) -> String {
     let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let after_user = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
+    let host_port = after_user.split(['/', '?', '#']).next().unwrap_or("");
     if host_port.is_empty() {
         return "the local socket".into();
     }
@@ -81,5 +84,8 @@ mod tests {
         assert_eq!(server_of("mysql://u@[::1]/x", 3306), "[::1]:3306");
         assert_eq!(server_of("postgres://a:b@c@host:1/x", 5432), "host:1");
         assert_eq!(server_of("postgres:///x?host=/run/postgresql", 5432), "the local socket");
+        // A secret with `/`, `#`, `?` or `@` in it, unencoded: none of it shows.
+        assert_eq!(server_of("postgres://bob:pa/ss#w?o@rd@db.example:6432/x", 5432), "db.example:6432");
+        assert_eq!(server_of("mysql://bob:s/3@db.example/x", 3306), "db.example:3306");
     }
 }
