@@ -172,11 +172,7 @@ fn json_line_into(r: &mut Reader<'_>, size: u32, plain: bool, out: &mut String) 
 /// [`Record::to_json`] gives for the record [`decode_record`] reads from it,
 /// without building the record.
 pub(crate) fn write_json_of(frame: &[u8], out: &mut String) -> Result<(), DecodeError> {
-    let mut r = Reader::new(frame)?;
-    if r.records() != 1 {
-        return Err(DecodeError::NotOneRecord(r.records()));
-    }
-    let size = r.size(0)?;
+    let (mut r, size) = one_record(frame)?;
     json_line_into(&mut r, size, plain_text(frame), out)
 }
 
@@ -187,11 +183,7 @@ pub(crate) fn write_json_of(frame: &[u8], out: &mut String) -> Result<(), Decode
 /// [`decode_record`], so that a frame that would not read fails here, at
 /// the call, and never later as a record without fields.
 pub(crate) fn record_keeping_frame(frame: Box<[u8]>) -> Result<Record, DecodeError> {
-    let mut r = Reader::new(&frame)?;
-    if r.records() != 1 {
-        return Err(DecodeError::NotOneRecord(r.records()));
-    }
-    let size = r.size(0)?;
+    let (mut r, size) = one_record(&frame)?;
     let mut read = 0;
     while read < size {
         check_tree(&mut r, &mut read, 0)?;
@@ -355,12 +347,20 @@ pub(crate) fn record(r: &mut Reader<'_>, size: u32) -> Result<Record, DecodeErro
 /// The one record of a one-record frame (an `evaluate` output, or a
 /// record's own frame).
 pub(crate) fn decode_record(frame: &[u8]) -> Result<Record, DecodeError> {
-    let mut r = Reader::new(frame)?;
+    let (mut r, size) = one_record(frame)?;
+    record(&mut r, size)
+}
+
+/// A reader of a frame that must hold one record, and that record's node
+/// count: what [`decode_record`], [`write_json_of`] and
+/// [`record_keeping_frame`] check first, alike.
+fn one_record(frame: &[u8]) -> Result<(Reader<'_>, u32), DecodeError> {
+    let r = Reader::new(frame)?;
     if r.records() != 1 {
         return Err(DecodeError::NotOneRecord(r.records()));
     }
     let size = r.size(0)?;
-    record(&mut r, size)
+    Ok((r, size))
 }
 
 #[cfg(test)]

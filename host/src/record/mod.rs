@@ -132,9 +132,7 @@ impl Record {
 
     /// The record as one line of JSON (spec §11).
     pub fn to_json(&self) -> String {
-        if self.fields.get().is_none()
-            && let Some(Bytes::Own(own)) = &self.frame
-        {
+        if let Some(own) = self.unread_frame() {
             let mut line = String::with_capacity(own.len());
             if frame::write_json_of(own, &mut line).is_ok() {
                 return line;
@@ -155,8 +153,7 @@ impl Record {
     pub fn write_json(&self, out: &mut String) {
         // A record still kept as its own frame (an output, or a JSONL line)
         // is rendered from it, node by node, without building its fields.
-        if self.fields.get().is_none()
-            && let Some(Bytes::Own(own)) = &self.frame
+        if let Some(own) = self.unread_frame()
             && frame::write_json_of(own, out).is_ok()
         {
             return;
@@ -289,6 +286,15 @@ impl Record {
 
     fn shown(&self) -> impl Iterator<Item = &Field<'static>> + '_ {
         self.fields().iter().filter(|f| !matches!(f.value, LangValue::Ignore))
+    }
+
+    /// The record's own one-record frame while its fields have not been
+    /// read from it: its JSON is rendered from the frame then.
+    fn unread_frame(&self) -> Option<&[u8]> {
+        match (&self.frame, self.fields.get()) {
+            (Some(Bytes::Own(own)), None) => Some(own),
+            _ => None,
+        }
     }
 
     /// The evaluator's fields.
