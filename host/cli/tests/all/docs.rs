@@ -97,13 +97,17 @@ async fn every_example_of_the_language_reference_runs() {
     let path = dir.path().join("language.toml");
     std::fs::write(&path, toml::to_string(&file).unwrap()).unwrap();
     let engine = omlet::Engine::new().unwrap();
+    passes_both_ways(&path, &engine).await;
+}
+
+/// Runs a case file through the component and natively: it must hold cases,
+/// and every one must pass both ways.
+async fn passes_both_ways(path: &std::path::Path, engine: &omlet::Engine) {
     for mode in [Mode::Wasm, Mode::Native] {
-        let failures: Vec<String> = run_file(&path, mode, &engine)
-            .await
-            .unwrap()
-            .into_iter()
-            .filter_map(|o| o.failure.map(|f| format!("{} ({mode:?}): {f}", o.name)))
-            .collect();
+        let outcomes = run_file(path, mode, engine).await.unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert!(!outcomes.is_empty(), "{} has no case", path.display());
+        let failures: Vec<String> =
+            outcomes.into_iter().filter_map(|o| o.failure.map(|f| format!("{} ({mode:?}): {f}", o.name))).collect();
         assert!(failures.is_empty(), "{}", failures.join("\n"));
     }
 }
@@ -131,12 +135,6 @@ async fn the_testing_guide_documents_every_case_key_and_its_cases_pass() {
     for (i, block) in runnable.iter().enumerate() {
         let path = dir.path().join(format!("guide{i}.toml"));
         std::fs::write(&path, block).unwrap();
-        for mode in [Mode::Wasm, Mode::Native] {
-            let outcomes = run_file(&path, mode, &engine).await.unwrap_or_else(|e| panic!("block {i}: {e}"));
-            assert!(!outcomes.is_empty(), "block {i} has no case");
-            let failures: Vec<String> =
-                outcomes.into_iter().filter_map(|o| o.failure.map(|f| format!("{} ({mode:?}): {f}", o.name))).collect();
-            assert!(failures.is_empty(), "{}", failures.join("\n"));
-        }
+        passes_both_ways(&path, &engine).await;
     }
 }
